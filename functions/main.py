@@ -1,0 +1,35 @@
+"""Cloud Functions entry points. Thin on purpose: everything lives in the `safesend` package.
+
+Deployed as four HTTP functions from this directory (see infra/):
+  send       POST, called by n8n with a job
+  reconcile  POST, called by Cloud Tasks to settle an ambiguous or delayed job
+  sweep      POST, called by Cloud Scheduler to find stale or lost jobs
+  status     GET,  job state and events by job_id or dedup key
+"""
+
+import functions_framework
+
+from safesend.http_api import HttpApi
+from safesend.runtime import get_runtime
+
+_api = HttpApi(get_runtime)
+
+
+@functions_framework.http
+def send(request):
+    return _api.send(request)
+
+
+@functions_framework.http
+def reconcile(request):
+    return _api.reconcile(request)
+
+
+@functions_framework.http
+def sweep(request):
+    return _api.sweep(request)
+
+
+@functions_framework.http
+def status(request):
+    return _api.status(request)

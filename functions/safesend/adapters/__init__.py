@@ -1,0 +1,1 @@
+"""Thin adapters from the ports in `safesend.ports` to Google Cloud services and Gmail."""

@@ -1,0 +1,104 @@
+"""JobStore on Firestore (collection `ai_jobs`). Claims and compare-and-sets run in transactions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Callable, Sequence, TypeVar
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from ..errors import ConcurrentUpdateError, StoreUnavailableError
+from ..model import Job
+from ..states import State
+
+T = TypeVar("T")
+_UNAVAILABLE = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError,
+                gexc.Unknown, gexc.RetryError, gexc.Unauthenticated, gexc.PermissionDenied)
+
+
+class FirestoreJobStore:
+    """One document per job, id = job id. The client is created lazily, once per instance."""
+
+    def __init__(self, project: str, collection: str = "ai_jobs",
+                 client: firestore.Client | None = None, timeout_s: float = 10.0):
+        self._project = project
+        self._collection = collection
+        self._client = client
+        self._timeout_s = timeout_s
+
+    @property
+    def client(self) -> firestore.Client:
+        if self._client is None:
+            self._client = firestore.Client(project=self._project)
+        return self._client
+
+    def _ref(self, job_id: str) -> firestore.DocumentReference:
+        return self.client.collection(self._collection).document(job_id)
+
+    def claim_or_get(self, job: Job) -> tuple[Job, bool]:
+        ref = self._ref(job.id)
+
+        @firestore.transactional
+        def claim(transaction: firestore.Transaction) -> tuple[Job, bool]:
+            snapshot = ref.get(transaction=transaction, timeout=self._timeout_s)
+            if snapshot.exists:
+                return Job.from_dict(snapshot.to_dict()), False
+            stored = job.copy()
+            stored.version = 1
+            transaction.create(ref, stored.to_dict())
+            return stored, True
+
+        try:
+            return self._call(lambda: claim(self.client.transaction()), contention_error=StoreUnavailableError)
+        except StoreUnavailableError as exc:
+            if not isinstance(exc.__cause__, gexc.AlreadyExists):
+                raise
+        existing = self.get(job.id)  # a concurrent claim created it between our read and our commit
+        if existing is None:
+            raise StoreUnavailableError(f"job {job.id} reported as existing but cannot be read")
+        return existing, False
+
+    def get(self, job_id: str) -> Job | None:
+        snapshot = self._call(lambda: self._ref(job_id).get(timeout=self._timeout_s))
+        return Job.from_dict(snapshot.to_dict()) if snapshot.exists else None
+
+    def compare_and_set(self, job: Job, expected_version: int) -> Job:
+        ref = self._ref(job.id)
+
+        @firestore.transactional
+        def swap(transaction: firestore.Transaction) -> Job:
+            snapshot = ref.get(transaction=transaction, timeout=self._timeout_s)
+            current = snapshot.to_dict() if snapshot.exists else None
+            if current is None or current.get("version") != expected_version:
+                raise ConcurrentUpdateError(job.id)
+            stored = job.copy()
+            stored.version = expected_version + 1
+            transaction.set(ref, stored.to_dict())
+            return stored
+
+        return self._call(lambda: swap(self.client.transaction()), contention_error=ConcurrentUpdateError)
+
+    def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
+        """Needs the composite index (state ASC, next_check_at ASC): see infra/."""
+        query = (self.client.collection(self._collection)
+                 .where(filter=FieldFilter("state", "==", state.value))
+                 .where(filter=FieldFilter("next_check_at", "<=", now))
+                 .order_by("next_check_at")
+                 .limit(limit))
+        docs = self._call(lambda: list(query.stream(timeout=self._timeout_s)))
+        return [Job.from_dict(d.to_dict()) for d in docs]
+
+    def _call(self, fn: Callable[[], T], contention_error: type[Exception] = StoreUnavailableError) -> T:
+        try:
+            return fn()
+        except ConcurrentUpdateError:
+            raise
+        except (gexc.Aborted, gexc.Conflict) as exc:
+            raise contention_error(str(exc)) from exc
+        except _UNAVAILABLE as exc:
+            raise StoreUnavailableError(f"firestore: {exc}") from exc
+        except gexc.GoogleAPICallError as exc:
+            raise StoreUnavailableError(f"firestore: {exc}") from exc
+

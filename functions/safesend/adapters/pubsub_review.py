@@ -1,0 +1,47 @@
+"""ReviewPublisher on Pub/Sub: one JSON message per entry into review, attributes job_id and reason."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import pubsub_v1
+
+from ..errors import PublishError
+
+
+class PubSubReviewPublisher:
+    """Publishes to `topic_path` (projects/P/topics/T). The client is created lazily, once.
+
+    With PUBSUB_EMULATOR_HOST set the client library talks to the emulator by itself.
+    """
+
+    def __init__(self, topic_path: str, client: pubsub_v1.PublisherClient | None = None,
+                 timeout_s: float = 30.0):
+        self.topic_path = topic_path
+        self._client = client
+        self._timeout_s = timeout_s
+
+    @property
+    def client(self) -> pubsub_v1.PublisherClient:
+        if self._client is None:
+            self._client = pubsub_v1.PublisherClient()
+        return self._client
+
+    def publish(self, item: dict[str, Any], attributes: dict[str, str]) -> str:
+        data = json.dumps(item, ensure_ascii=False, default=str).encode("utf-8")
+        try:
+            future = self.client.publish(self.topic_path, data, **attributes)
+            return future.result(timeout=self._timeout_s)
+        except (gexc.GoogleAPICallError, TimeoutError) as exc:
+            raise PublishError(f"pubsub: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - concurrent.futures timeouts and transport errors
+            raise PublishError(f"pubsub: {exc!r}") from exc
+
+    def ensure_topic(self) -> None:
+        """Local stacks only: production topics come from Terraform."""
+        try:
+            self.client.create_topic(name=self.topic_path)
+        except gexc.AlreadyExists:
+            pass

@@ -1,0 +1,133 @@
+"""Settings from the environment, read once per instance. Bad values fail at start-up, not mid-send."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from email.utils import parseaddr
+from pathlib import Path
+from typing import Mapping
+
+from .errors import ConfigurationError
+from .keys import is_valid_hostname
+from .lifecycle import Timing
+
+DEFAULT_CHANNELS_FILE = Path(__file__).resolve().parent.parent / "channels.toml"
+FALLBACK_DOMAIN = "safesend.localhost"
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str
+    jobs_collection: str = "ai_jobs"
+    message_id_domain: str = FALLBACK_DOMAIN
+    default_from: str | None = None
+    channels_file: str | None = str(DEFAULT_CHANNELS_FILE)
+    channels_json: str | None = None
+    # Gmail
+    gmail_user: str = "me"
+    gmail_api_endpoint: str | None = None  # the local simulator; None means real Gmail
+    gmail_credentials_json: str | None = None
+    gmail_credentials_file: str | None = None
+    gmail_delegated_user: str | None = None
+    send_timeout_s: float = 20.0
+    read_timeout_s: float = 15.0
+    verify_message_id: bool = True
+    # Timing
+    timing: Timing = field(default_factory=Timing)
+    request_budget_s: float = 40.0
+    # Cloud Tasks
+    tasks_queue: str | None = None
+    tasks_emulator_host: str | None = None
+    reconcile_url: str | None = None
+    tasks_service_account: str | None = None
+    # Pub/Sub
+    review_topic: str | None = None
+    # Sweeper
+    sweep_batch: int = 50
+    sweep_budget_s: float = 90.0
+    # Test-only fault injection (never set in infra/)
+    enable_fault_injection: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        env = os.environ if env is None else env
+        get = lambda name, default=None: (env.get(name) or default)  # noqa: E731
+        project = get("GOOGLE_CLOUD_PROJECT") or get("GCLOUD_PROJECT") or get("SAFESEND_PROJECT")
+        if not project:
+            raise ConfigurationError("GOOGLE_CLOUD_PROJECT is not set")
+        default_from = get("SAFESEND_DEFAULT_FROM")
+        domain = get("SAFESEND_MESSAGE_ID_DOMAIN") or _domain_of(default_from) or FALLBACK_DOMAIN
+        if not is_valid_hostname(domain):
+            raise ConfigurationError(f"SAFESEND_MESSAGE_ID_DOMAIN {domain!r} is not a valid host name")
+        queue = get("SAFESEND_TASKS_QUEUE")
+        if queue and not get("SAFESEND_RECONCILE_URL"):
+            raise ConfigurationError("SAFESEND_TASKS_QUEUE is set but SAFESEND_RECONCILE_URL is not")
+        timing = Timing(
+            lease_s=_float(env, "SAFESEND_LEASE_S", 120.0),
+            index_lag_s=_float(env, "SAFESEND_INDEX_LAG_S", 90.0),
+            unknown_window_s=_float(env, "SAFESEND_UNKNOWN_WINDOW_S", 300.0),
+            recheck_s=_float(env, "SAFESEND_RECHECK_S", 60.0),
+            publish_lease_s=_float(env, "SAFESEND_PUBLISH_LEASE_S", 60.0),
+        )
+        send_timeout = _float(env, "SAFESEND_SEND_TIMEOUT_S", 20.0)
+        if timing.lease_s <= send_timeout * 2:
+            raise ConfigurationError("SAFESEND_LEASE_S must exceed twice SAFESEND_SEND_TIMEOUT_S, "
+                                     "or a slow send could be taken for a crash")
+        return cls(
+            project=project,
+            jobs_collection=get("SAFESEND_JOBS_COLLECTION", "ai_jobs"),
+            message_id_domain=domain,
+            default_from=default_from,
+            channels_file=get("SAFESEND_CHANNELS_FILE", str(DEFAULT_CHANNELS_FILE)),
+            channels_json=get("SAFESEND_CHANNELS_JSON"),
+            gmail_user=get("SAFESEND_GMAIL_USER", "me"),
+            gmail_api_endpoint=get("SAFESEND_GMAIL_API_ENDPOINT"),
+            gmail_credentials_json=get("SAFESEND_GMAIL_CREDENTIALS_JSON"),
+            gmail_credentials_file=get("SAFESEND_GMAIL_CREDENTIALS_FILE"),
+            gmail_delegated_user=get("SAFESEND_GMAIL_DELEGATED_USER"),
+            send_timeout_s=send_timeout,
+            read_timeout_s=_float(env, "SAFESEND_READ_TIMEOUT_S", 15.0),
+            verify_message_id=_bool(env, "SAFESEND_VERIFY_MESSAGE_ID", True),
+            timing=timing,
+            request_budget_s=_float(env, "SAFESEND_REQUEST_BUDGET_S", 40.0),
+            tasks_queue=queue,
+            tasks_emulator_host=get("SAFESEND_TASKS_EMULATOR_HOST"),
+            reconcile_url=get("SAFESEND_RECONCILE_URL"),
+            tasks_service_account=get("SAFESEND_TASKS_SERVICE_ACCOUNT"),
+            review_topic=get("SAFESEND_REVIEW_TOPIC"),
+            sweep_batch=int(_float(env, "SAFESEND_SWEEP_BATCH", 50)),
+            sweep_budget_s=_float(env, "SAFESEND_SWEEP_BUDGET_S", 90.0),
+            enable_fault_injection=_bool(env, "SAFESEND_ENABLE_FAULT_INJECTION", False),
+        )
+
+
+def _domain_of(address: str | None) -> str | None:
+    if not address:
+        return None
+    addr = parseaddr(address)[1]
+    return addr.rsplit("@", 1)[1].lower() if "@" in addr else None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from None
+    if value < 0:
+        raise ConfigurationError(f"{name} must be >= 0")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name} must be true or false, got {raw!r}")

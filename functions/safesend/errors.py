@@ -1,0 +1,75 @@
+"""Exception classes. Each one maps to a single, documented caller-visible outcome."""
+
+from __future__ import annotations
+
+
+class SafesendError(Exception):
+    """Base class for every error this package raises on purpose."""
+
+
+class ConfigurationError(SafesendError):
+    """The deployment is misconfigured (missing env, bad policy file): fail at start-up, loudly."""
+
+
+class RequestValidationError(SafesendError):
+    """The caller's request is invalid; `fields` maps each bad field to a reason (HTTP 400)."""
+
+    def __init__(self, fields: dict[str, str]):
+        super().__init__("invalid request: " + ", ".join(sorted(fields)))
+        self.fields = dict(fields)
+
+
+class UnknownChannelError(RequestValidationError):
+    """The channel has no server-side policy, so we cannot know how to treat an unknown outcome."""
+
+    def __init__(self, channel: str):
+        super().__init__({"channel": f"unknown channel {channel!r}: not configured on the server"})
+        self.channel = channel
+
+
+class PayloadMismatchError(SafesendError):
+    """The dedup key was already used with a different payload (HTTP 422), as in Stripe and the IETF draft."""
+
+    def __init__(self, job_id: str):
+        super().__init__(f"dedup key already used with a different payload (job {job_id})")
+        self.job_id = job_id
+
+
+class IllegalTransitionError(SafesendError):
+    """A state change the job state machine does not allow: a bug, never a caller mistake."""
+
+    def __init__(self, source: str, target: str):
+        super().__init__(f"illegal job transition {source} -> {target}")
+        self.source = source
+        self.target = target
+
+
+class JobNotFoundError(SafesendError):
+    """No job with that id (status 404; reconcile treats it as nothing to do)."""
+
+
+class StoreUnavailableError(SafesendError):
+    """The job store could not be reached. Before a claim this is safe for the caller to retry (503)."""
+
+
+class ConcurrentUpdateError(SafesendError):
+    """A compare-and-set lost the race: someone else advanced the job first. Never an error for the caller."""
+
+
+class MailboxUnavailableError(SafesendError):
+    """The mailbox search failed; a reconcile check must be retried later, never replaced by a guess."""
+
+
+class SchedulerError(SafesendError):
+    """A Cloud Tasks enqueue failed; the sweeper still finds the job through next_check_at."""
+
+
+class PublishError(SafesendError):
+    """A review item could not be published; it stays due in the outbox and the sweeper tries again."""
+
+
+class SimulatedCrashError(BaseException):
+    """Raised only by test fault injection to stop a handler dead, like a killed instance.
+
+    A BaseException so no `except Exception` on the way can record an outcome.
+    """

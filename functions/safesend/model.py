@@ -1,0 +1,152 @@
+"""Plain data: the job record and the facts the core reasons about. No I/O here."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from .states import State
+
+MAX_EVENTS = 200
+
+
+class Bucket(str, Enum):
+    """Bucket 1 and Bucket 2 of the source article."""
+
+    NOT_ACCEPTED = "not_accepted"  # definitely not accepted: safe to send again
+    MAYBE_ACCEPTED = "maybe_accepted"  # maybe accepted: never resend before asking the mailbox
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed attempt, classified. `code` is short and stable (e.g. http_429, timeout)."""
+
+    bucket: Bucket
+    retryable: bool
+    code: str
+    detail: str = ""
+    status: int | None = None
+    retry_after_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "bucket": self.bucket.value,
+            "retryable": self.retryable,
+            "code": self.code,
+            "detail": self.detail[:500],
+            "status": self.status,
+        }
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """Gmail answered 2xx: the message is in the mailbox under these ids."""
+
+    gmail_id: str
+    thread_id: str | None = None
+
+    def as_ref(self) -> dict[str, Any]:
+        return {"gmail_id": self.gmail_id, "thread_id": self.thread_id}
+
+
+@dataclass(frozen=True)
+class MailboxHit:
+    """A message found by rfc822msgid search."""
+
+    gmail_id: str
+    thread_id: str | None
+    label_ids: tuple[str, ...]
+
+    @property
+    def is_sent(self) -> bool:
+        return "SENT" in self.label_ids
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gmail_id": self.gmail_id, "thread_id": self.thread_id, "label_ids": list(self.label_ids)}
+
+
+@dataclass
+class Job:
+    """One logical send. Stored as one Firestore document in `ai_jobs`, keyed by `id`.
+
+    `version` increases on every write and guards compare-and-set updates, so a
+    decision made from a snapshot is only applied if nobody changed the job since.
+    `next_check_at` is the single due-time the sweeper scans: lease expiry while
+    sending, the next mailbox check while unknown, the retry time in retry_wait,
+    and the review-outbox due time in review/failed (None once published).
+    """
+
+    id: str
+    dedup_key: str
+    message_id: str
+    channel: str
+    payload: dict[str, Any]
+    payload_hash: str
+    created_at: datetime
+    updated_at: datetime
+    state: State = State.PENDING
+    attempts: int = 0
+    claimed_at: datetime | None = None
+    lease_until: datetime | None = None
+    lease_owner: str | None = None
+    last_attempt_at: datetime | None = None
+    next_check_at: datetime | None = None
+    checks: int = 0
+    provider_ref: dict[str, Any] | None = None
+    stored_message_id: str | None = None
+    mailbox_hits: list[dict[str, Any]] = field(default_factory=list)
+    last_error: dict[str, Any] | None = None
+    review_reason: str | None = None
+    review_entries: int = 0
+    review_published_at: datetime | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    events_dropped: int = 0
+    version: int = 0
+
+    def copy(self) -> "Job":
+        return dataclasses.replace(
+            self,
+            payload=dict(self.payload),
+            mailbox_hits=[dict(h) for h in self.mailbox_hits],
+            events=[dict(e) for e in self.events],
+            provider_ref=dict(self.provider_ref) if self.provider_ref else None,
+            last_error=dict(self.last_error) if self.last_error else None,
+        )
+
+    def add_event(self, at: datetime, kind: str, **details: Any) -> None:
+        """Append to the audit trail (bounded, oldest dropped first, count kept)."""
+        event = {"at": at, "kind": kind, "state": self.state.value, "attempt": self.attempts}
+        event.update({k: v for k, v in details.items() if v is not None})
+        self.events.append(event)
+        overflow = len(self.events) - MAX_EVENTS
+        if overflow > 0:
+            del self.events[:overflow]
+            self.events_dropped += overflow
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["state"] = self.state.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Job":
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["state"] = State(values.get("state", State.PENDING.value))
+        for name in ("created_at", "updated_at", "claimed_at", "lease_until", "last_attempt_at",
+                     "next_check_at", "review_published_at"):
+            values[name] = as_utc(values.get(name))
+        values["events"] = [
+            {**e, "at": as_utc(e.get("at"))} for e in (values.get("events") or [])
+        ]
+        return cls(**values)
+
+
+def as_utc(value: Any) -> Any:
+    """Firestore returns aware datetimes (DatetimeWithNanoseconds); normalise naive ones to UTC."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return value

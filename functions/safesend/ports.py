@@ -1,0 +1,58 @@
+"""What the service needs from the outside world. Adapters implement these; fakes do too, for unit tests."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Protocol, Sequence
+
+from .model import Accepted, Failure, Job, MailboxHit
+from .states import State
+
+
+class JobStore(Protocol):
+    """Persistence for jobs (Firestore in production). Every write bumps `version`."""
+
+    def claim_or_get(self, job: Job) -> tuple[Job, bool]:
+        """In one transaction: store `job` if its id is free and return (job, True), else (existing, False).
+
+        Raises StoreUnavailableError when the store cannot be reached.
+        """
+
+    def get(self, job_id: str) -> Job | None: ...
+
+    def compare_and_set(self, job: Job, expected_version: int) -> Job:
+        """Write `job` if the stored version is still `expected_version`; return it with version + 1.
+
+        Raises ConcurrentUpdateError if someone else wrote first.
+        """
+
+    def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
+        """Jobs in `state` with next_check_at <= now, oldest first, at most `limit`."""
+
+
+class Mailer(Protocol):
+    """The Gmail account we send from (or the local simulator)."""
+
+    def send(self, raw: bytes) -> Accepted | Failure:
+        """Exactly one HTTP request, never retried underneath. Failures come back classified."""
+
+    def find_by_message_id(self, message_id: str) -> Sequence[MailboxHit]:
+        """Every message (spam and trash included) whose Message-ID header is `message_id`.
+
+        Raises MailboxUnavailableError if the search itself failed.
+        """
+
+    def stored_message_id(self, gmail_id: str) -> str | None:
+        """The Message-ID header Gmail actually stored for a message we sent."""
+
+
+class CheckScheduler(Protocol):
+    """Cloud Tasks: call reconcile for `job_id` at `at`. The same (job, step) enqueued twice is harmless."""
+
+    def schedule_check(self, job_id: str, step: str, at: datetime) -> None: ...
+
+
+class ReviewPublisher(Protocol):
+    """Pub/Sub: hand a job to humans. Returns the published message id."""
+
+    def publish(self, item: dict[str, Any], attributes: dict[str, str]) -> str: ...

@@ -1,0 +1,59 @@
+"""The review item: everything a human needs to settle a job, and nothing they must not see (no body)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+from .keys import bare_message_id
+from .model import Job
+
+GMAIL_SEARCH_URL = "https://mail.google.com/mail/u/0/#search/"
+_ATTEMPT_EVENTS = frozenset({
+    "attempt_started", "accepted", "attempt_failed", "outcome_unknown", "late_failure", "late_accept",
+    "mailbox_checked", "found_in_mailbox", "entered_review", "entered_failed",
+})
+
+
+def gmail_search_link(message_id: str) -> str:
+    """Opens the sender's mailbox on a search for this Message-ID."""
+    return GMAIL_SEARCH_URL + quote(f"rfc822msgid:{bare_message_id(message_id)}", safe="")
+
+
+def review_item(job: Job) -> dict[str, Any]:
+    """JSON-ready review item. `review_id` is stable per entry into review: consumers dedupe on it."""
+    payload = job.payload
+    return {
+        "review_id": f"{job.id}:{job.review_entries}",
+        "job_id": job.id,
+        "dedup_key": job.dedup_key,
+        "message_id": job.message_id,
+        "channel": job.channel,
+        "state": job.state.value,
+        "reason": job.review_reason,
+        "recipients": {k: list(payload.get(k) or []) for k in ("to", "cc", "bcc")},
+        "from": payload.get("from"),
+        "subject": payload.get("subject"),
+        "attempts": job.attempts,
+        "last_error": job.last_error,
+        "history": [_event(e) for e in job.events if e.get("kind") in _ATTEMPT_EVENTS],
+        "mailbox_hits": job.mailbox_hits,
+        "provider_ref": job.provider_ref,
+        "gmail_search_url": gmail_search_link(job.message_id),
+        "created_at": _iso(job.created_at),
+        "entered_at": _iso(job.updated_at),
+    }
+
+
+def review_attributes(job: Job) -> dict[str, str]:
+    return {"job_id": job.id, "reason": job.review_reason or "", "channel": job.channel,
+            "review_id": f"{job.id}:{job.review_entries}"}
+
+
+def _event(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_iso(v) if isinstance(v, datetime) else v) for k, v in event.items()}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

@@ -1,0 +1,192 @@
+"""Validation of the send request. Every bad field is reported at once, by name (HTTP 400)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from email.headerregistry import Address
+from email.utils import getaddresses
+from typing import Any, Mapping
+
+from .errors import RequestValidationError
+from .keys import KEY_PART_FIELDS, MAX_KEY_LENGTH, compose_dedup_key
+from .mime import OutgoingMessage
+
+MAX_RECIPIENTS = 100  # Gmail API limit per message
+MAX_SUBJECT_CHARS = 998
+MAX_BODY_BYTES = 400_000  # the job lives in one Firestore document (1 MiB), events included
+ALLOWED_FIELDS = frozenset({
+    "dedup_key", *KEY_PART_FIELDS, "channel", "to", "cc", "bcc", "reply_to", "from",
+    "subject", "text", "html",
+})
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_LOCAL = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+_ADDR_SPEC = re.compile(rf"{_LOCAL}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{{2,63}}")
+
+
+@dataclass(frozen=True)
+class SendRequest:
+    dedup_key: str
+    channel: str
+    message: OutgoingMessage
+    payload: dict[str, Any]  # the normalised message fields, as stored in the job
+    payload_hash: str  # sha256 of the canonical payload: same key + other payload -> 422
+
+
+def parse_send_request(body: Any, default_sender: str | None,
+                       known_channels: frozenset[str] | None = None) -> SendRequest:
+    """Validate the JSON body of a send call. Raises RequestValidationError naming each bad field."""
+    if not isinstance(body, Mapping):
+        raise RequestValidationError({"body": "must be a JSON object"})
+    errors: dict[str, str] = {}
+    for name in sorted(set(body) - ALLOWED_FIELDS):
+        errors[name] = "unknown field"
+
+    dedup_key = _dedup_key(body, errors)
+    channel = _text(body, "channel", errors, required=True, max_len=100)
+    if channel and known_channels is not None and channel not in known_channels:
+        errors["channel"] = f"unknown channel {channel!r}: not configured on the server"
+    to = _addresses(body, "to", errors, required=True)
+    cc = _addresses(body, "cc", errors)
+    bcc = _addresses(body, "bcc", errors)
+    reply_to = _addresses(body, "reply_to", errors)
+    senders = _addresses(body, "from", errors)
+    if len(senders) > 1:
+        errors["from"] = "exactly one sender"
+    sender = senders[0] if senders else default_sender
+    if not sender and "from" not in errors:
+        errors["from"] = "required: no default sender is configured on the server"
+    subject = _text(body, "subject", errors, required=True, max_len=MAX_SUBJECT_CHARS, single_line=True)
+    text = _text(body, "text", errors, required=True, allow_empty=True, multiline=True)
+    html = _text(body, "html", errors, multiline=True)
+    if len(to) + len(cc) + len(bcc) > MAX_RECIPIENTS:
+        errors["to"] = f"at most {MAX_RECIPIENTS} recipients in to, cc and bcc together"
+    size = len((text or "").encode()) + len((html or "").encode())
+    if size > MAX_BODY_BYTES:
+        errors["text"] = f"text and html together exceed {MAX_BODY_BYTES} bytes"
+    if errors:
+        raise RequestValidationError(errors)
+
+    message = OutgoingMessage(sender=sender or "", to=tuple(to), subject=subject or "", text=text or "",
+                              cc=tuple(cc), bcc=tuple(bcc), reply_to=tuple(reply_to), html=html)
+    payload = {
+        "from": message.sender, "to": list(message.to), "cc": list(message.cc),
+        "bcc": list(message.bcc), "reply_to": list(message.reply_to),
+        "subject": message.subject, "text": message.text, "html": message.html,
+    }
+    return SendRequest(dedup_key=dedup_key or "", channel=channel or "", message=message,
+                       payload=payload, payload_hash=payload_hash(channel or "", payload))
+
+
+def payload_hash(channel: str, payload: Mapping[str, Any]) -> str:
+    canonical = json.dumps({"channel": channel, **payload}, sort_keys=True, ensure_ascii=False,
+                           separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def message_from_payload(payload: Mapping[str, Any]) -> OutgoingMessage:
+    """Rebuild the message for a resend from what the job stored."""
+    return OutgoingMessage(
+        sender=payload["from"], to=tuple(payload["to"]), subject=payload["subject"],
+        text=payload["text"], cc=tuple(payload.get("cc") or ()), bcc=tuple(payload.get("bcc") or ()),
+        reply_to=tuple(payload.get("reply_to") or ()), html=payload.get("html"),
+    )
+
+
+def dedup_key_from_query(params: Mapping[str, str]) -> str | None:
+    """For status lookups: `dedup_key`, or the three key fields."""
+    if params.get("dedup_key"):
+        return params["dedup_key"]
+    if all(params.get(f) for f in KEY_PART_FIELDS):
+        try:
+            return compose_dedup_key(*(params[f] for f in KEY_PART_FIELDS))
+        except ValueError:
+            return None
+    return None
+
+
+def _dedup_key(body: Mapping[str, Any], errors: dict[str, str]) -> str | None:
+    if "dedup_key" in body:
+        if any(f in body for f in KEY_PART_FIELDS):
+            errors["dedup_key"] = "give dedup_key or customer_id/event_type/order_id, not both"
+            return None
+        return _text(body, "dedup_key", errors, required=True, max_len=MAX_KEY_LENGTH, single_line=True)
+    parts = []
+    for name in KEY_PART_FIELDS:
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str) or not value.strip():
+            errors[name] = "required (or give dedup_key): a non-empty string"
+        elif ":" in value or _CONTROL.search(value):
+            errors[name] = "must not contain ':' or control characters"
+        else:
+            parts.append(value)
+    if len(parts) != len(KEY_PART_FIELDS):
+        return None
+    key = compose_dedup_key(*parts)
+    if len(key) > MAX_KEY_LENGTH:
+        errors["dedup_key"] = f"the composed key exceeds {MAX_KEY_LENGTH} characters"
+        return None
+    return key
+
+
+def _text(body: Mapping[str, Any], name: str, errors: dict[str, str], *, required: bool = False,
+          allow_empty: bool = False, max_len: int | None = None, single_line: bool = False,
+          multiline: bool = False) -> str | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            errors[name] = "required"
+        return None
+    if not isinstance(value, str):
+        errors[name] = "must be a string"
+        return None
+    if not value.strip() and not allow_empty:
+        errors[name] = "must not be empty"
+        return None
+    if max_len is not None and len(value) > max_len:
+        errors[name] = f"at most {max_len} characters"
+        return None
+    bad = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]") if multiline else _CONTROL
+    if bad.search(value) and (single_line or not multiline or "\x00" in value):
+        errors[name] = "must not contain control characters" + (" or line breaks" if single_line else "")
+        return None
+    return value
+
+
+def _addresses(body: Mapping[str, Any], name: str, errors: dict[str, str],
+               required: bool = False) -> list[str]:
+    value = body.get(name)
+    if value is None or value == [] or value == "":
+        if required:
+            errors[name] = "required: an address or a list of addresses"
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        errors[name] = "must be a string or a list of strings"
+        return []
+    result: list[str] = []
+    for item in items:
+        formatted = _one_address(item)
+        if formatted is None:
+            errors[name] = f"invalid address {item[:200]!r}"
+            return []
+        result.append(formatted)
+    return result
+
+
+def _one_address(item: str) -> str | None:
+    """One mailbox, `addr` or `Name <addr>`; returned in canonical form for the header."""
+    if _CONTROL.search(item):
+        return None
+    parsed = getaddresses([item])
+    if len(parsed) != 1:
+        return None
+    display, addr = parsed[0]
+    if not addr or not _ADDR_SPEC.fullmatch(addr):
+        return None
+    username, domain = addr.rsplit("@", 1)
+    return str(Address(display_name=display, username=username, domain=domain))

@@ -1,0 +1,133 @@
+"""In-memory fakes of the ports, for fast unit tests. Integration tests use the real adapters instead."""
+
+from __future__ import annotations
+
+import email
+import hashlib
+import itertools
+import threading
+from datetime import datetime, timedelta, timezone
+from email import policy as email_policy
+from typing import Any, Callable
+
+from safesend.model import Accepted, Failure, MailboxHit
+
+
+class FakeClock:
+    """A clock tests move by hand; `sleep` advances it instead of waiting."""
+
+    def __init__(self, start: datetime | None = None):
+        self.now = start or datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+        self.mono = 1000.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self.now
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self.mono
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += timedelta(seconds=seconds)
+            self.mono += seconds
+
+    sleep = advance
+
+
+class FakeMailbox:
+    """A mailbox with search-index lag. `effects` is the acceptance log: one entry per accepted message."""
+
+    def __init__(self, clock: Callable[[], datetime], index_lag_s: float = 0.0):
+        self.clock = clock
+        self.index_lag_s = index_lag_s
+        self.effects: list[dict[str, Any]] = []
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def accept(self, raw: bytes, labels: tuple[str, ...] = ("SENT",)) -> Accepted:
+        msg = email.message_from_bytes(raw, policy=email_policy.default)
+        with self._lock:
+            gmail_id = f"{next(self._ids):016x}"
+            self.effects.append({"gmail_id": gmail_id, "message_id": msg["Message-ID"], "labels": labels,
+                                 "at": self.clock(), "raw_sha256": hashlib.sha256(raw).hexdigest()})
+        return Accepted(gmail_id, gmail_id)
+
+    def search(self, message_id: str) -> list[MailboxHit]:
+        horizon = self.clock() - timedelta(seconds=self.index_lag_s)
+        with self._lock:
+            return [MailboxHit(e["gmail_id"], e["gmail_id"], tuple(e["labels"])) for e in self.effects
+                    if e["message_id"] == message_id and e["at"] <= horizon]
+
+    def count(self, message_id: str) -> int:
+        with self._lock:
+            return sum(1 for e in self.effects if e["message_id"] == message_id)
+
+
+class FakeMailer:
+    """Scripted send outcomes. A script entry is 'accept', a Failure, or ('accept', Failure):
+    accepted by the mailbox, but the caller sees the failure (a dropped response)."""
+
+    def __init__(self, mailbox: FakeMailbox, script: list[Any] | None = None):
+        self.mailbox = mailbox
+        self.script = list(script or [])
+        self.sends = 0
+        self.searches = 0
+        self.search_error: Exception | None = None
+        self.on_send: Callable[[], None] | None = None
+        self.on_search: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+
+    def send(self, raw: bytes) -> Accepted | Failure:
+        with self._lock:
+            self.sends += 1
+            step = self.script.pop(0) if self.script else "accept"
+        if self.on_send:
+            self.on_send()
+        if step == "accept":
+            return self.mailbox.accept(raw)
+        if isinstance(step, tuple):
+            self.mailbox.accept(raw)
+            return step[1]
+        return step
+
+    def find_by_message_id(self, message_id: str) -> list[MailboxHit]:
+        self.searches += 1
+        if self.on_search:
+            self.on_search()
+        if self.search_error:
+            raise self.search_error
+        return self.mailbox.search(message_id)
+
+    def stored_message_id(self, gmail_id: str) -> str | None:
+        for effect in self.mailbox.effects:
+            if effect["gmail_id"] == gmail_id:
+                return effect["message_id"]
+        return None
+
+
+class FakeScheduler:
+    def __init__(self) -> None:
+        self.tasks: dict[str, datetime] = {}
+        self.calls = 0
+
+    def schedule_check(self, job_id: str, step: str, at: datetime) -> None:
+        self.calls += 1
+        self.tasks.setdefault(f"{job_id}-{step}", at)
+
+
+class FakePublisher:
+    def __init__(self) -> None:
+        self.items: list[tuple[dict[str, Any], dict[str, str]]] = []
+        self.fail_next = 0
+
+    def publish(self, item: dict[str, Any], attributes: dict[str, str]) -> str:
+        from safesend.errors import PublishError
+
+        if self.fail_next:
+            self.fail_next -= 1
+            raise PublishError("injected")
+        self.items.append((item, attributes))
+        return str(len(self.items))

@@ -1,0 +1,73 @@
+"""Unit-test wiring: the service over in-memory fakes and a hand-driven clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from safesend.adapters.memory_store import InMemoryJobStore
+from safesend.lifecycle import Timing
+from safesend.policy import ChannelPolicies
+from safesend.service import SafeSendService
+from safesend.validation import parse_send_request
+from tests.fakes import FakeClock, FakeMailbox, FakeMailer, FakePublisher, FakeScheduler
+
+POLICIES = {
+    "defaults": {"max_attempts": 3, "quick_retries": 2, "retry_base_s": 1.0, "retry_cap_s": 30.0},
+    "channels": {"receipts": {"on_unknown": "retry"}, "payments": {"on_unknown": "review"}, "plain": {}},
+}
+TIMING = Timing(lease_s=120, index_lag_s=90, unknown_window_s=300, recheck_s=60, publish_lease_s=60)
+
+
+@dataclass
+class World:
+    clock: FakeClock
+    mailbox: FakeMailbox
+    mailer: FakeMailer
+    store: InMemoryJobStore
+    scheduler: FakeScheduler
+    publisher: FakePublisher
+    service: SafeSendService
+
+    def request(self, key: str = "cust-1:order_paid:42", channel: str = "receipts", **overrides: Any):
+        body = {"dedup_key": key, "channel": channel, "to": "ann@example.com", "subject": "Receipt",
+                "text": "Thanks for your order.", **overrides}
+        return parse_send_request(body, "Shop <shop@example.com>")
+
+    def effects(self, job_id_or_msgid: str) -> int:
+        job = self.store.get(job_id_or_msgid)
+        return self.mailbox.count(job.message_id if job else job_id_or_msgid)
+
+    def run_until_settled(self, job_id: str, max_steps: int = 50) -> None:
+        """Play Cloud Tasks: jump to the next due time and reconcile, a bounded number of times."""
+        for _ in range(max_steps):
+            job = self.store.get(job_id)
+            if job.next_check_at is None:
+                return
+            wait = (job.next_check_at - self.clock()).total_seconds()
+            self.clock.advance(max(wait, 0) + 0.001)
+            self.service.advance(job_id)
+        raise AssertionError(f"job {job_id} not settled after {max_steps} steps")
+
+
+def make_world(script: list | None = None, index_lag_s: float = 30.0, policies: dict | None = None,
+               verify: bool = True) -> World:
+    clock = FakeClock()
+    mailbox = FakeMailbox(clock, index_lag_s=index_lag_s)
+    mailer = FakeMailer(mailbox, script)
+    store = InMemoryJobStore()
+    scheduler = FakeScheduler()
+    publisher = FakePublisher()
+    service = SafeSendService(store, mailer, scheduler, publisher,
+                              ChannelPolicies.from_mapping(policies or POLICIES),
+                              message_id_domain="mail.example.com", timing=TIMING, request_budget_s=40,
+                              send_timeout_s=10, verify_message_id=verify, clock=clock,
+                              monotonic=clock.monotonic, sleep=clock.sleep, uniform=lambda a, b: b)
+    return World(clock, mailbox, mailer, store, scheduler, publisher, service)
+
+
+@pytest.fixture
+def world() -> World:
+    return make_world()
