@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from email.utils import parseaddr
@@ -117,8 +118,8 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ConfigurationError(f"{name} must be a number, got {raw!r}") from None
-    if value < 0:
-        raise ConfigurationError(f"{name} must be >= 0")
+    if not math.isfinite(value) or value < 0:
+        raise ConfigurationError(f"{name} must be a finite number >= 0, got {raw!r}")
     return value
 
 

@@ -95,6 +95,9 @@ class ChannelPolicies:
         channels = doc.get("channels") or {}
         if not isinstance(channels, Mapping):
             raise ConfigurationError("channel policy file: [channels] must be a table")
+        for name, values in channels.items():
+            if values is not None and not isinstance(values, Mapping):
+                raise ConfigurationError(f"channel {name}: settings must be a table")
         return cls({name: _policy_from(name, values or {}, base) for name, values in channels.items()})
 
     @classmethod
@@ -116,6 +119,8 @@ class ChannelPolicies:
                 raise ConfigurationError("SAFESEND_CHANNELS_JSON must be an object of channel -> settings")
             channels = dict(doc.get("channels") or {})
             for name, values in override.items():
+                if values is not None and not isinstance(values, dict):
+                    raise ConfigurationError(f"SAFESEND_CHANNELS_JSON: settings of {name!r} must be an object")
                 channels[name] = {**(channels.get(name) or {}), **(values or {})}
             doc = {**doc, "channels": channels}
         policies = cls.from_mapping(doc)

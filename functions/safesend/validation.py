@@ -7,7 +7,6 @@ import json
 import re
 from dataclasses import dataclass
 from email.headerregistry import Address
-from email.utils import getaddresses
 from typing import Any, Mapping
 
 from .errors import RequestValidationError
@@ -21,9 +20,13 @@ ALLOWED_FIELDS = frozenset({
     "dedup_key", *KEY_PART_FIELDS, "channel", "to", "cc", "bcc", "reply_to", "from",
     "subject", "text", "html",
 })
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0/C1 controls and the Unicode line/paragraph separators: the email package treats the latter as
+# line breaks, so they would make a header unbuildable after the job was already claimed.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_MULTILINE_BAD = re.compile(r"\x00")  # bodies may hold tabs, form feeds...; NUL breaks MIME
 _LOCAL = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
 _ADDR_SPEC = re.compile(rf"{_LOCAL}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{{2,63}}")
+_NAME_ADDR = re.compile(rf"(?P<display>[^<>]*?)\s*<(?P<addr>{_ADDR_SPEC.pattern})>")
 
 
 @dataclass(frozen=True)
@@ -120,8 +123,8 @@ def _dedup_key(body: Mapping[str, Any], errors: dict[str, str]) -> str | None:
             value = str(value)
         if not isinstance(value, str) or not value.strip():
             errors[name] = "required (or give dedup_key): a non-empty string"
-        elif ":" in value or _CONTROL.search(value):
-            errors[name] = "must not contain ':' or control characters"
+        elif ":" in value or _CONTROL.search(value) or not _is_encodable(value):
+            errors[name] = "must not contain ':', control characters or lone surrogates"
         else:
             parts.append(value)
     if len(parts) != len(KEY_PART_FIELDS):
@@ -150,11 +153,21 @@ def _text(body: Mapping[str, Any], name: str, errors: dict[str, str], *, require
     if max_len is not None and len(value) > max_len:
         errors[name] = f"at most {max_len} characters"
         return None
-    bad = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]") if multiline else _CONTROL
-    if bad.search(value) and (single_line or not multiline or "\x00" in value):
-        errors[name] = "must not contain control characters" + (" or line breaks" if single_line else "")
+    if not _is_encodable(value):
+        errors[name] = "must be valid Unicode (no lone surrogates)"
+        return None
+    if (_MULTILINE_BAD if multiline else _CONTROL).search(value):
+        errors[name] = "must not contain NUL" if multiline else "must not contain control characters or line breaks"
         return None
     return value
+
+
+def _is_encodable(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _addresses(body: Mapping[str, Any], name: str, errors: dict[str, str],
@@ -179,14 +192,20 @@ def _addresses(body: Mapping[str, Any], name: str, errors: dict[str, str],
 
 
 def _one_address(item: str) -> str | None:
-    """One mailbox, `addr` or `Name <addr>`; returned in canonical form for the header."""
-    if _CONTROL.search(item):
+    """One mailbox, `addr` or `Name <addr>`, matched strictly (no lenient re-gluing of stray words)."""
+    if _CONTROL.search(item) or not _is_encodable(item):
         return None
-    parsed = getaddresses([item])
-    if len(parsed) != 1:
-        return None
-    display, addr = parsed[0]
-    if not addr or not _ADDR_SPEC.fullmatch(addr):
+    text = item.strip()
+    match = _NAME_ADDR.fullmatch(text)
+    if match:
+        display, addr = match.group("display").strip(), match.group("addr")
+        if display.startswith('"') and display.endswith('"') and len(display) >= 2:
+            display = display[1:-1].replace('\\"', '"')
+        elif '"' in display:
+            return None
+    elif _ADDR_SPEC.fullmatch(text):
+        display, addr = "", text
+    else:
         return None
     username, domain = addr.rsplit("@", 1)
     return str(Address(display_name=display, username=username, domain=domain))

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Callable, Sequence, TypeVar
 
 from google.api_core import exceptions as gexc
+from google.api_core.retry import Retry
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
@@ -27,6 +28,8 @@ class FirestoreJobStore:
         self._collection = collection
         self._client = client
         self._timeout_s = timeout_s
+        # Bounded retries for plain reads: the library default keeps retrying UNAVAILABLE for 60 s+.
+        self._read_retry = Retry(initial=0.1, maximum=1.0, multiplier=2.0, timeout=timeout_s)
 
     @property
     def client(self) -> firestore.Client:
@@ -38,6 +41,11 @@ class FirestoreJobStore:
         return self.client.collection(self._collection).document(job_id)
 
     def claim_or_get(self, job: Job) -> tuple[Job, bool]:
+        """A plain read first: duplicates (the common retry case) need no transaction, and an
+        unreachable store fails fast here instead of inside the transaction's begin."""
+        existing = self.get(job.id)
+        if existing is not None:
+            return existing, False
         ref = self._ref(job.id)
 
         @firestore.transactional
@@ -61,7 +69,7 @@ class FirestoreJobStore:
         return existing, False
 
     def get(self, job_id: str) -> Job | None:
-        snapshot = self._call(lambda: self._ref(job_id).get(timeout=self._timeout_s))
+        snapshot = self._call(lambda: self._ref(job_id).get(retry=self._read_retry, timeout=self._timeout_s))
         return Job.from_dict(snapshot.to_dict()) if snapshot.exists else None
 
     def compare_and_set(self, job: Job, expected_version: int) -> Job:
@@ -87,7 +95,7 @@ class FirestoreJobStore:
                  .where(filter=FieldFilter("next_check_at", "<=", now))
                  .order_by("next_check_at")
                  .limit(limit))
-        docs = self._call(lambda: list(query.stream(timeout=self._timeout_s)))
+        docs = self._call(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
         return [Job.from_dict(d.to_dict()) for d in docs]
 
     def _call(self, fn: Callable[[], T], contention_error: type[Exception] = StoreUnavailableError) -> T:
@@ -101,4 +109,9 @@ class FirestoreJobStore:
             raise StoreUnavailableError(f"firestore: {exc}") from exc
         except gexc.GoogleAPICallError as exc:
             raise StoreUnavailableError(f"firestore: {exc}") from exc
+        except ValueError as exc:
+            # The client raises ValueError("...cannot be rolled back") when `begin` itself failed.
+            if isinstance(exc.__context__, gexc.GoogleAPICallError):
+                raise StoreUnavailableError(f"firestore: {exc.__context__}") from exc
+            raise
 

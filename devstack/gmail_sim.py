@@ -1,0 +1,845 @@
+"""A local Gmail API v1 subset (messages.send/list/get) that the real google-api-python-client can talk to.
+
+Why: safesend makes sends retry-safe by fixing the Message-ID and reconciling against the mailbox
+(``rfc822msgid:`` search). To test that without Google we need a server that behaves like Gmail where it
+matters: search-index lag, Message-ID rewriting of malformed ids, Google-style error bodies, injected
+errors that accept nothing, and an acceptance ("effects") log that tells how many messages really went out.
+
+Standard library only. Binds 127.0.0.1 only. Single mailbox: every ``userId`` ("me" or an address) sees the
+same messages; the userId used to send is recorded in the effects log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import copy
+import email.message
+import email.policy
+import email.utils
+import hashlib
+import json
+import re
+import secrets
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from email.parser import BytesParser
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterable, Optional
+
+__all__ = ["GmailSimulator", "SimError", "google_error_body", "is_strict_message_id", "main"]
+
+LOOPBACK = "127.0.0.1"
+MAX_BODY_BYTES = 36_700_160  # Gmail's documented mediaUpload maxSize.
+MAX_REQUESTS_PER_CONNECTION = 1000  # bounds the keep-alive loop of one client connection
+IDLE_TIMEOUT_S = 15.0  # socket timeout of an idle keep-alive connection
+ACCEPT_POLL_S = 0.2  # how often the accept loop re-checks the stop flag
+JOIN_TIMEOUT_S = 5.0
+MAX_INDEX_LAG_S = 3600.0
+MAX_INJECTED_ERRORS = 10_000
+
+_STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    411: "INVALID_ARGUMENT",
+    413: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+_DEFAULT_REASONS = {
+    400: "badRequest",
+    401: "authError",
+    403: "forbidden",
+    404: "notFound",
+    429: "rateLimitExceeded",
+    500: "backendError",
+    502: "backendError",
+    503: "backendError",
+    504: "backendError",
+}
+_REASON_MESSAGES = {
+    "authError": "Request had invalid authentication credentials. Expected OAuth 2 access token, "
+    "login cookie or other valid authentication credential.",
+    "forbidden": "The caller does not have permission",
+    "rateLimitExceeded": "Rate Limit Exceeded",
+    "userRateLimitExceeded": "User-rate limit exceeded",
+    "domainPolicy": "The domain administrators have disabled Gmail apps.",
+    "notFound": "Requested entity was not found.",
+    "backendError": "Backend Error",
+}
+_STATUS_MESSAGES = {
+    400: "Bad Request",
+    429: "Resource has been exhausted (e.g. check quota).",
+    500: "Backend Error",
+    503: "The service is currently unavailable.",
+}
+
+_ATEXT = r"[A-Za-z0-9!#$%&'*+\-/=?^_`{|}~]"
+_DOT_ATOM_TEXT = rf"{_ATEXT}+(?:\.{_ATEXT}+)*"
+_STRICT_MSGID = re.compile(rf"<{_DOT_ATOM_TEXT}@{_DOT_ATOM_TEXT}>")
+_GMAIL_ID = re.compile(r"[0-9a-f]{1,32}")
+_B64_CHARS = re.compile(r"[A-Za-z0-9_\-+/]*={0,2}")
+_API_PATH = re.compile(r"/gmail/v1/users/(?P<user>[^/]+)/messages(?:/(?P<rest>[^/]+))?")
+_UPLOAD_PATH = re.compile(r"/upload/gmail/v1/users/(?P<user>[^/]+)/messages/send")
+_HIDDEN_LABELS = ("SPAM", "TRASH")
+_FORMATS = ("minimal", "full", "raw", "metadata")
+
+
+def google_error_body(code: int, message: Optional[str] = None, reason: Optional[str] = None) -> dict:
+    """Build the JSON error body Google APIs return, so googleapiclient's HttpError parses it like prod."""
+    reason = reason or _DEFAULT_REASONS.get(code, "invalidArgument" if code == 400 else "unknown")
+    message = message or _REASON_MESSAGES.get(reason) or _STATUS_MESSAGES.get(code) or f"HTTP {code}"
+    return {
+        "error": {
+            "code": code,
+            "message": message,
+            "errors": [{"message": message, "domain": "global", "reason": reason}],
+            "status": _STATUS_NAMES.get(code, "UNKNOWN"),
+        }
+    }
+
+
+class SimError(Exception):
+    """A request the simulator answers with a Google-style error (raised inside handlers)."""
+
+    def __init__(self, code: int, message: Optional[str] = None, reason: Optional[str] = None) -> None:
+        super().__init__(message or str(code))
+        self.code = code
+        self.body = google_error_body(code, message, reason)
+
+
+def is_strict_message_id(value: str) -> bool:
+    """True for ``<dot-atom-text@dot-atom-text>`` with no whitespace/CFWS: the ids Gmail keeps verbatim."""
+    return _STRICT_MSGID.fullmatch(value) is not None
+
+
+def _require_loopback(host: str) -> None:
+    if host != LOOPBACK:
+        raise ValueError(f"refusing to bind {host!r}: dev tools bind {LOOPBACK} only")
+
+
+def _b64url_decode(text: str) -> bytes:
+    """Decode Gmail's ``raw`` (base64url; Gmail also tolerates missing padding and the +/ alphabet)."""
+    if not isinstance(text, str) or not _B64_CHARS.fullmatch(text) or len(text.rstrip("=")) % 4 == 1:
+        raise ValueError("not base64url")
+    stripped = text.rstrip("=").replace("-", "+").replace("_", "/")
+    try:
+        return base64.b64decode(stripped + "=" * (-len(stripped) % 4), validate=True)
+    except binascii.Error as exc:
+        raise ValueError("not base64url") from exc
+
+
+def _b64url_encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii")
+
+
+def _unfold(value: str) -> str:
+    return value.replace("\r\n", "").replace("\n", "").replace("\r", "")
+
+
+def _parse(raw: bytes) -> email.message.EmailMessage:
+    return BytesParser(policy=email.policy.default).parsebytes(raw)
+
+
+def _raw_headers(msg: email.message.Message) -> list[tuple[str, str]]:
+    """Headers as (name, unfolded source value); avoids the policy's re-parsing of odd values."""
+    return [(name, _unfold(value).strip()) for name, value in msg.raw_items()]
+
+
+def _header_value(headers: list[tuple[str, str]], name: str) -> Optional[str]:
+    for key, value in headers:
+        if key.lower() == name.lower():
+            return value
+    return None
+
+
+def _rewrite_message_id(raw: bytes, new_id: str, original: Optional[str]) -> bytes:
+    """Replace/add Message-ID in the header block, keeping the rest byte-identical (Gmail-style rewrite)."""
+    end = 0 if raw.startswith((b"\r\n", b"\n")) else len(raw)
+    for sep in (b"\r\n\r\n", b"\n\n"):
+        pos = raw.find(sep)
+        if pos != -1 and pos + len(sep) // 2 < end:
+            end = pos + len(sep) // 2  # keep the last header line's line break in the header block
+    head, rest = raw[:end], raw[end:]
+    eol = b"\r\n" if b"\r\n" in (head or raw[:1000]) else b"\n"
+    kept: list[bytes] = []
+    dropping = False
+    for line in head.splitlines(keepends=True):
+        if line[:1] in (b" ", b"\t"):
+            if not dropping:
+                kept.append(line)
+            continue
+        dropping = line.split(b":", 1)[0].strip().lower() == b"message-id"
+        if not dropping:
+            kept.append(line)
+    added = b"Message-ID: " + new_id.encode("ascii") + eol
+    if original is not None:
+        added += b"X-Google-Original-Message-ID: " + original.encode("utf-8", "surrogateescape") + eol
+    if not head and not raw.startswith((b"\r\n", b"\n")):  # nothing at all: add the blank line
+        return added + eol + raw
+    return added + b"".join(kept) + rest
+
+
+def _snippet(msg: email.message.EmailMessage) -> str:
+    try:
+        part = msg.get_body(preferencelist=("plain", "html"))
+        text = part.get_content() if part is not None else ""
+    except (LookupError, KeyError, ValueError, AttributeError):
+        text = ""
+    return " ".join(str(text).split())[:200]
+
+
+def _payload(part: email.message.Message, part_id: str, depth: int = 0) -> dict:
+    """Gmail's ``payload`` tree for format=full (depth-bounded)."""
+    out: dict[str, Any] = {
+        "partId": part_id,
+        "mimeType": part.get_content_type(),
+        "filename": part.get_filename() or "",
+        "headers": [{"name": n, "value": v} for n, v in _raw_headers(part)],
+    }
+    children = part.get_payload() if part.is_multipart() else None
+    if isinstance(children, list) and depth < 20:
+        out["body"] = {"size": 0}
+        prefix = f"{part_id}." if part_id else ""
+        out["parts"] = [_payload(child, f"{prefix}{i}", depth + 1) for i, child in enumerate(children[:100])]
+    else:
+        data = part.get_payload(decode=True) or b""
+        out["body"] = {"size": len(data), "data": _b64url_encode(data)} if data else {"size": 0}
+    return out
+
+
+def _split_multipart(body: bytes, boundary: str) -> list[tuple[email.message.Message, bytes]]:
+    """Split multipart/related by hand: the stdlib parser would re-serialise the message/rfc822 part."""
+    delimiter = b"--" + boundary.encode("ascii", "replace")
+    chunks = body.split(delimiter)
+    parts: list[tuple[email.message.Message, bytes]] = []
+    for chunk in chunks[1:101]:
+        if chunk.startswith(b"--"):
+            break
+        for eol in (b"\r\n", b"\n"):
+            if chunk.startswith(eol):
+                chunk = chunk[len(eol):]
+                break
+        for eol in (b"\r\n", b"\n"):  # the line break before a delimiter belongs to the delimiter
+            if chunk.endswith(eol):
+                chunk = chunk[: -len(eol)]
+                break
+        cut, sep_len = -1, 0
+        for sep in (b"\r\n\r\n", b"\n\n"):
+            pos = chunk.find(sep)
+            if pos != -1 and (cut == -1 or pos < cut):
+                cut, sep_len = pos, len(sep)
+        if chunk.startswith((b"\r\n", b"\n")):  # part with no headers
+            headers_raw, content = b"", chunk.lstrip(b"\r\n")
+        elif cut == -1:
+            headers_raw, content = chunk, b""
+        else:
+            headers_raw, content = chunk[:cut], chunk[cut + sep_len:]
+        headers = BytesParser(policy=email.policy.compat32).parsebytes(headers_raw + b"\r\n\r\n", headersonly=True)
+        parts.append((headers, content))
+    return parts
+
+
+@dataclass
+class _Stored:
+    """One message in the mailbox."""
+
+    gmail_id: str
+    thread_id: str
+    user: str
+    raw: bytes
+    label_ids: list[str]
+    accepted_at: float
+    history_id: int
+    message_id: str
+    original_message_id: Optional[str]
+    raw_sha256: str
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+class GmailSimulator:
+    """In-process Gmail API subset server; controllable from Python or over ``/_sim/*`` HTTP endpoints."""
+
+    def __init__(
+        self,
+        host: str = LOOPBACK,
+        port: int = 0,
+        index_lag_s: float = 0.0,
+        effects_path: Optional[str] = None,
+        clock: Callable[[], float] = time.time,
+        verbose: bool = False,
+    ) -> None:
+        _require_loopback(host)
+        self.verbose = verbose
+        self._host = host
+        self._port = port
+        self._clock = clock
+        self._effects_path = effects_path
+        self._lock = threading.RLock()
+        self._messages: dict[str, _Stored] = {}
+        self._order: list[str] = []
+        self._effects: list[dict] = []
+        self._errors: list[tuple[int, Optional[str]]] = []
+        self._index_lag_s = 0.0
+        self._history = 1000
+        self._id_counter = 0
+        self._server: Optional[_SimHTTPServer] = None
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = threading.Event()
+        self.set_index_lag(index_lag_s)
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> "GmailSimulator":
+        """Bind and serve in a daemon thread."""
+        if self._server is not None:
+            raise RuntimeError("simulator already started")
+        self._stopping.clear()
+        self._server = _SimHTTPServer((self._host, self._port), _SimHandler, self)
+        self._thread = threading.Thread(target=self._serve, name=f"gmail-sim-{self.port}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _serve(self) -> None:
+        server = self._server
+        while server is not None and not self._stopping.is_set():
+            try:
+                server.handle_request()  # returns after ACCEPT_POLL_S when idle
+            except (OSError, ValueError):  # ValueError: selector on a socket closed by stop()
+                if self._stopping.is_set():
+                    break
+                time.sleep(ACCEPT_POLL_S)
+
+    def stop(self, timeout: float = JOIN_TIMEOUT_S) -> None:
+        """Stop accepting, close every client socket and join all threads (bounded by ``timeout``)."""
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        self._stopping.set()
+        deadline = time.monotonic() + timeout
+        if thread is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        server.server_close()
+        server.close_clients(max(0.0, deadline - time.monotonic()))
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> "GmailSimulator":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("simulator not started")
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """Base URL to pass as ``client_options={"api_endpoint": url}``."""
+        return f"http://{self._host}:{self.port}/"
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    # ------------------------------------------------------------------ controls
+    def effects(self) -> list[dict]:
+        """Copy of the acceptance log (one dict per accepted message, in acceptance order)."""
+        with self._lock:
+            return copy.deepcopy(self._effects)
+
+    def reset(self) -> None:
+        """Forget messages, effects and injected errors; truncates effects_path so the file agrees."""
+        with self._lock:
+            self._messages.clear()
+            self._order.clear()
+            self._effects.clear()
+            self._errors.clear()
+            if self._effects_path:
+                with open(self._effects_path, "w", encoding="utf-8"):
+                    pass
+
+    def set_index_lag(self, seconds: float) -> None:
+        """Model Gmail's search-index lag: q= search only sees messages older than ``seconds``."""
+        seconds = float(seconds)
+        if not 0.0 <= seconds <= MAX_INDEX_LAG_S:
+            raise ValueError(f"index_lag_s must be within [0, {MAX_INDEX_LAG_S}]")
+        with self._lock:
+            self._index_lag_s = seconds
+
+    def inject_errors(self, status: int, count: int = 1, reason: Optional[str] = None) -> None:
+        """Make the next ``count`` send calls fail with a Google-style ``status`` error, accepting nothing."""
+        if not isinstance(status, int) or not 400 <= status <= 599:
+            raise ValueError("status must be an HTTP error code in [400, 599]")
+        if not isinstance(count, int) or not 1 <= count <= MAX_INJECTED_ERRORS:
+            raise ValueError(f"count must be within [1, {MAX_INJECTED_ERRORS}]")
+        with self._lock:
+            self._errors.extend([(status, reason)] * count)
+
+    def insert_message(self, raw: bytes, label_ids: Iterable[str] = ("SENT",), user: str = "me") -> str:
+        """Store a message as if it already existed (e.g. a duplicate); it is recorded in effects too."""
+        return self._accept(raw, list(label_ids), user, source="insert").gmail_id
+
+    # ------------------------------------------------------------------- Gmail ops
+    def _take_injected_error(self) -> Optional[SimError]:
+        with self._lock:
+            if not self._errors:
+                return None
+            status, reason = self._errors.pop(0)
+        return SimError(status, reason=reason)
+
+    def send(self, raw: bytes, user: str, source: str, thread_id: Optional[str] = None) -> dict:
+        """messages.send semantics: injected errors first, then recipient validation, then acceptance."""
+        injected = self._take_injected_error()
+        if injected is not None:
+            raise injected
+        msg = _parse(raw)
+        headers = _raw_headers(msg)
+        addresses = email.utils.getaddresses(
+            [v for n, v in headers if n.lower() in ("to", "cc", "bcc")]
+        )
+        addresses = [addr for _name, addr in addresses if addr]
+        if not addresses:
+            raise SimError(400, "Recipient address required", "invalidArgument")
+        if any("@" not in addr for addr in addresses):
+            raise SimError(400, "Invalid To header", "invalidArgument")
+        stored = self._accept(raw, ["SENT"], user, source=source, thread_id=thread_id)
+        return {"id": stored.gmail_id, "threadId": stored.thread_id, "labelIds": list(stored.label_ids)}
+
+    def _new_gmail_id(self) -> str:
+        for _ in range(100):
+            self._id_counter += 1
+            ms = int(self._clock() * 1000) & ((1 << 44) - 1)
+            candidate = f"{ms:011x}{self._id_counter & 0xFFFFF:05x}"
+            if candidate not in self._messages:
+                return candidate
+        return secrets.token_hex(8)
+
+    def _accept(
+        self, raw: bytes, label_ids: list[str], user: str, source: str, thread_id: Optional[str] = None
+    ) -> _Stored:
+        headers = _raw_headers(_parse(raw))
+        given = _header_value(headers, "Message-ID")
+        original: Optional[str] = None
+        if given is not None and is_strict_message_id(given):
+            message_id, stored_raw = given, raw
+        else:
+            message_id = f"<sim.{secrets.token_hex(12)}@mx.google.com>"
+            original = given
+            stored_raw = _rewrite_message_id(raw, message_id, original)
+        with self._lock:
+            gmail_id = self._new_gmail_id()
+            if thread_id is None or not any(m.thread_id == thread_id for m in self._messages.values()):
+                thread_id = gmail_id
+            self._history += 1
+            now = float(self._clock())
+            stored = _Stored(
+                gmail_id=gmail_id,
+                thread_id=thread_id,
+                user=user,
+                raw=stored_raw,
+                label_ids=list(dict.fromkeys(label_ids)),
+                accepted_at=now,
+                history_id=self._history,
+                message_id=message_id,
+                original_message_id=original,
+                raw_sha256=hashlib.sha256(raw).hexdigest(),
+                headers=_raw_headers(_parse(stored_raw)),
+            )
+            self._messages[gmail_id] = stored
+            self._order.append(gmail_id)
+            effect = {
+                "gmail_id": gmail_id,
+                "thread_id": thread_id,
+                "message_id": message_id,
+                "original_message_id": original,
+                "user": user,
+                "to": _header_value(stored.headers, "To") or "",
+                "subject": _header_value(stored.headers, "Subject") or "",
+                "accepted_at": now,
+                "raw_sha256": stored.raw_sha256,
+                "labels": list(stored.label_ids),
+                "source": source,
+            }
+            self._effects.append(effect)
+            if self._effects_path:
+                with open(self._effects_path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(effect, sort_keys=True) + "\n")
+                    fh.flush()
+            return copy.deepcopy(stored)
+
+    def list_messages(self, params: dict[str, list[str]]) -> dict:
+        """messages.list; the index lag applies to q= searches only (label listing is immediate)."""
+        q = (params.get("q") or [""])[-1].strip()
+        wanted_ids = _parse_query(q)
+        labels = [lbl for value in params.get("labelIds", []) for lbl in value.split(",") if lbl]
+        include_hidden = _parse_bool(params.get("includeSpamTrash"), "includeSpamTrash")
+        max_results = _parse_int(params.get("maxResults"), "maxResults", default=100, low=1, high=500)
+        offset = _parse_int(params.get("pageToken"), "pageToken", default=0, low=0, high=10**9)
+        with self._lock:
+            horizon = float(self._clock()) - self._index_lag_s
+            hits = []
+            for gmail_id in reversed(self._order):  # newest first, like Gmail
+                m = self._messages[gmail_id]
+                if wanted_ids is not None:
+                    if m.accepted_at > horizon or m.message_id[1:-1] not in wanted_ids:
+                        continue
+                if any(lbl not in m.label_ids for lbl in labels):
+                    continue
+                hidden = [h for h in _HIDDEN_LABELS if h in m.label_ids and h not in labels]
+                if hidden and not include_hidden:
+                    continue
+                hits.append({"id": m.gmail_id, "threadId": m.thread_id})
+        page = hits[offset : offset + max_results]
+        out: dict[str, Any] = {}
+        if page:
+            out["messages"] = page
+        if offset + max_results < len(hits):
+            out["nextPageToken"] = str(offset + max_results)
+        out["resultSizeEstimate"] = len(hits)
+        return out
+
+    def get_message(self, gmail_id: str, params: dict[str, list[str]]) -> dict:
+        """messages.get in minimal / metadata / full / raw formats."""
+        fmt = (params.get("format") or ["full"])[-1].lower()
+        if fmt not in _FORMATS:
+            raise SimError(400, f"Invalid value at 'format' ({fmt})", "invalidArgument")
+        if not _GMAIL_ID.fullmatch(gmail_id):
+            raise SimError(400, "Invalid id value", "invalidArgument")
+        with self._lock:
+            m = self._messages.get(gmail_id)
+            if m is None:
+                raise SimError(404, "Requested entity was not found.", "notFound")
+            m = copy.deepcopy(m)
+        out: dict[str, Any] = {"id": m.gmail_id, "threadId": m.thread_id, "labelIds": list(m.label_ids)}
+        if fmt == "minimal":
+            return {**out, **_stats(m)}
+        parsed = _parse(m.raw)
+        out["snippet"] = _snippet(parsed)
+        if fmt == "metadata":
+            names = {n.lower() for value in params.get("metadataHeaders", []) for n in value.split(",") if n}
+            headers = [
+                {"name": n, "value": v} for n, v in m.headers if not names or n.lower() in names
+            ]
+            out["payload"] = {"mimeType": parsed.get_content_type(), "headers": headers}
+        elif fmt == "full":
+            out["payload"] = _payload(parsed, "")
+        else:
+            out["raw"] = _b64url_encode(m.raw)
+        return {**out, **_stats(m)}
+
+
+def _stats(m: _Stored) -> dict:
+    return {
+        "sizeEstimate": len(m.raw),
+        "historyId": str(m.history_id),
+        "internalDate": str(int(m.accepted_at * 1000)),
+    }
+
+
+def _parse_query(q: str) -> Optional[set[str]]:
+    """Only ``rfc822msgid:`` terms are understood; anything else is a 400 so tests can't silently pass."""
+    if not q:
+        return None
+    wanted: Optional[set[str]] = None
+    for term in q.split()[:50]:
+        key, sep, value = term.partition(":")
+        if not sep or key.lower() != "rfc822msgid" or not value:
+            raise SimError(400, f"Unsupported search term in simulator: {term!r}", "invalidArgument")
+        value = value[1:-1] if value.startswith("<") and value.endswith(">") else value
+        wanted = {value} if wanted is None else wanted & {value}  # several terms AND together
+    return wanted
+
+
+def _parse_bool(values: Optional[list[str]], name: str) -> bool:
+    if not values:
+        return False
+    value = values[-1].lower()
+    if value not in ("true", "false"):
+        raise SimError(400, f"Invalid value for {name}: {values[-1]!r}", "invalidArgument")
+    return value == "true"
+
+
+def _parse_int(values: Optional[list[str]], name: str, default: int, low: int, high: int) -> int:
+    if not values or values[-1] == "":
+        return default
+    try:
+        value = int(values[-1])
+    except ValueError:
+        raise SimError(400, f"Invalid value for {name}: {values[-1]!r}", "invalidArgument") from None
+    if not low <= value <= high:
+        raise SimError(400, f"Invalid value for {name}: {value}", "invalidArgument")
+    return value
+
+
+class _SimHTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that tracks client sockets/threads so stop() can close and join them."""
+
+    daemon_threads = True
+    block_on_close = False
+    timeout = ACCEPT_POLL_S
+
+    def __init__(self, address: tuple[str, int], handler: type, sim: GmailSimulator) -> None:
+        self.sim = sim
+        self._clients: dict[threading.Thread, socket.socket] = {}
+        self._clients_lock = threading.Lock()
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self._run_client, args=(request, client_address), name="gmail-sim-conn", daemon=True
+        )
+        with self._clients_lock:
+            self._clients[thread] = request
+        thread.start()
+
+    def _run_client(self, request: socket.socket, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self._clients_lock:
+                self._clients.pop(threading.current_thread(), None)
+
+    def close_clients(self, timeout: float) -> None:
+        with self._clients_lock:
+            clients = list(self._clients.items())
+        for _thread, sock in clients:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout
+        for thread, _sock in clients:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+class _SimHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive handler; every response carries Content-Length."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "gmail-sim/1"
+    timeout = IDLE_TIMEOUT_S
+    disable_nagle_algorithm = True  # headers and body are separate writes; avoid 40 ms delayed-ACK stalls
+    server: _SimHTTPServer
+
+    def handle(self) -> None:
+        self.close_connection = True
+        self.handle_one_request()
+        for _ in range(MAX_REQUESTS_PER_CONNECTION - 1):
+            if self.close_connection or self.server.sim.stopping:
+                break
+            self.handle_one_request()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        if self.server.sim.verbose:
+            sys.stderr.write("gmail-sim: " + (format % args) + "\n")
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    # --------------------------------------------------------------- plumbing
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            self.close_connection = True
+            raise SimError(411, "Chunked request bodies are not supported by the simulator", "badRequest")
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            self.close_connection = True
+            raise SimError(400, "Invalid Content-Length", "badRequest") from None
+        if length < 0 or length > MAX_BODY_BYTES:
+            self.close_connection = True
+            raise SimError(413, "Request entity too large", "uploadTooLarge")
+        return self.rfile.read(length) if length else b""
+
+    def _send_json(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _dispatch(self, method: str) -> None:
+        try:
+            body = self._read_body()
+            status, obj = self._route(method, body)
+        except SimError as err:
+            status, obj = err.code, err.body
+        except Exception as exc:  # a simulator bug must still answer like a server, not hang the client
+            status, obj = 500, google_error_body(500, f"simulator error: {exc!r}", "backendError")
+        try:
+            self._send_json(status, obj)
+        except OSError:
+            self.close_connection = True
+
+    def _route(self, method: str, body: bytes) -> tuple[int, Any]:
+        parts = urllib.parse.urlsplit(self.path)
+        path = parts.path
+        params = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+        sim = self.server.sim
+        if path.startswith("/_sim/"):
+            return _control(sim, method, path, body)
+        match = _API_PATH.fullmatch(path)
+        if match:
+            user = urllib.parse.unquote(match["user"])
+            rest = match["rest"]
+            if rest is None and method == "GET":
+                return 200, sim.list_messages(params)
+            if rest == "send" and method == "POST":
+                raw, thread_id = _json_send_payload(body)
+                return 200, sim.send(raw, user, source="send", thread_id=thread_id)
+            if rest not in (None, "send") and method == "GET":
+                return 200, sim.get_message(urllib.parse.unquote(rest), params)
+        match = _UPLOAD_PATH.fullmatch(path)
+        if match and method == "POST":
+            user = urllib.parse.unquote(match["user"])
+            upload_type = (params.get("uploadType") or [""])[-1]
+            raw, thread_id = _upload_payload(upload_type, self.headers.get("Content-Type") or "", body)
+            return 200, sim.send(raw, user, source=f"upload-{upload_type}", thread_id=thread_id)
+        raise SimError(404, f"Not Found: {method} {path}", "notFound")
+
+
+def _json_send_payload(body: bytes) -> tuple[bytes, Optional[str]]:
+    try:
+        payload = json.loads(body.decode("utf-8") or "{}")
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise SimError(400, "Invalid JSON payload received.", "invalidArgument") from None
+    if not isinstance(payload, dict):
+        raise SimError(400, "Invalid JSON payload received.", "invalidArgument")
+    raw_text = payload.get("raw")
+    if not raw_text:
+        raise SimError(
+            400,
+            "'raw' RFC822 payload message string or uploading message via /upload/* URL required",
+            "invalidArgument",
+        )
+    try:
+        raw = _b64url_decode(raw_text)
+    except ValueError:
+        shown = str(raw_text)[:40]
+        raise SimError(400, f"Invalid value for ByteString: {shown}", "invalidArgument") from None
+    thread_id = payload.get("threadId")
+    return raw, thread_id if isinstance(thread_id, str) else None
+
+
+def _upload_payload(upload_type: str, content_type: str, body: bytes) -> tuple[bytes, Optional[str]]:
+    """Accept uploadType=media (raw message body) and multipart (JSON metadata part + message part)."""
+    ctype = email.message.Message()
+    ctype["Content-Type"] = content_type or "application/octet-stream"
+    if upload_type == "media":
+        if ctype.get_content_maintype() != "message":
+            raise SimError(
+                400,
+                f"Media type '{ctype.get_content_type()}' is not supported. Valid media types: [message/*]",
+                "badContent",
+            )
+        if not body:
+            raise SimError(400, "Media upload is empty", "invalidArgument")
+        return body, None
+    if upload_type == "multipart":
+        boundary = ctype.get_param("boundary")
+        if ctype.get_content_type() != "multipart/related" or not isinstance(boundary, str):
+            raise SimError(400, "multipart upload needs Content-Type multipart/related with a boundary")
+        parts = _split_multipart(body, boundary)
+        if len(parts) != 2:
+            raise SimError(400, f"multipart upload needs 2 parts, got {len(parts)}", "badContent")
+        (_meta_headers, meta_bytes), (media_headers, media) = parts
+        try:
+            meta = json.loads(meta_bytes.decode("utf-8") or "{}")
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise SimError(400, "Invalid JSON payload received.", "invalidArgument") from None
+        if media_headers.get_content_maintype() != "message":
+            raise SimError(400, "Valid media types: [message/*]", "badContent")
+        thread_id = meta.get("threadId") if isinstance(meta, dict) else None
+        return media, thread_id if isinstance(thread_id, str) else None
+    raise SimError(400, f"uploadType {upload_type!r} is not supported (use media or multipart)", "invalidArgument")
+
+
+def _control(sim: GmailSimulator, method: str, path: str, body: bytes) -> tuple[int, Any]:
+    """``/_sim/*``: the same controls as the Python API, for an out-of-process simulator."""
+    try:
+        payload = json.loads(body.decode("utf-8")) if body.strip() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise SimError(400, "control body must be JSON", "invalidArgument") from None
+    if not isinstance(payload, dict):
+        raise SimError(400, "control body must be a JSON object", "invalidArgument")
+    try:
+        if method == "GET" and path == "/_sim/effects":
+            return 200, {"effects": sim.effects()}
+        if method == "GET" and path == "/_sim/health":
+            return 200, {"ok": True}
+        if method == "POST" and path == "/_sim/reset":
+            sim.reset()
+            return 200, {"ok": True}
+        if method == "POST" and path == "/_sim/config":
+            if "index_lag_s" in payload:
+                sim.set_index_lag(payload["index_lag_s"])
+            return 200, {"ok": True}
+        if method == "POST" and path == "/_sim/inject-errors":
+            sim.inject_errors(int(payload["status"]), int(payload.get("count", 1)), payload.get("reason"))
+            return 200, {"ok": True}
+        if method == "POST" and path == "/_sim/messages":
+            raw = _b64url_decode(payload["raw"])
+            labels = payload.get("labelIds", ["SENT"])
+            if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+                raise ValueError("labelIds must be a list of strings")
+            return 200, {"id": sim.insert_message(raw, labels, user=str(payload.get("user", "me")))}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SimError(400, f"bad control request: {exc}", "invalidArgument") from None
+    raise SimError(404, f"Unknown control endpoint: {method} {path}", "notFound")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """CLI: serve until SIGTERM/SIGINT (or --max-lifetime-s, so an orphaned dev server can't linger)."""
+    parser = argparse.ArgumentParser(prog="python -m devstack.gmail_sim", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default=LOOPBACK)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--index-lag", type=float, default=0.0, help="search-index lag in seconds")
+    parser.add_argument("--effects-log", default=None, help="append one JSON line per accepted message")
+    parser.add_argument("--max-lifetime-s", type=float, default=12 * 3600.0)
+    parser.add_argument("--verbose", action="store_true", help="log requests to stderr")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    sim = GmailSimulator(args.host, args.port, args.index_lag, args.effects_log, verbose=args.verbose)
+    sim.start()
+    print(f"gmail-sim listening on {sim.url}", flush=True)
+    deadline = time.monotonic() + max(0.0, args.max_lifetime_s)
+    try:
+        while not stop.wait(0.5) and time.monotonic() < deadline:
+            pass
+    finally:
+        sim.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

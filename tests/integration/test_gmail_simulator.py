@@ -1,0 +1,423 @@
+"""The Gmail simulator must look like Gmail to the real google-api-python-client (real sockets, no mocks)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import io
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import httplib2
+import pytest
+from googleapiclient.discovery import build
+from googleapiclient.errors import HttpError
+from googleapiclient.http import MediaIoBaseUpload
+
+from devstack.gmail_sim import GmailSimulator, is_strict_message_id
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# ----------------------------------------------------------------------------- fixtures / helpers
+@pytest.fixture
+def sim() -> Iterator[GmailSimulator]:
+    simulator = GmailSimulator().start()
+    try:
+        yield simulator
+    finally:
+        simulator.stop()
+
+
+@pytest.fixture
+def make_client() -> Callable[..., Any]:
+    """Build the real discovery client against a base URL (the simulator or a relay)."""
+
+    def factory(url: str, timeout: float = 5.0, http: Optional[httplib2.Http] = None) -> Any:
+        http = http or httplib2.Http(timeout=timeout)
+        return build("gmail", "v1", http=http, client_options={"api_endpoint": url}, static_discovery=True)
+
+    return factory
+
+
+@pytest.fixture
+def gmail(sim: GmailSimulator, make_client: Callable[..., Any]) -> Any:
+    return make_client(sim.url).users().messages()
+
+
+def make_raw(message_id: Optional[str], to: Optional[str] = "rcpt@example.com", subject: str = "hello") -> bytes:
+    lines = ["From: sender@example.com"]
+    if to is not None:
+        lines.append(f"To: {to}")
+    lines.append(f"Subject: {subject}")
+    if message_id is not None:
+        lines.append(f"Message-ID: {message_id}")
+    lines += ["MIME-Version: 1.0", "Content-Type: text/plain; charset=utf-8", "", "body text", ""]
+    return "\r\n".join(lines).encode("utf-8")
+
+
+def b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")  # Gmail accepts unpadded
+
+
+def send(gmail: Any, raw: bytes) -> dict:
+    return gmail.send(userId="me", body={"raw": b64(raw)}).execute()
+
+
+def search(gmail: Any, message_id: str) -> dict:
+    return gmail.list(userId="me", q=f"rfc822msgid:{message_id}", includeSpamTrash=True, labelIds=["SENT"]).execute()
+
+
+def control(sim_url: str, method: str, path: str, payload: Optional[dict] = None) -> tuple[int, dict]:
+    port = int(sim_url.rstrip("/").rsplit(":", 1)[1])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        body = json.dumps(payload).encode() if payload is not None else None
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def header_map(message: dict) -> dict[str, str]:
+    return {h["name"].lower(): h["value"] for h in message["payload"]["headers"]}
+
+
+# ----------------------------------------------------------------------------- send / list / get
+def test_send_then_search_by_rfc822msgid_finds_exactly_one_sent(sim: GmailSimulator, gmail: Any) -> None:
+    raw = make_raw("<retry-key.1@safesend.test>")
+    sent = send(gmail, raw)
+    assert sent["labelIds"] == ["SENT"]
+    assert len(sent["id"]) == 16 and all(c in "0123456789abcdef" for c in sent["id"])
+    assert sent["threadId"] == sent["id"]
+
+    for query_id in ("<retry-key.1@safesend.test>", "retry-key.1@safesend.test"):
+        found = gmail.list(userId="me", q=f"rfc822msgid:{query_id}", includeSpamTrash=True, labelIds=["SENT"]).execute()
+        assert found["messages"] == [{"id": sent["id"], "threadId": sent["threadId"]}]
+        assert found["resultSizeEstimate"] == 1
+
+    minimal = gmail.get(userId="me", id=sent["id"], format="minimal").execute()
+    assert "SENT" in minimal["labelIds"] and "payload" not in minimal
+    assert minimal["internalDate"].isdigit()
+
+    (effect,) = sim.effects()
+    assert effect["gmail_id"] == sent["id"]
+    assert effect["message_id"] == "<retry-key.1@safesend.test>"
+    assert effect["original_message_id"] is None
+    assert effect["raw_sha256"] == hashlib.sha256(raw).hexdigest()
+    assert effect["to"] == "rcpt@example.com" and effect["subject"] == "hello" and effect["user"] == "me"
+
+
+def test_index_lag_hides_fresh_message_from_search_until_lag_passes(sim: GmailSimulator, gmail: Any) -> None:
+    sim.set_index_lag(0.5)
+    sent = send(gmail, make_raw("<lag.1@safesend.test>"))
+    started = time.monotonic()
+    assert search(gmail, "<lag.1@safesend.test>") == {"resultSizeEstimate": 0}
+    # Label listing (no q=) is not subject to the search-index lag.
+    assert [m["id"] for m in gmail.list(userId="me", labelIds=["SENT"]).execute()["messages"]] == [sent["id"]]
+
+    found: dict = {}
+    for _ in range(40):  # bounded poll: 40 x 0.1 s
+        found = search(gmail, "<lag.1@safesend.test>")
+        if found.get("messages"):
+            break
+        time.sleep(0.1)
+    assert [m["id"] for m in found["messages"]] == [sent["id"]]
+    assert time.monotonic() - started >= 0.4
+
+
+def test_metadata_get_returns_the_message_id_we_set(gmail: Any) -> None:
+    sent = send(gmail, make_raw("<meta.1@safesend.test>"))
+    got = gmail.get(userId="me", id=sent["id"], format="metadata", metadataHeaders=["Message-ID"]).execute()
+    assert got["payload"]["headers"] == [{"name": "Message-ID", "value": "<meta.1@safesend.test>"}]
+    # metadataHeaders matching is case-insensitive; no filter returns all headers.
+    got = gmail.get(userId="me", id=sent["id"], format="metadata", metadataHeaders=["message-id", "SUBJECT"]).execute()
+    assert header_map(got) == {"message-id": "<meta.1@safesend.test>", "subject": "hello"}
+    everything = header_map(gmail.get(userId="me", id=sent["id"], format="metadata").execute())
+    assert everything["to"] == "rcpt@example.com"
+
+
+@pytest.mark.parametrize(
+    "bad_id",
+    ["<has space@safesend.test>", "no-brackets@safesend.test", "<a..b@safesend.test>", "<a@[10.0.0.1]>", "<noat>"],
+)
+def test_malformed_message_id_is_rewritten_and_original_kept(sim: GmailSimulator, gmail: Any, bad_id: str) -> None:
+    assert not is_strict_message_id(bad_id)
+    sent = send(gmail, make_raw(bad_id))
+    got = gmail.get(
+        userId="me", id=sent["id"], format="metadata",
+        metadataHeaders=["Message-ID", "X-Google-Original-Message-ID"],
+    ).execute()
+    headers = header_map(got)
+    assert headers["message-id"] != bad_id
+    assert headers["message-id"].endswith("@mx.google.com>") and is_strict_message_id(headers["message-id"])
+    assert headers["x-google-original-message-id"] == bad_id
+    (effect,) = sim.effects()
+    assert (effect["message_id"], effect["original_message_id"]) == (headers["message-id"], bad_id)
+    # Search sees the id Gmail stored, not the one the sender chose.
+    assert search(gmail, headers["message-id"])["resultSizeEstimate"] == 1
+    # The raw message carries exactly one Message-ID header.
+    raw = base64.urlsafe_b64decode(gmail.get(userId="me", id=sent["id"], format="raw").execute()["raw"])
+    assert raw.lower().count(b"\nmessage-id:") + raw.lower().startswith(b"message-id:") == 1
+
+
+def test_missing_message_id_is_assigned(sim: GmailSimulator, gmail: Any) -> None:
+    sent = send(gmail, make_raw(None))
+    headers = header_map(gmail.get(userId="me", id=sent["id"], format="metadata").execute())
+    assert headers["message-id"].endswith("@mx.google.com>")
+    assert "x-google-original-message-id" not in headers
+    assert sim.effects()[0]["original_message_id"] is None
+
+
+def test_valid_message_id_is_kept_byte_for_byte(gmail: Any) -> None:
+    raw = make_raw("<CAF+x=y_z.!#$%&'*/?^`{|}~-1@mail.example.co.uk>")
+    sent = send(gmail, raw)
+    full = gmail.get(userId="me", id=sent["id"], format="raw").execute()
+    assert base64.urlsafe_b64decode(full["raw"]) == raw
+
+
+def test_missing_recipient_is_400_and_accepts_nothing(sim: GmailSimulator, gmail: Any) -> None:
+    with pytest.raises(HttpError) as info:
+        send(gmail, make_raw("<norcpt@safesend.test>", to=None))
+    assert info.value.status_code == 400
+    assert info.value.reason == "Recipient address required"
+    assert info.value.error_details[0]["reason"] == "invalidArgument"
+    assert sim.effects() == []
+
+
+def test_undecodable_raw_is_400(sim: GmailSimulator, gmail: Any) -> None:
+    with pytest.raises(HttpError) as info:
+        gmail.send(userId="me", body={"raw": "not*base64!"}).execute()
+    assert info.value.status_code == 400
+    assert "Invalid value for ByteString" in info.value.reason
+    body = json.loads(info.value.content)
+    assert body["error"]["status"] == "INVALID_ARGUMENT"
+    assert sim.effects() == []
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "expected_reason", "expected_status_name"),
+    [
+        (429, None, "rateLimitExceeded", "RESOURCE_EXHAUSTED"),
+        (403, "userRateLimitExceeded", "userRateLimitExceeded", "PERMISSION_DENIED"),
+        (500, None, "backendError", "INTERNAL"),
+        (503, None, "backendError", "UNAVAILABLE"),
+        (401, None, "authError", "UNAUTHENTICATED"),
+    ],
+)
+def test_injected_errors_surface_as_http_error_and_accept_nothing(
+    sim: GmailSimulator, gmail: Any, status: int, reason: Optional[str], expected_reason: str, expected_status_name: str
+) -> None:
+    sim.inject_errors(status, count=2, reason=reason)
+    for _ in range(2):
+        with pytest.raises(HttpError) as info:
+            send(gmail, make_raw("<inject@safesend.test>"))
+        err = info.value
+        assert err.status_code == status
+        assert err.error_details[0]["reason"] == expected_reason  # googleapiclient exposes errors[] here
+        body = json.loads(err.content)["error"]
+        assert (body["code"], body["status"]) == (status, expected_status_name)
+        assert body["errors"][0]["domain"] == "global"
+        assert err.reason == body["message"]  # HttpError.reason is the *message*, not errors[].reason
+    assert sim.effects() == []
+    send(gmail, make_raw("<inject@safesend.test>"))  # errors used up: next send is accepted
+    assert len(sim.effects()) == 1
+
+
+def test_unknown_id_is_404_not_found(gmail: Any) -> None:
+    with pytest.raises(HttpError) as info:
+        gmail.get(userId="me", id="00000000deadbeef").execute()
+    assert info.value.status_code == 404
+    assert info.value.reason == "Requested entity was not found."
+    assert info.value.error_details[0]["reason"] == "notFound"
+
+
+def test_unsupported_query_term_is_400(gmail: Any) -> None:
+    with pytest.raises(HttpError) as info:
+        gmail.list(userId="me", q="from:someone@example.com").execute()
+    assert info.value.status_code == 400
+
+
+def test_spam_and_trash_hidden_unless_include_spam_trash(sim: GmailSimulator, gmail: Any) -> None:
+    trashed = sim.insert_message(make_raw("<trash.1@safesend.test>"), label_ids=("SENT", "TRASH"))
+    q = "rfc822msgid:<trash.1@safesend.test>"
+    assert gmail.list(userId="me", q=q).execute() == {"resultSizeEstimate": 0}
+    assert gmail.list(userId="me", q=q, includeSpamTrash=False).execute() == {"resultSizeEstimate": 0}
+    shown = gmail.list(userId="me", q=q, includeSpamTrash=True).execute()
+    assert [m["id"] for m in shown["messages"]] == [trashed]
+    # labelIds must all be present on the message.
+    assert gmail.list(userId="me", q=q, includeSpamTrash=True, labelIds=["SENT", "INBOX"]).execute() == {
+        "resultSizeEstimate": 0
+    }
+    assert sim.effects()[0]["gmail_id"] == trashed
+
+
+def test_empty_list_has_no_messages_key(gmail: Any) -> None:
+    assert gmail.list(userId="me").execute() == {"resultSizeEstimate": 0}
+    assert search(gmail, "<nothing@safesend.test>") == {"resultSizeEstimate": 0}
+
+
+def test_duplicates_are_all_found_and_pagination_is_bounded(sim: GmailSimulator, gmail: Any) -> None:
+    raw = make_raw("<dup@safesend.test>")
+    ids = [sim.insert_message(raw) for _ in range(3)]
+    assert search(gmail, "<dup@safesend.test>")["resultSizeEstimate"] == 3
+    page1 = gmail.list(userId="me", maxResults=2).execute()
+    assert len(page1["messages"]) == 2 and page1["nextPageToken"]
+    page2 = gmail.list(userId="me", maxResults=2, pageToken=page1["nextPageToken"]).execute()
+    assert "nextPageToken" not in page2
+    listed = [m["id"] for m in page1["messages"] + page2["messages"]]
+    assert listed == list(reversed(ids))  # newest first, like Gmail
+
+
+@pytest.mark.parametrize("metadata", [None, {}], ids=["uploadType=media", "uploadType=multipart"])
+def test_upload_path_with_media_body(sim: GmailSimulator, gmail: Any, metadata: Optional[dict]) -> None:
+    raw = make_raw("<upload.1@safesend.test>")
+    media = MediaIoBaseUpload(io.BytesIO(raw), mimetype="message/rfc822")
+    req = gmail.send(userId="me", body=metadata, media_body=media)
+    # googleapiclient 2.202 keeps the discovery doc's https scheme for /upload/ URLs and only swaps the
+    # netloc for api_endpoint, so a plain-http endpoint needs the scheme fixed by hand.
+    assert req.uri.startswith(f"https://127.0.0.1:{sim.port}/upload/gmail/v1/users/me/messages/send?")
+    req.uri = "http://" + req.uri[len("https://"):]
+    expected_type = "media" if metadata is None else "multipart"
+    assert f"uploadType={expected_type}" in req.uri
+    sent = req.execute()
+    assert sent["labelIds"] == ["SENT"]
+    (effect,) = sim.effects()
+    assert effect["source"] == f"upload-{expected_type}"
+    assert effect["raw_sha256"] == hashlib.sha256(raw).hexdigest()  # the multipart split is byte-exact
+    assert search(gmail, "<upload.1@safesend.test>")["messages"][0]["id"] == sent["id"]
+
+
+def test_effects_path_gets_one_json_line_per_accepted_message(tmp_path: Path, make_client: Callable[..., Any]) -> None:
+    log = tmp_path / "effects.jsonl"
+    with GmailSimulator(effects_path=str(log)) as simulator:
+        gmail = make_client(simulator.url).users().messages()
+        first = send(gmail, make_raw("<log.1@safesend.test>"))
+        simulator.inject_errors(500)
+        with pytest.raises(HttpError):
+            send(gmail, make_raw("<log.2@safesend.test>"))
+        inserted = simulator.insert_message(make_raw("<log.3@safesend.test>"))
+        lines = [json.loads(line) for line in log.read_text().splitlines()]
+        assert [line["gmail_id"] for line in lines] == [first["id"], inserted]
+        assert lines == simulator.effects()
+        simulator.reset()
+        assert log.read_text() == "" and simulator.effects() == []
+
+
+def test_http_control_endpoints(sim: GmailSimulator, gmail: Any) -> None:
+    raw = b64(make_raw("<ctl.1@safesend.test>"))
+    status, body = control(sim.url, "POST", "/_sim/messages", {"raw": raw, "labelIds": ["SENT"]})
+    assert status == 200
+    inserted = body["id"]
+    status, body = control(sim.url, "GET", "/_sim/effects")
+    assert status == 200 and [e["gmail_id"] for e in body["effects"]] == [inserted]
+
+    injected = {"status": 429, "count": 1, "reason": "rateLimitExceeded"}
+    assert control(sim.url, "POST", "/_sim/inject-errors", injected)[0] == 200
+    with pytest.raises(HttpError) as info:
+        send(gmail, make_raw("<ctl.2@safesend.test>"))
+    assert info.value.status_code == 429
+
+    assert control(sim.url, "POST", "/_sim/config", {"index_lag_s": 30})[0] == 200
+    send(gmail, make_raw("<ctl.3@safesend.test>"))
+    assert search(gmail, "<ctl.3@safesend.test>") == {"resultSizeEstimate": 0}
+    assert control(sim.url, "POST", "/_sim/config", {"index_lag_s": 0})[0] == 200
+    assert search(gmail, "<ctl.3@safesend.test>")["resultSizeEstimate"] == 1
+
+    assert control(sim.url, "POST", "/_sim/reset")[0] == 200
+    assert control(sim.url, "GET", "/_sim/effects")[1] == {"effects": []}
+    assert control(sim.url, "POST", "/_sim/inject-errors", {"status": 200})[0] == 400
+    status, body = control(sim.url, "GET", "/no/such/path")
+    assert status == 404 and body["error"]["status"] == "NOT_FOUND"
+
+
+def test_keep_alive_connection_is_reused(sim: GmailSimulator) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=5)
+    try:
+        for _ in range(3):
+            conn.request("GET", "/gmail/v1/users/me/messages?alt=json")
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.getheader("Content-Length")
+            resp.read()
+            assert not resp.will_close
+    finally:
+        conn.close()
+
+
+def test_bind_refuses_non_loopback() -> None:
+    for host in ("0.0.0.0", "localhost", "::1"):
+        with pytest.raises(ValueError):
+            GmailSimulator(host=host)
+
+
+def test_stop_closes_port_and_joins_threads(make_client: Callable[..., Any]) -> None:
+    simulator = GmailSimulator().start()
+    port = simulator.port
+    gmail = make_client(simulator.url).users().messages()
+    send(gmail, make_raw("<stop@safesend.test>"))  # leaves a keep-alive connection open
+    started = time.monotonic()
+    simulator.stop()
+    assert time.monotonic() - started < 3.0
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("gmail-sim") and t.is_alive()]
+
+
+def _read_line_bounded(proc: subprocess.Popen, timeout: float) -> str:
+    """Read one stdout line without ever blocking past ``timeout``."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    data = b""
+    while b"\n" not in data and len(data) < 4096:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("utf-8", "replace").strip()
+
+
+def test_cli_subprocess_serves_and_stops_on_sigterm(tmp_path: Path, make_client: Callable[..., Any]) -> None:
+    log = tmp_path / "cli-effects.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devstack.gmail_sim", "--port", "0", "--index-lag", "0", "--effects-log", str(log)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        line = _read_line_bounded(proc, timeout=20)
+        assert line.startswith("gmail-sim listening on http://127.0.0.1:"), line
+        url = line.rsplit(" ", 1)[1]
+        gmail = make_client(url).users().messages()
+        sent = send(gmail, make_raw("<cli.1@safesend.test>"))
+        assert search(gmail, "<cli.1@safesend.test>")["messages"][0]["id"] == sent["id"]
+        assert json.loads(log.read_text().splitlines()[0])["gmail_id"] == sent["id"]
+        assert [e["gmail_id"] for e in control(url, "GET", "/_sim/effects")[1]["effects"]] == [sent["id"]]
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()

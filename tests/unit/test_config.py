@@ -1,0 +1,155 @@
+"""config: Settings.from_env reads a plain mapping and refuses bad values at start-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from safesend.config import Settings
+from safesend.errors import ConfigurationError
+
+SHIPPED_CHANNELS = Path(__file__).resolve().parents[2] / "functions" / "channels.toml"
+
+
+def settings(**env: str) -> Settings:
+    return Settings.from_env({"GOOGLE_CLOUD_PROJECT": "proj-1", **env})
+
+
+def test_defaults_with_only_a_project():
+    s = settings()
+    assert s.project == "proj-1"
+    assert s.jobs_collection == "ai_jobs"
+    assert s.message_id_domain == "safesend.localhost"
+    assert s.default_from is None
+    assert Path(s.channels_file).resolve() == SHIPPED_CHANNELS.resolve()
+    assert s.channels_json is None
+    assert s.gmail_user == "me"
+    assert s.gmail_api_endpoint is None
+    assert (s.send_timeout_s, s.read_timeout_s, s.request_budget_s) == (20.0, 15.0, 40.0)
+    assert s.verify_message_id is True
+    assert (s.timing.lease_s, s.timing.index_lag_s, s.timing.unknown_window_s,
+            s.timing.recheck_s, s.timing.publish_lease_s) == (120.0, 90.0, 300.0, 60.0, 60.0)
+    assert (s.tasks_queue, s.reconcile_url, s.review_topic) == (None, None, None)
+    assert (s.sweep_batch, s.sweep_budget_s) == (50, 90.0)
+    assert s.enable_fault_injection is False
+
+
+def test_from_env_does_not_read_the_process_environment_when_given_a_mapping(monkeypatch):
+    monkeypatch.setenv("SAFESEND_JOBS_COLLECTION", "from_os_environ")
+    assert settings().jobs_collection == "ai_jobs"
+
+
+@pytest.mark.parametrize("name", ["GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "SAFESEND_PROJECT"])
+def test_project_is_read_from_any_of_its_names(name):
+    assert Settings.from_env({name: "p-2"}).project == "p-2"
+
+
+@pytest.mark.parametrize("env", [{}, {"GOOGLE_CLOUD_PROJECT": ""}, {"SAFESEND_DEFAULT_FROM": "a@example.com"}])
+def test_missing_project_raises(env):
+    with pytest.raises(ConfigurationError):
+        Settings.from_env(env)
+
+
+def test_values_are_read_from_the_mapping():
+    s = settings(SAFESEND_JOBS_COLLECTION="jobs_test", SAFESEND_GMAIL_USER="ops@example.com",
+                 SAFESEND_SEND_TIMEOUT_S="5", SAFESEND_LEASE_S="30", SAFESEND_SWEEP_BATCH="7",
+                 SAFESEND_REVIEW_TOPIC="projects/p/topics/review", SAFESEND_VERIFY_MESSAGE_ID="false",
+                 SAFESEND_ENABLE_FAULT_INJECTION="yes", SAFESEND_CHANNELS_JSON='{"x": {}}')
+    assert s.jobs_collection == "jobs_test"
+    assert s.gmail_user == "ops@example.com"
+    assert (s.send_timeout_s, s.timing.lease_s, s.sweep_batch) == (5.0, 30.0, 7)
+    assert s.review_topic == "projects/p/topics/review"
+    assert s.verify_message_id is False
+    assert s.enable_fault_injection is True
+    assert s.channels_json == '{"x": {}}'
+
+
+def test_empty_values_mean_unset():
+    s = settings(SAFESEND_LEASE_S="", SAFESEND_VERIFY_MESSAGE_ID="", SAFESEND_JOBS_COLLECTION="")
+    assert (s.timing.lease_s, s.verify_message_id, s.jobs_collection) == (120.0, True, "ai_jobs")
+
+
+# --------------------------------------------------------------- Message-ID domain
+
+def test_domain_falls_back_to_the_default_sender_domain_lowercased():
+    s = settings(SAFESEND_DEFAULT_FROM="Shop <Orders@Mail.Example.COM>")
+    assert s.message_id_domain == "mail.example.com"
+    assert s.default_from == "Shop <Orders@Mail.Example.COM>"
+
+
+def test_explicit_domain_wins_over_the_sender_domain():
+    s = settings(SAFESEND_DEFAULT_FROM="shop@example.com", SAFESEND_MESSAGE_ID_DOMAIN="ids.example.org")
+    assert s.message_id_domain == "ids.example.org"
+
+
+def test_sender_without_a_domain_falls_back_to_the_built_in_domain():
+    assert settings(SAFESEND_DEFAULT_FROM="not an address").message_id_domain == "safesend.localhost"
+
+
+@pytest.mark.parametrize("domain", ["localhost", "bad_domain.com", "-x.example.com", "exa mple.com", "ex..com"])
+def test_invalid_message_id_domain_raises(domain):
+    with pytest.raises(ConfigurationError):
+        settings(SAFESEND_MESSAGE_ID_DOMAIN=domain)
+
+
+# --------------------------------------------------------------- numbers and booleans
+
+@pytest.mark.parametrize("name", ["SAFESEND_LEASE_S", "SAFESEND_SEND_TIMEOUT_S", "SAFESEND_INDEX_LAG_S",
+                                  "SAFESEND_SWEEP_BATCH", "SAFESEND_REQUEST_BUDGET_S"])
+@pytest.mark.parametrize("value", ["abc", "10s", "1,5", "-1"])
+def test_non_number_or_negative_raises(name, value):
+    with pytest.raises(ConfigurationError):
+        settings(**{name: value})
+
+
+@pytest.mark.parametrize("name", ["SAFESEND_LEASE_S", "SAFESEND_INDEX_LAG_S"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_delay_raises(name, value):
+    # float() accepts these. A NaN or infinite delay cannot become a timedelta (ValueError /
+    # OverflowError), so it would fail mid-send (start_attempt: timedelta(seconds=lease_s); record_outcome:
+    # Timing.index_lag) instead of at start-up as config.py promises.
+    with pytest.raises(ConfigurationError):
+        settings(**{name: value})
+
+
+@pytest.mark.parametrize("raw,expected", [("1", True), ("true", True), ("YES", True), (" on ", True),
+                                          ("0", False), ("False", False), ("no", False), ("off", False)])
+def test_booleans_accept_the_usual_spellings(raw, expected):
+    assert settings(SAFESEND_VERIFY_MESSAGE_ID=raw).verify_message_id is expected
+
+
+@pytest.mark.parametrize("raw", ["maybe", "2", "y", "enabled"])
+def test_bad_boolean_raises(raw):
+    with pytest.raises(ConfigurationError):
+        settings(SAFESEND_ENABLE_FAULT_INJECTION=raw)
+
+
+# --------------------------------------------------------------- cross-field rules
+
+def test_queue_without_reconcile_url_raises():
+    with pytest.raises(ConfigurationError):
+        settings(SAFESEND_TASKS_QUEUE="projects/p/locations/l/queues/q")
+
+
+def test_queue_with_reconcile_url_is_accepted():
+    s = settings(SAFESEND_TASKS_QUEUE="projects/p/locations/l/queues/q",
+                 SAFESEND_RECONCILE_URL="https://example.com/reconcile")
+    assert (s.tasks_queue, s.reconcile_url) == ("projects/p/locations/l/queues/q", "https://example.com/reconcile")
+
+
+@pytest.mark.parametrize("lease,send_timeout", [("40", "20"), ("39.9", "20"), ("120", "60"), ("0", "0")])
+def test_lease_not_exceeding_twice_the_send_timeout_raises(lease, send_timeout):
+    with pytest.raises(ConfigurationError):
+        settings(SAFESEND_LEASE_S=lease, SAFESEND_SEND_TIMEOUT_S=send_timeout)
+
+
+@pytest.mark.parametrize("lease,send_timeout", [("40.5", "20"), ("121", "60"), ("1", "0")])
+def test_lease_exceeding_twice_the_send_timeout_is_accepted(lease, send_timeout):
+    s = settings(SAFESEND_LEASE_S=lease, SAFESEND_SEND_TIMEOUT_S=send_timeout)
+    assert s.timing.lease_s > 2 * s.send_timeout_s
+
+
+def test_default_send_timeout_limits_a_short_lease():
+    with pytest.raises(ConfigurationError):
+        settings(SAFESEND_LEASE_S="40")  # default send timeout 20 s -> lease must exceed 40 s

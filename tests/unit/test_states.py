@@ -1,0 +1,101 @@
+"""states: the job state machine allows exactly the transitions its module docstring lists."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from safesend.errors import IllegalTransitionError
+from safesend.states import (
+    HUMAN_STATES,
+    SWEPT_STATES,
+    TERMINAL_STATES,
+    State,
+    can_transition,
+    check_transition,
+)
+
+# Written from the docstring of safesend/states.py, by hand, NOT derived from ALLOWED_TRANSITIONS:
+#   pending    -> sending, cancelled
+#   sending    -> sent, retry_wait, failed, unknown
+#   retry_wait -> sending, sent, review, failed, cancelled
+#   unknown    -> unknown, sent, sending, review
+#   review     -> sent, cancelled, pending
+#   sent, failed, cancelled: terminal.
+EXPECTED: set[tuple[str, str]] = {
+    ("pending", "sending"), ("pending", "cancelled"),
+    ("sending", "sent"), ("sending", "retry_wait"), ("sending", "failed"), ("sending", "unknown"),
+    ("retry_wait", "sending"), ("retry_wait", "sent"), ("retry_wait", "review"),
+    ("retry_wait", "failed"), ("retry_wait", "cancelled"),
+    ("unknown", "unknown"), ("unknown", "sent"), ("unknown", "sending"), ("unknown", "review"),
+    ("review", "sent"), ("review", "cancelled"), ("review", "pending"),
+}
+ALL_STATE_NAMES = {"pending", "sending", "sent", "retry_wait", "unknown", "review", "failed", "cancelled"}
+ALL_PAIRS = list(itertools.product(State, State))
+
+
+def test_state_enum_has_exactly_the_documented_states():
+    assert {s.value for s in State} == ALL_STATE_NAMES
+
+
+def test_expected_table_only_names_real_states():
+    assert {s for pair in EXPECTED for s in pair} <= ALL_STATE_NAMES
+
+
+@pytest.mark.parametrize("source,target", ALL_PAIRS, ids=[f"{s.value}->{t.value}" for s, t in ALL_PAIRS])
+def test_can_transition_is_true_exactly_for_documented_pairs(source, target):
+    assert can_transition(source, target) is ((source.value, target.value) in EXPECTED)
+
+
+@pytest.mark.parametrize("source,target", ALL_PAIRS, ids=[f"{s.value}->{t.value}" for s, t in ALL_PAIRS])
+def test_check_transition_raises_exactly_for_undocumented_pairs(source, target):
+    if (source.value, target.value) in EXPECTED:
+        assert check_transition(source, target) is None
+    else:
+        with pytest.raises(IllegalTransitionError) as info:
+            check_transition(source, target)
+        assert (info.value.source, info.value.target) == (source.value, target.value)
+
+
+def test_number_of_allowed_transitions_matches_the_documented_list():
+    assert sum(can_transition(s, t) for s, t in ALL_PAIRS) == len(EXPECTED) == 18
+
+
+@pytest.mark.parametrize("terminal", ["sent", "failed", "cancelled"])
+def test_terminal_states_have_no_exits(terminal):
+    source = State(terminal)
+    assert not any(can_transition(source, target) for target in State)
+    for target in State:
+        with pytest.raises(IllegalTransitionError):
+            check_transition(source, target)
+
+
+def test_terminal_states_are_exactly_sent_failed_cancelled():
+    assert {s.value for s in TERMINAL_STATES} == {"sent", "failed", "cancelled"}
+
+
+def test_every_non_terminal_state_has_an_exit():
+    for source in State:
+        if source.value not in {"sent", "failed", "cancelled"}:
+            assert any(can_transition(source, t) for t in State), source
+
+
+def test_nothing_returns_to_pending_except_a_human_settling_review():
+    assert {s.value for s in State if can_transition(s, State.PENDING)} == {"review"}
+
+
+def test_human_states_are_review_and_failed():
+    assert {s.value for s in HUMAN_STATES} == {"review", "failed"}
+
+
+def test_swept_states_are_the_ones_with_a_due_time():
+    assert [s.value for s in SWEPT_STATES] == ["sending", "unknown", "retry_wait", "review", "failed"]
+    assert len(set(SWEPT_STATES)) == len(SWEPT_STATES)
+    # Neither a fresh pending job nor a settled sent/cancelled one is ever due.
+    assert not {State.PENDING, State.SENT, State.CANCELLED} & set(SWEPT_STATES)
+
+
+def test_state_str_is_its_value():
+    assert str(State.RETRY_WAIT) == "retry_wait"
+    assert State("unknown") is State.UNKNOWN
