@@ -41,32 +41,29 @@ class FirestoreJobStore:
         return self.client.collection(self._collection).document(job_id)
 
     def claim_or_get(self, job: Job) -> tuple[Job, bool]:
-        """A plain read first: duplicates (the common retry case) need no transaction, and an
-        unreachable store fails fast here instead of inside the transaction's begin."""
+        """Atomic claim: a commit with the precondition "document does not exist" (Firestore `create`).
+
+        Exactly one of any number of concurrent claims commits; the others get ALREADY_EXISTS
+        and read the winner's job. Unlike a read-then-write transaction this takes no locks,
+        so ten simultaneous webhooks do not queue on lock timeouts. A plain read first makes
+        the common duplicate cheap and lets an unreachable store fail fast.
+        """
         existing = self.get(job.id)
         if existing is not None:
             return existing, False
-        ref = self._ref(job.id)
-
-        @firestore.transactional
-        def claim(transaction: firestore.Transaction) -> tuple[Job, bool]:
-            snapshot = ref.get(transaction=transaction, timeout=self._timeout_s)
-            if snapshot.exists:
-                return Job.from_dict(snapshot.to_dict()), False
-            stored = job.copy()
-            stored.version = 1
-            transaction.create(ref, stored.to_dict())
-            return stored, True
-
+        stored = job.copy()
+        stored.version = 1
         try:
-            return self._call(lambda: claim(self.client.transaction()), contention_error=StoreUnavailableError)
+            self._call(lambda: self._ref(job.id).create(stored.to_dict(), timeout=self._timeout_s))
         except StoreUnavailableError as exc:
             if not isinstance(exc.__cause__, gexc.AlreadyExists):
                 raise
-        existing = self.get(job.id)  # a concurrent claim created it between our read and our commit
-        if existing is None:
-            raise StoreUnavailableError(f"job {job.id} reported as existing but cannot be read")
-        return existing, False
+            existing = self.get(job.id)
+            if existing is None:
+                raise StoreUnavailableError(f"job {job.id} reported as existing but cannot be read") from exc
+            # The library retries a create whose answer was lost; the retry then sees our own document.
+            return existing, existing.lease_owner == stored.lease_owner and existing.version == 1
+        return stored, True
 
     def get(self, job_id: str) -> Job | None:
         snapshot = self._call(lambda: self._ref(job_id).get(retry=self._read_retry, timeout=self._timeout_s))
@@ -110,8 +107,12 @@ class FirestoreJobStore:
         except gexc.GoogleAPICallError as exc:
             raise StoreUnavailableError(f"firestore: {exc}") from exc
         except ValueError as exc:
-            # The client raises ValueError("...cannot be rolled back") when `begin` itself failed.
-            if isinstance(exc.__context__, gexc.GoogleAPICallError):
-                raise StoreUnavailableError(f"firestore: {exc.__context__}") from exc
+            # The transaction helper raises ValueError when `begin` failed ("cannot be rolled back")
+            # or when every commit attempt was aborted ("Failed to commit transaction in N attempts").
+            source = exc.__cause__ or exc.__context__
+            if isinstance(source, (gexc.Aborted, gexc.Conflict)):
+                raise contention_error(str(exc)) from source
+            if isinstance(source, gexc.GoogleAPICallError):
+                raise StoreUnavailableError(f"firestore: {source}") from exc
             raise
 

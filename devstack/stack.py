@@ -1,0 +1,238 @@
+"""The whole service on one machine: emulators, Gmail simulator, fault relay, and the functions.
+
+Used by scripts/run-local.sh (foreground, with a Cloud Scheduler stand-in calling /sweep)
+and by the end-to-end tests (tests/integration/test_stack.py). Loopback only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from devstack.emulators import EmulatorStack, ManagedProcess, free_port
+from devstack.gmail_sim import GmailSimulator
+from devstack.relay import FaultRelay
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "demo-safesend"
+QUEUE_ID = "safesend-reconcile"
+TOPIC_ID = "safesend-review"
+SUBSCRIPTION_ID = "safesend-review-inbox"
+
+
+@dataclass
+class StackConfig:
+    """Timings are short by default so a reconcile cycle takes seconds, not minutes."""
+
+    port: int | None = None
+    log_dir: Path | None = None
+    use_simulator: bool = True  # False: real Gmail with the credentials in the environment
+    sim_index_lag_s: float = 0.5
+    service_env: dict[str, str] = field(default_factory=lambda: {
+        "SAFESEND_SEND_TIMEOUT_S": "2",
+        "SAFESEND_READ_TIMEOUT_S": "5",
+        "SAFESEND_LEASE_S": "5",
+        "SAFESEND_INDEX_LAG_S": "1",
+        "SAFESEND_UNKNOWN_WINDOW_S": "3",
+        "SAFESEND_RECHECK_S": "1",
+        "SAFESEND_PUBLISH_LEASE_S": "2",
+        "SAFESEND_REQUEST_BUDGET_S": "8",
+        "SAFESEND_CHANNELS_JSON": json.dumps({
+            "transactional": {"retry_base_s": 0.2, "retry_cap_s": 1.0},
+            "notifications": {"retry_base_s": 0.2, "retry_cap_s": 1.0},
+        }),
+    })
+
+
+class LocalStack:
+    def __init__(self, config: StackConfig | None = None):
+        self.config = config or StackConfig()
+        self.log_dir = Path(self.config.log_dir or tempfile.mkdtemp(prefix="safesend-stack-"))
+        self.emulators = EmulatorStack(project=PROJECT, log_dir=self.log_dir, tasks_queues=[QUEUE_ID],
+                                       tasks_max_retries=5)
+        self.sim: GmailSimulator | None = None
+        self.relay: FaultRelay | None = None
+        self.functions: ManagedProcess | None = None
+        self.port = self.config.port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    @property
+    def queue_path(self) -> str:
+        return f"projects/{PROJECT}/locations/us-central1/queues/{QUEUE_ID}"
+
+    @property
+    def topic_path(self) -> str:
+        return f"projects/{PROJECT}/topics/{TOPIC_ID}"
+
+    @property
+    def subscription_path(self) -> str:
+        return f"projects/{PROJECT}/subscriptions/{SUBSCRIPTION_ID}"
+
+    def service_env(self) -> dict[str, str]:
+        env = {
+            "GOOGLE_CLOUD_PROJECT": PROJECT,
+            "SAFESEND_DEFAULT_FROM": "Safesend Local <sender@safesend.localhost>",
+            "SAFESEND_MESSAGE_ID_DOMAIN": "mail.safesend.localhost",
+            "SAFESEND_TASKS_QUEUE": self.queue_path,
+            "SAFESEND_RECONCILE_URL": f"{self.url}/reconcile",
+            "SAFESEND_REVIEW_TOPIC": self.topic_path,
+            "SAFESEND_ENABLE_FAULT_INJECTION": "1",
+            **self.emulators.env(),
+            **self.config.service_env,
+        }
+        if self.relay is not None:
+            env["SAFESEND_GMAIL_API_ENDPOINT"] = self.relay.url
+        return env
+
+    def start(self) -> "LocalStack":
+        try:
+            self.emulators.start()
+            self._create_topic_and_subscription()
+            if self.config.use_simulator:
+                self.sim = GmailSimulator(index_lag_s=self.config.sim_index_lag_s,
+                                          effects_path=str(self.log_dir / "effects.jsonl")).start()
+                self.relay = FaultRelay(self.sim.url).start()
+            self._start_functions()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _create_topic_and_subscription(self) -> None:
+        from google.api_core import exceptions as gexc
+        from google.cloud import pubsub_v1
+
+        previous = os.environ.get("PUBSUB_EMULATOR_HOST")
+        os.environ["PUBSUB_EMULATOR_HOST"] = self.emulators.pubsub.host
+        try:
+            publisher = pubsub_v1.PublisherClient()
+            subscriber = pubsub_v1.SubscriberClient()
+            for create in (lambda: publisher.create_topic(name=self.topic_path),
+                           lambda: subscriber.create_subscription(name=self.subscription_path,
+                                                                  topic=self.topic_path)):
+                try:
+                    create()
+                except gexc.AlreadyExists:
+                    pass
+            subscriber.close()
+        finally:
+            if previous is None:
+                os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+            else:
+                os.environ["PUBSUB_EMULATOR_HOST"] = previous
+
+    def _start_functions(self) -> None:
+        env = {**os.environ, **self.service_env(), "PYTHONUNBUFFERED": "1", "THREADS": "16"}
+        argv = [sys.executable, "-m", "functions_framework", "--source", str(REPO_ROOT / "devstack" / "local_app.py"),
+                "--target", "router", "--host", "127.0.0.1", "--port", str(self.port)]
+        self.functions = ManagedProcess(argv, name="functions", log_dir=self.log_dir, env=env, cwd=REPO_ROOT)
+        self.functions.start()
+        self.functions.wait_ready(self._functions_ready, timeout=30, what="serving HTTP")
+
+    def _functions_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/status?job_id=ready-probe", timeout=2) as response:
+                return response.status in (200, 404)
+        except urllib.error.HTTPError as exc:
+            return exc.code == 404
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """Stop everything we started, each by its own handle; keep going past failures."""
+        for stop in (lambda: self.functions and self.functions.stop(),
+                     lambda: self.relay and self.relay.stop(),
+                     lambda: self.sim and self.sim.stop(),
+                     self.emulators.stop):
+            try:
+                stop()
+            except Exception as exc:  # noqa: BLE001 - report and continue stopping the rest
+                print(f"stack stop: {exc}", file=sys.stderr)
+
+    def __enter__(self) -> "LocalStack":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class SweepTicker:
+    """Cloud Scheduler's stand-in: POST /sweep every `interval_s` until stopped (run-local only)."""
+
+    def __init__(self, url: str, interval_s: float = 10.0):
+        self.url = url
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sweep-ticker", daemon=True)
+
+    def start(self) -> "SweepTicker":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                request = urllib.request.Request(f"{self.url}/sweep", data=b"{}", method="POST",
+                                                 headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=120) as response:
+                    response.read()
+            except OSError as exc:
+                print(f"sweep tick failed: {exc}", file=sys.stderr)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def run_foreground(env: Mapping[str, str] | None = None) -> int:
+    """`scripts/run-local.sh`: start the stack, print how to use it, sweep periodically until Ctrl-C."""
+    import signal
+
+    env = dict(os.environ if env is None else env)
+    real_gmail = bool(env.get("SAFESEND_GMAIL_CREDENTIALS_FILE") or env.get("SAFESEND_GMAIL_CREDENTIALS_JSON"))
+    config = StackConfig(port=int(env.get("SAFESEND_PORT", "8080")), use_simulator=not real_gmail)
+    if real_gmail:  # real mailboxes have real index lag: production timings
+        config.service_env = {}
+    stack = LocalStack(config)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        stack.start()
+    except BaseException as exc:  # noqa: BLE001 - print and exit non-zero
+        print(f"could not start the local stack: {exc}\nlogs: {stack.log_dir}", file=sys.stderr)
+        return 1
+    ticker = SweepTicker(stack.url, float(env.get("SAFESEND_SWEEP_INTERVAL_S", "10"))).start()
+    gmail = "real Gmail (credentials from the environment)" if real_gmail else \
+        f"Gmail simulator {stack.sim.url} behind fault relay {stack.relay.url}"
+    print(f"""safesend is running locally
+  send      POST {stack.url}/send
+  status    GET  {stack.url}/status?job_id=...  (or ?dedup_key=...)
+  reconcile POST {stack.url}/reconcile   (called by the Cloud Tasks emulator)
+  sweep     POST {stack.url}/sweep       (called every {ticker.interval_s:g}s here)
+  gmail     {gmail}
+  effects   {stack.log_dir / 'effects.jsonl'}
+  logs      {stack.log_dir}
+Try:
+  curl -s -XPOST {stack.url}/send -H 'Content-Type: application/json' -d '{{"customer_id":"c1","event_type":"order_paid","order_id":"42","channel":"transactional","to":"ann@example.com","subject":"Receipt","text":"Thanks!"}}'
+Ctrl-C stops everything.""", flush=True)
+    try:
+        while stack.functions and stack.functions.is_running():
+            time.sleep(1)
+        print("the functions server exited; see its log", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        ticker.stop()
+        stack.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(run_foreground())
