@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Run safesend locally: emulators (Firestore, Pub/Sub, Cloud Tasks), the Gmail simulator behind
+# the fault relay, and the four functions on http://127.0.0.1:${SAFESEND_PORT:-8080}.
+# With SAFESEND_GMAIL_CREDENTIALS_FILE (or _JSON) set, real Gmail is used instead of the simulator.
+# Ctrl-C stops every process it started.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+cd "$ROOT"
+bash scripts/bootstrap.sh
+exec .venv/bin/python -m devstack.stack "$@"
