@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Prepare a machine to run safesend's tests: idempotent, quiet when nothing changes.
+#
+#   .venv        project deps from requirements-dev.txt (which includes requirements.txt)
+#   .venv-tasks  gcloud-tasks-emulator in a venv of its own: it pins protobuf<5,
+#                which the project's client libraries cannot use
+#   java + the Firestore and Pub/Sub emulators of the Google Cloud CLI
+#
+# A stamp file in each venv holds the sha256 of what was installed, so a second
+# run with unchanged requirements does no pip work at all.
+#
+# Environment: PYTHON (default python3), SAFESEND_GCLOUD_SDK_ROOT (SDK location;
+# default: from `gcloud` on PATH, else /usr/lib/google-cloud-sdk).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+cd "$ROOT"
+
+PYTHON="${PYTHON:-python3}"
+VENV="$ROOT/.venv"
+TASKS_VENV="$ROOT/.venv-tasks"
+# Known-good set for the tasks emulator (pinned so CI is reproducible; gcloud-tasks-emulator
+# 0.6.2 needs protobuf<5, google-cloud-tasks<3 and grpcio-status<1.63 for that protobuf).
+TASKS_REQUIREMENTS="gcloud-tasks-emulator==0.6.2
+google-cloud-tasks==2.23.0
+google-api-core==2.30.3
+protobuf==4.25.9
+grpcio==1.85.3
+grpcio-status==1.62.3
+googleapis-common-protos==1.75.0
+PyYAML==6.0.4"
+
+log() { printf 'bootstrap: %s\n' "$*" >&2; }
+die() { printf 'bootstrap: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Serialise concurrent runs (two CI steps, or a developer and a hook) on the same checkout.
+if command -v flock >/dev/null 2>&1; then
+    lock_id="$(printf '%s' "$ROOT" | sha256sum | cut -c1-16)"
+    exec 9>"${TMPDIR:-/tmp}/safesend-bootstrap-$lock_id.lock"
+    flock -w 600 9 || die "another bootstrap.sh is still running for $ROOT (waited 600 s)"
+fi
+
+# ---------------------------------------------------------------- python
+command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found: install Python >= 3.11"
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+    || die "Python >= 3.11 required, $PYTHON is $("$PYTHON" -c 'import platform; print(platform.python_version())')"
+"$PYTHON" -c 'import venv, ensurepip' 2>/dev/null \
+    || die "$PYTHON lacks venv/ensurepip (Debian: apt-get install -y python3-venv)"
+
+# ensure_venv DIR: create DIR, or recreate it if its interpreter is broken or too old.
+ensure_venv() {
+    local dir="$1"
+    if [[ -x "$dir/bin/python" ]] \
+        && "$dir/bin/python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+        return 0
+    fi
+    log "creating ${dir#"$ROOT"/}"
+    "$PYTHON" -m venv --clear "$dir"
+}
+
+# install_if_changed DIR STAMP_VALUE PIP_ARGS...: pip install unless DIR's stamp already matches.
+install_if_changed() {
+    local dir="$1" want="$2"
+    shift 2
+    local stamp="$dir/.safesend-bootstrap.sha256"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        return 0
+    fi
+    log "installing into ${dir#"$ROOT"/} (pip output only on error)"
+    local out
+    if ! out="$("$dir/bin/python" -m pip install --quiet --disable-pip-version-check "$@" 2>&1)"; then
+        printf '%s\n' "$out" >&2
+        die "pip install into ${dir#"$ROOT"/} failed"
+    fi
+    printf '%s\n' "$want" >"$stamp.tmp"
+    mv -f "$stamp.tmp" "$stamp"
+}
+
+python_tag() { "$1" -c 'import sys; print(sys.implementation.cache_tag, sys.version.split()[0])'; }
+
+# requirements_digest FILE...: sha256 over the files and everything they pull in with -r/-c.
+requirements_digest() {
+    "$PYTHON" - "$ROOT" "$@" <<'PY'
+import hashlib, re, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+todo, seen = [root / a for a in sys.argv[2:]], []
+while todo:
+    path = todo.pop(0).resolve()
+    if path in seen:
+        continue
+    if not path.is_file():
+        sys.exit(f"bootstrap: ERROR: requirements file {path} not found")
+    seen.append(path)
+    for line in path.read_text().splitlines():
+        m = re.match(r"\s*(?:-r|-c|--requirement|--constraint)(?:\s+|=)(\S+)", line)
+        if m:
+            todo.append(path.parent / m.group(1))
+digest = hashlib.sha256()
+for path in seen:
+    name = path.relative_to(root) if path.is_relative_to(root) else path
+    digest.update(f"{name}\0".encode() + path.read_bytes() + b"\0")
+print(digest.hexdigest())
+PY
+}
+
+# ---------------------------------------------------------------- .venv
+[[ -f requirements.txt ]] || die "requirements.txt missing in $ROOT"
+[[ -f requirements-dev.txt ]] || die "requirements-dev.txt missing in $ROOT"
+ensure_venv "$VENV"
+main_stamp="$(python_tag "$VENV/bin/python") $(requirements_digest requirements-dev.txt requirements.txt)"
+install_if_changed "$VENV" "$main_stamp" -r requirements-dev.txt
+
+# ---------------------------------------------------------------- .venv-tasks
+ensure_venv "$TASKS_VENV"
+tasks_stamp="$( { python_tag "$TASKS_VENV/bin/python"; printf '%s\n' "$TASKS_REQUIREMENTS"; } | sha256sum | cut -d' ' -f1)"
+# shellcheck disable=SC2086 # one requirement per word on purpose
+install_if_changed "$TASKS_VENV" "$tasks_stamp" $TASKS_REQUIREMENTS
+"$TASKS_VENV/bin/python" -I -c 'import gcloud_tasks_emulator.server' 2>/dev/null \
+    || die ".venv-tasks cannot import gcloud_tasks_emulator; delete $TASKS_VENV and run again"
+
+# ---------------------------------------------------------------- java + emulators
+sdk_root() {
+    if [[ -n "${SAFESEND_GCLOUD_SDK_ROOT:-}" ]]; then
+        printf '%s\n' "$SAFESEND_GCLOUD_SDK_ROOT"
+        return
+    fi
+    local gcloud candidate
+    if gcloud="$(command -v gcloud 2>/dev/null)"; then
+        candidate="$(dirname "$(dirname "$(readlink -f "$gcloud")")")"
+        if [[ -d "$candidate/platform" ]]; then
+            printf '%s\n' "$candidate"
+            return
+        fi
+    fi
+    printf '%s\n' /usr/lib/google-cloud-sdk
+}
+
+java_ok() {
+    local java="java"
+    [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]] && java="$JAVA_HOME/bin/java"
+    command -v "$java" >/dev/null 2>&1 && "$java" -version >/dev/null 2>&1
+}
+
+SDK="$(sdk_root)"
+FIRESTORE_JAR="$SDK/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar"
+PUBSUB_BIN="$SDK/platform/pubsub-emulator/bin/cloud-pubsub-emulator"
+
+missing_packages() {
+    local pkgs=()
+    java_ok || pkgs+=(default-jre-headless)
+    [[ -f "$FIRESTORE_JAR" ]] || pkgs+=(google-cloud-cli-firestore-emulator)
+    [[ -x "$PUBSUB_BIN" ]] || pkgs+=(google-cloud-cli-pubsub-emulator)
+    printf '%s\n' "${pkgs[@]}"
+}
+
+mapfile -t missing < <(missing_packages | sed '/^$/d')
+if ((${#missing[@]})) && command -v apt-get >/dev/null 2>&1; then
+    sudo_cmd=()
+    if [[ "$(id -u)" != 0 ]]; then
+        command -v sudo >/dev/null 2>&1 && sudo_cmd=(sudo -n)
+    fi
+    log "missing: ${missing[*]}; trying apt-get install"
+    if ! "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1; then
+        "${sudo_cmd[@]}" apt-get update -qq >/dev/null 2>&1 || true
+        "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 || log "apt-get install failed"
+    fi
+fi
+
+java_ok || die "java not found or not runnable: the emulators need Java 11+ (apt-get install -y default-jre-headless, or set JAVA_HOME)"
+[[ -f "$FIRESTORE_JAR" ]] || die "Firestore emulator missing: expected $FIRESTORE_JAR
+    install: apt-get install -y google-cloud-cli-firestore-emulator (or: gcloud components install cloud-firestore-emulator)
+    or set SAFESEND_GCLOUD_SDK_ROOT to the Google Cloud SDK directory"
+[[ -x "$PUBSUB_BIN" ]] || die "Pub/Sub emulator missing: expected $PUBSUB_BIN
+    install: apt-get install -y google-cloud-cli-pubsub-emulator (or: gcloud components install pubsub-emulator)
+    or set SAFESEND_GCLOUD_SDK_ROOT to the Google Cloud SDK directory"
+
+log "ok (.venv, .venv-tasks, java, Firestore and Pub/Sub emulators)"
