@@ -158,6 +158,9 @@ class SafeSendService:
                 return current
             if isinstance(outcome, Accepted) and stored.state is State.SENT:
                 stored = self._verify_stored_message_id(stored, outcome)
+            elif isinstance(outcome, Accepted) and stored.events and stored.events[-1]["kind"] == "late_accept":
+                log(logging.ERROR, "accepted after our lease was taken over: possible duplicate, "
+                    "check the mailbox", job_id=job.id, gmail_id=outcome.gmail_id)
             return stored
         log(logging.ERROR, "outcome not recorded after repeated conflicts", job_id=job.id)
         return current
