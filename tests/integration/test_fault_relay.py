@@ -11,7 +11,6 @@ import base64
 import http.client
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -26,6 +25,7 @@ import pytest
 from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
+from tests.integration.process_io import read_line_bounded
 from devstack.gmail_sim import GmailSimulator
 from devstack.relay import MODES, FaultRelay
 
@@ -291,23 +291,6 @@ def test_bind_refuses_non_loopback(sim: GmailSimulator) -> None:
         FaultRelay("https://gmail.googleapis.com/")
 
 
-def _read_line_bounded(proc: subprocess.Popen, timeout: float) -> str:
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    deadline = time.monotonic() + timeout
-    data = b""
-    while b"\n" not in data and len(data) < 4096:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        readable, _, _ = select.select([fd], [], [], left)
-        if not readable:
-            break
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        data += chunk
-    return data.decode("utf-8", "replace").strip()
 
 
 def test_cli_subprocess_relays_and_stops_on_sigterm(sim: GmailSimulator, make_client: Callable[..., Any]) -> None:
@@ -319,7 +302,7 @@ def test_cli_subprocess_relays_and_stops_on_sigterm(sim: GmailSimulator, make_cl
         start_new_session=True,
     )
     try:
-        line = _read_line_bounded(proc, timeout=20)
+        line = read_line_bounded(proc, timeout=20)
         assert line.startswith("fault-relay listening on http://127.0.0.1:") and line.endswith(f"-> {sim.url}"), line
         url = line.split()[3]
         assert relay_control(url, "POST", "/_relay/mode", {"mode": "forward-then-5xx", "count": 1})[0] == 200

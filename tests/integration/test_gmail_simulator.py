@@ -8,7 +8,6 @@ import http.client
 import io
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -24,6 +23,7 @@ from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 from googleapiclient.http import MediaIoBaseUpload
 
+from tests.integration.process_io import read_line_bounded
 from devstack.gmail_sim import GmailSimulator, is_strict_message_id
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -374,24 +374,6 @@ def test_stop_closes_port_and_joins_threads(make_client: Callable[..., Any]) -> 
     assert not [t for t in threading.enumerate() if t.name.startswith("gmail-sim") and t.is_alive()]
 
 
-def _read_line_bounded(proc: subprocess.Popen, timeout: float) -> str:
-    """Read one stdout line without ever blocking past ``timeout``."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    deadline = time.monotonic() + timeout
-    data = b""
-    while b"\n" not in data and len(data) < 4096:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        readable, _, _ = select.select([fd], [], [], left)
-        if not readable:
-            break
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        data += chunk
-    return data.decode("utf-8", "replace").strip()
 
 
 def test_cli_subprocess_serves_and_stops_on_sigterm(tmp_path: Path, make_client: Callable[..., Any]) -> None:
@@ -404,7 +386,7 @@ def test_cli_subprocess_serves_and_stops_on_sigterm(tmp_path: Path, make_client:
         start_new_session=True,
     )
     try:
-        line = _read_line_bounded(proc, timeout=20)
+        line = read_line_bounded(proc, timeout=20)
         assert line.startswith("gmail-sim listening on http://127.0.0.1:"), line
         url = line.rsplit(" ", 1)[1]
         gmail = make_client(url).users().messages()
