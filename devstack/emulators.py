@@ -18,6 +18,7 @@ environment variables to export; Ctrl-C (or SIGTERM) stops them.
 from __future__ import annotations
 
 import argparse
+from abc import ABC, abstractmethod
 import atexit
 import contextlib
 import os
@@ -479,7 +480,7 @@ class ManagedProcess:
 # --------------------------------------------------------------------------- emulators
 
 
-class Emulator:
+class Emulator(ABC):
     """Common start/stop logic; subclasses supply the command line and readiness check."""
 
     name: ClassVar[str] = "emulator"
@@ -503,19 +504,23 @@ class Emulator:
 
     # -- to implement
 
+    @abstractmethod
     def check_installed(self) -> None:
         """Raise EmulatorMissingError if anything needed to run is absent."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def command(self, port: int) -> list[str]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def is_ready(self) -> bool:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def env(self) -> dict[str, str]:
         """Environment variables that point clients at this emulator."""
-        raise NotImplementedError
+        ...
 
     def process_env(self) -> dict[str, str]:
         return dict(os.environ)

@@ -114,6 +114,29 @@ def _listen_addresses(pid: int) -> list[tuple[str, int]]:
     return result
 
 
+def _proc_listen_addresses(port: int) -> list[tuple[str, int]]:
+    """(address, port) of every TCP listen socket on `port`, from /proc/net/tcp{,6} (no `ss` needed)."""
+    result = []
+    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            local, state = cols[1], cols[3]
+            address_hex, port_hex = local.split(":")
+            if state != "0A" or int(port_hex, 16) != port:  # 0A = LISTEN
+                continue
+            raw = bytes.fromhex(address_hex)
+            # the kernel prints each 32-bit word in host (little-endian) order
+            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, width, 4))
+            address = ipaddress.ip_address(packed)
+            mapped = getattr(address, "ipv4_mapped", None)
+            result.append((str(mapped or address), port))
+    return result
+
+
 def _is_loopback(host: str) -> bool:
     host = host.split("%", 1)[0]
     if host.lower().startswith("::ffff:"):
@@ -315,8 +338,10 @@ def test_emulator_listens_on_loopback_only(fixture_name: str, request: pytest.Fi
         assert emulator.port in {port for _, port in listeners}, f"ss does not show port {emulator.port}: {listeners}"
         exposed = [(host, port) for host, port in listeners if not _is_loopback(host)]
         assert exposed == [], f"{emulator.name} listens beyond loopback: {exposed}"
-    elif not addresses:
-        pytest.skip("neither `ss` nor a non-loopback address is available to check the bind address")
+    listeners = _proc_listen_addresses(emulator.port)
+    assert listeners, f"no listen socket on port {emulator.port} in /proc/net/tcp*"
+    exposed = [(host, port) for host, port in listeners if not _is_loopback(host)]
+    assert exposed == [], f"{emulator.name} listens beyond loopback: {exposed}"
 
 
 # ----------------------------------------------------------------------------- lifecycle
