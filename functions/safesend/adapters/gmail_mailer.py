@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from google.auth.credentials import Credentials
+from google.auth.exceptions import RefreshError
 from google_auth_httplib2 import AuthorizedHttp, Request as AuthRequest
 from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
@@ -71,6 +72,9 @@ class GmailMailer:
             return _classify_http_error(exc)
         except TransportError as exc:
             return classify_transport(exc.fault, str(exc))
+        except RefreshError as exc:
+            # Raised only before the send or after a 401 answer: either way nothing was accepted.
+            return Failure(Bucket.NOT_ACCEPTED, True, "auth_refresh", repr(exc)[:300])
         except Exception as exc:  # noqa: BLE001 - anything unforeseen after the call began is "maybe"
             return classify_transport(TransportFault.UNEXPECTED, repr(exc))
         if not isinstance(response, dict) or not response.get("id"):
