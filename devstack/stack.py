@@ -85,6 +85,9 @@ class LocalStack:
             "SAFESEND_RECONCILE_URL": f"{self.url}/reconcile",
             "SAFESEND_REVIEW_TOPIC": self.topic_path,
             "SAFESEND_ENABLE_FAULT_INJECTION": "1",
+            # The Cloud Tasks emulator sends no OIDC token, so a local stack runs with auth off
+            # (logged as a warning at start). Deployed configs never set this (infra policy test).
+            "SAFESEND_AUTH_DISABLED": "1",
             **self.emulators.env(),
             **self.config.service_env,
         }

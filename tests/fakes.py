@@ -44,6 +44,7 @@ class FakeMailbox:
         self.clock = clock
         self.index_lag_s = index_lag_s
         self.effects: list[dict[str, Any]] = []
+        self.raws: list[bytes] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -51,6 +52,7 @@ class FakeMailbox:
         msg = email.message_from_bytes(raw, policy=email_policy.default)
         with self._lock:
             gmail_id = f"{next(self._ids):016x}"
+            self.raws.append(raw)
             self.effects.append({"gmail_id": gmail_id, "message_id": msg["Message-ID"], "labels": labels,
                                  "at": self.clock(), "raw_sha256": hashlib.sha256(raw).hexdigest()})
         return Accepted(gmail_id, gmail_id)

@@ -47,6 +47,17 @@ class Settings:
     # Sweeper
     sweep_batch: int = 50
     sweep_budget_s: float = 90.0
+    # Who may call (see auth.py)
+    auth_disabled: bool = False  # local stacks only; never set in infra/
+    auth_hmac_secret: str | None = None
+    auth_caller_emails: frozenset[str] = frozenset()
+    auth_internal_emails: frozenset[str] = frozenset()
+    auth_audiences: frozenset[str] = frozenset()
+    auth_window_s: float = 300.0
+    auth_certs_url: str | None = None
+    # Input bounds
+    max_request_bytes: int = 1_048_576
+    max_body_bytes: int = 400_000
     # Test-only fault injection (never set in infra/)
     enable_fault_injection: bool = False
 
@@ -99,8 +110,41 @@ class Settings:
             review_topic=get("SAFESEND_REVIEW_TOPIC"),
             sweep_batch=int(_float(env, "SAFESEND_SWEEP_BATCH", 50)),
             sweep_budget_s=_float(env, "SAFESEND_SWEEP_BUDGET_S", 90.0),
+            auth_disabled=_bool(env, "SAFESEND_AUTH_DISABLED", False),
+            auth_hmac_secret=get("SAFESEND_AUTH_HMAC_SECRET"),
+            auth_caller_emails=_emails(get("SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS")),
+            auth_internal_emails=_emails(get("SAFESEND_AUTH_INTERNAL_INVOKERS")),
+            auth_audiences=_list(get("SAFESEND_AUTH_AUDIENCES")) or _list(get("SAFESEND_RECONCILE_URL")),
+            auth_window_s=_float(env, "SAFESEND_AUTH_WINDOW_S", 300.0),
+            auth_certs_url=get("SAFESEND_AUTH_GOOGLE_CERTS_URL"),
+            max_request_bytes=int(_float(env, "SAFESEND_MAX_REQUEST_BYTES", 1_048_576)),
+            max_body_bytes=int(_float(env, "SAFESEND_MAX_BODY_BYTES", 400_000)),
             enable_fault_injection=_bool(env, "SAFESEND_ENABLE_FAULT_INJECTION", False),
         )
+
+    def check_auth(self) -> None:
+        """Fail closed: a deployment must say how callers and Google's invokers authenticate."""
+        if self.auth_disabled:
+            return
+        if not (self.auth_hmac_secret or self.auth_caller_emails):
+            raise ConfigurationError("no authentication for send/status: set SAFESEND_AUTH_HMAC_SECRET "
+                                     "or SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS "
+                                     "(or SAFESEND_AUTH_DISABLED=1 on a local stack)")
+        if not self.auth_internal_emails:
+            raise ConfigurationError("SAFESEND_AUTH_INTERNAL_INVOKERS is not set: reconcile and sweep "
+                                     "would accept no Cloud Tasks or Cloud Scheduler call")
+        if not self.auth_audiences:
+            raise ConfigurationError("SAFESEND_AUTH_AUDIENCES is not set: ID tokens cannot be checked")
+        if self.auth_hmac_secret is not None and len(self.auth_hmac_secret.encode()) < 32:
+            raise ConfigurationError("SAFESEND_AUTH_HMAC_SECRET must be at least 32 bytes")
+
+
+def _list(raw: str | None) -> frozenset[str]:
+    return frozenset(item.strip() for item in (raw or "").split(",") if item.strip())
+
+
+def _emails(raw: str | None) -> frozenset[str]:
+    return frozenset(item.lower() for item in _list(raw))
 
 
 def _domain_of(address: str | None) -> str | None:

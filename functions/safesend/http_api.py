@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any, Callable
 
 from flask import Request
 
+from .auth import AuthenticationError, PermissionDeniedError, Role
 from .errors import (ConfigurationError, MailboxUnavailableError, PayloadMismatchError,
                      PublishError, RequestValidationError, SimulatedCrashError, StoreUnavailableError)
 from .keys import job_id_for
@@ -33,27 +35,70 @@ def _method_not_allowed(allowed: str) -> Response:
     return {"error": "method_not_allowed", "message": f"use {allowed}"}, 405, {**JSON, "Allow": allowed}
 
 
+class _Refused(Exception):
+    """Carries an error response out of the request guard."""
+
+    def __init__(self, response: Response):
+        super().__init__(response[0].get("error"))
+        self.response = response
+
+
 class HttpApi:
+    """One method per entry point. Each starts with `_guard`: size, then authentication,
+    before any parsing or store access, so a refused request reads and writes nothing."""
+
     def __init__(self, runtime_factory: Callable[[], Runtime]):
         self._runtime_factory = runtime_factory
 
-    def _prepare(self, request: Request) -> Runtime:
-        runtime = self._runtime_factory()
-        set_trace_from_headers(request.headers, runtime.settings.project)
-        return runtime
-
-    def send(self, request: Request) -> Response:
-        if request.method != "POST":
-            return _method_not_allowed("POST")
+    def _guard(self, request: Request, role: Role, methods: tuple[str, ...]) -> tuple[Runtime, bytes]:
+        if request.method not in methods:
+            raise _Refused(_method_not_allowed(", ".join(methods)))
         try:
-            runtime = self._prepare(request)
+            runtime = self._runtime_factory()
         except ConfigurationError as exc:
             log(logging.CRITICAL, "configuration error", error=str(exc))
-            return _error(500, "configuration_error", str(exc))
-        body = request.get_json(silent=True)
+            raise _Refused(_error(500, "configuration_error", "the service is misconfigured")) from exc
+        set_trace_from_headers(request.headers, runtime.settings.project)
+        limit = runtime.settings.max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise _Refused(_error(413, "too_large", f"request body over {limit} bytes"))
+        body = request.stream.read(limit + 1) if request.method == "POST" else b""
+        if len(body) > limit:
+            raise _Refused(_error(413, "too_large", f"request body over {limit} bytes"))
+        signed = body if request.method == "POST" else request.query_string
+        try:
+            caller = runtime.authenticator.check(role, request.headers, signed)
+        except AuthenticationError as exc:
+            log(logging.WARNING, "unauthenticated request refused", role=role.value, reason=str(exc))
+            raise _Refused(({"error": "unauthenticated", "message": str(exc)}, 401,
+                            {**JSON, "WWW-Authenticate": 'Bearer realm="safesend"'})) from exc
+        except PermissionDeniedError as exc:
+            log(logging.WARNING, "caller not allowed", role=role.value, reason=str(exc))
+            raise _Refused(_error(403, "forbidden", str(exc))) from exc
+        log(logging.DEBUG, "authenticated", role=role.value, caller=caller)
+        return runtime, body
+
+    @staticmethod
+    def _json_body(request: Request, body: bytes, required: bool = True) -> Any:
+        if not body and not required:
+            return {}
+        if request.mimetype != "application/json":
+            raise _Refused(_error(415, "unsupported_media_type", "send Content-Type: application/json"))
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise _Refused(_error(400, "malformed_json", "the body is not valid JSON",
+                                  fields={"body": "malformed JSON"})) from None
+
+    def send(self, request: Request) -> Response:
+        try:
+            runtime, raw = self._guard(request, Role.CALLER, ("POST",))
+            body = self._json_body(request, raw)
+        except _Refused as refused:
+            return refused.response
         try:
             parsed = parse_send_request(body, runtime.settings.default_from,
-                                        frozenset(runtime.policies.names()))
+                                        frozenset(runtime.policies.names()), runtime.settings.max_body_bytes)
             job, replayed = runtime.service.submit(parsed, self._faults(request, runtime))
         except RequestValidationError as exc:
             return _error(400, "invalid_request", "the request has invalid fields", fields=exc.fields)
@@ -68,18 +113,19 @@ class HttpApi:
         return job_view(job, replayed=replayed), http_status_for(job), dict(JSON)
 
     def reconcile(self, request: Request) -> Response:
-        if request.method != "POST":
-            return _method_not_allowed("POST")
-        runtime = self._prepare(request)
-        body = request.get_json(silent=True) or {}
+        try:
+            runtime, raw = self._guard(request, Role.INTERNAL, ("POST",))
+            body = self._json_body(request, raw)
+        except _Refused as refused:
+            return refused.response
         job_id = body.get("job_id") if isinstance(body, dict) else None
-        if not isinstance(job_id, str) or not job_id:
+        if not isinstance(job_id, str) or not job_id or len(job_id) > 64:
             return _error(400, "invalid_request", "job_id is required", fields={"job_id": "required"})
         try:
             job, action = runtime.service.advance(job_id, self._faults(request, runtime))
         except (MailboxUnavailableError, StoreUnavailableError, PublishError) as exc:
             log(logging.WARNING, "reconcile deferred", job_id=job_id, error=str(exc))
-            return _error(503, "try_again", str(exc))  # Cloud Tasks retries with backoff
+            return _error(503, "try_again", "a dependency is unavailable; Cloud Tasks will retry")
         except SimulatedCrashError:
             os._exit(70)
         log(logging.INFO, "reconcile", job_id=job_id, action=action,
@@ -88,22 +134,25 @@ class HttpApi:
         return {"job_id": job_id, "action": action, "state": job.state.value if job else None}, 200, dict(JSON)
 
     def sweep(self, request: Request) -> Response:
-        if request.method not in ("POST", "GET"):
-            return _method_not_allowed("POST")
-        runtime = self._prepare(request)
+        try:
+            runtime, _ = self._guard(request, Role.INTERNAL, ("POST", "GET"))
+        except _Refused as refused:
+            return refused.response
         try:
             report = runtime.service.sweep(runtime.settings.sweep_batch, runtime.settings.sweep_budget_s)
         except StoreUnavailableError as exc:
-            return _error(503, "store_unavailable", str(exc))
+            log(logging.ERROR, "sweep could not query the store", error=str(exc))
+            return _error(503, "store_unavailable", "the job store is unavailable")
         log(logging.INFO, "sweep done", examined=report.examined, actions=report.actions,
             errors=report.errors, stopped_early=report.stopped_early)
         return ({"examined": report.examined, "actions": report.actions, "errors": report.errors,
                  "stopped_early": report.stopped_early}, 200, dict(JSON))
 
     def status(self, request: Request) -> Response:
-        if request.method != "GET":
-            return _method_not_allowed("GET")
-        runtime = self._prepare(request)
+        try:
+            runtime, _ = self._guard(request, Role.CALLER, ("GET",))
+        except _Refused as refused:
+            return refused.response
         job_id = request.args.get("job_id")
         if not job_id:
             key = dedup_key_from_query(request.args)
@@ -111,10 +160,13 @@ class HttpApi:
                 return _error(400, "invalid_request",
                               "give job_id, dedup_key, or customer_id + event_type + order_id")
             job_id = job_id_for(key)
+        if len(job_id) > 64 or "/" in job_id:
+            return _error(404, "not_found", "no such job")
         try:
             job = runtime.service.store.get(job_id)
         except StoreUnavailableError as exc:
-            return _error(503, "store_unavailable", str(exc))
+            log(logging.ERROR, "status could not read the store", error=str(exc))
+            return _error(503, "store_unavailable", "the job store is unavailable")
         if job is None:
             return _error(404, "not_found", f"no job {job_id}", job_id=job_id)
         return job_view(job, with_events=True), 200, dict(JSON)

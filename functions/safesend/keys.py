@@ -20,7 +20,7 @@ _HOST_LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
 _HOSTNAME_RE = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})+")
 
 KEY_PART_FIELDS = ("customer_id", "event_type", "order_id")
-MAX_KEY_LENGTH = 500
+MAX_KEY_LENGTH = 255
 
 
 def job_id_for(dedup_key: str) -> str:

@@ -9,12 +9,15 @@ import contextvars
 import json
 import logging
 import os
+import re
 import sys
 from datetime import datetime, timezone
 from typing import Any
 
+_EMAIL = re.compile(r"([A-Za-z0-9!#$%&'*+/=?^_`{|}~.-])[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]*@([A-Za-z0-9.-]+)")
 _trace: contextvars.ContextVar[str | None] = contextvars.ContextVar("safesend_trace", default=None)
 _LOGGER_NAME = "safesend"
+_configured = False
 
 
 class CloudLoggingFormatter(logging.Formatter):
@@ -28,6 +31,7 @@ class CloudLoggingFormatter(logging.Formatter):
             "logger": record.name,
         }
         entry.update(getattr(record, "fields", {}) or {})
+        entry = {k: mask_emails(v) for k, v in entry.items()}
         trace = _trace.get()
         if trace:
             entry["logging.googleapis.com/trace"] = trace
@@ -36,14 +40,31 @@ class CloudLoggingFormatter(logging.Formatter):
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
+def mask_emails(value: Any) -> Any:
+    """`ann.lee@example.com` -> `a***@example.com`, in strings and nested lists/dicts.
+
+    Defence in depth: we log ids, not addresses, but Gmail error texts can quote recipients.
+    """
+    if isinstance(value, str):
+        return _EMAIL.sub(lambda m: f"{m.group(1)}***@{m.group(2)}", value)
+    if isinstance(value, dict):
+        return {k: mask_emails(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask_emails(v) for v in value]
+    return value
+
+
 def get_logger() -> logging.Logger:
+    """The package logger, configured once (JSON to stdout, level from SAFESEND_LOG_LEVEL)."""
+    global _configured
     logger = logging.getLogger(_LOGGER_NAME)
-    if not logger.handlers:
+    if not _configured:
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(CloudLoggingFormatter())
         logger.addHandler(handler)
         logger.setLevel(os.environ.get("SAFESEND_LOG_LEVEL", "INFO").upper())
         logger.propagate = False
+        _configured = True
     return logger
 
 

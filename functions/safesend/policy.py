@@ -34,6 +34,7 @@ class ChannelPolicy:
     retry_cap_s: float = 300.0  # backoff cap
     index_lag_s: float | None = None  # first mailbox check after an ambiguous attempt (None: global)
     unknown_window_s: float | None = None  # how long "not found" stays inconclusive (None: global)
+    review_includes_body: bool = False  # review items carry text/html only if a channel opts in
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:

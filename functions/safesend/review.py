@@ -21,10 +21,13 @@ def gmail_search_link(message_id: str) -> str:
     return GMAIL_SEARCH_URL + quote(f"rfc822msgid:{bare_message_id(message_id)}", safe="")
 
 
-def review_item(job: Job) -> dict[str, Any]:
-    """JSON-ready review item. `review_id` is stable per entry into review: consumers dedupe on it."""
+def review_item(job: Job, include_body: bool = False) -> dict[str, Any]:
+    """JSON-ready review item. `review_id` is stable per entry into review: consumers dedupe on it.
+
+    The body stays out unless the channel's policy opts in (`review_includes_body`).
+    """
     payload = job.payload
-    return {
+    item = {
         "review_id": f"{job.id}:{job.review_entries}",
         "job_id": job.id,
         "dedup_key": job.dedup_key,
@@ -44,6 +47,9 @@ def review_item(job: Job) -> dict[str, Any]:
         "created_at": _iso(job.created_at),
         "entered_at": _iso(job.updated_at),
     }
+    if include_body:
+        item["body"] = {"text": payload.get("text"), "html": payload.get("html")}
+    return item
 
 
 def review_attributes(job: Job) -> dict[str, str]:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from dataclasses import dataclass
 
+from .auth import AuthPolicy, Authenticator
 from .config import Settings
+from .logs import log
 from .policy import ChannelPolicies
 from .service import SafeSendService
 
@@ -18,6 +22,21 @@ class Runtime:
     settings: Settings
     policies: ChannelPolicies
     service: SafeSendService
+    authenticator: Authenticator
+
+
+def build_authenticator(settings: Settings) -> Authenticator:
+    from .adapters.google_id_token import GOOGLE_CERTS_URL, GoogleIdTokenVerifier
+
+    settings.check_auth()
+    if settings.auth_disabled:
+        log(logging.WARNING, "AUTHENTICATION IS DISABLED (SAFESEND_AUTH_DISABLED): local use only")
+    policy = AuthPolicy(
+        hmac_secret=settings.auth_hmac_secret.encode() if settings.auth_hmac_secret else None,
+        caller_emails=settings.auth_caller_emails, internal_emails=settings.auth_internal_emails,
+        window_s=settings.auth_window_s, disabled=settings.auth_disabled)
+    verifier = GoogleIdTokenVerifier(settings.auth_audiences, settings.auth_certs_url or GOOGLE_CERTS_URL)
+    return Authenticator(policy, verifier, time.time)
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -51,7 +70,7 @@ def build_runtime(settings: Settings) -> Runtime:
         message_id_domain=settings.message_id_domain, timing=settings.timing,
         request_budget_s=settings.request_budget_s, send_timeout_s=settings.send_timeout_s,
         verify_message_id=settings.verify_message_id)
-    return Runtime(settings, policies, service)
+    return Runtime(settings, policies, service, build_authenticator(settings))
 
 
 def get_runtime() -> Runtime:

@@ -284,7 +284,8 @@ class SafeSendService:
             held = self._cas(job, lifecycle.claim_review_publish(job, now, self.timing))
         except ConcurrentUpdateError:
             return "conflict"
-        pubsub_id = self.publisher.publish(review_item(held), review_attributes(held))
+        include_body = self.policies.get(held.channel).review_includes_body
+        pubsub_id = self.publisher.publish(review_item(held, include_body), review_attributes(held))
         log(logging.WARNING, "job needs a human", job_id=job.id, state=job.state.value,
             reason=job.review_reason, pubsub_message_id=pubsub_id)
         try:

@@ -23,6 +23,8 @@ ALLOWED_FIELDS = frozenset({
 # C0/C1 controls and the Unicode line/paragraph separators: the email package treats the latter as
 # line breaks, so they would make a header unbuildable after the job was already claimed.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_KEY_CHARS = re.compile(r"[\x21-\x7e]+")
+_KEY_SHAPE = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_KEY_LENGTH)  # no spaces, no controls, no Unicode
 _MULTILINE_BAD = re.compile(r"\x00")  # bodies may hold tabs, form feeds...; NUL breaks MIME
 _LOCAL = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
 _ADDR_SPEC = re.compile(rf"{_LOCAL}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{{2,63}}")
@@ -39,7 +41,8 @@ class SendRequest:
 
 
 def parse_send_request(body: Any, default_sender: str | None,
-                       known_channels: frozenset[str] | None = None) -> SendRequest:
+                       known_channels: frozenset[str] | None = None,
+                       max_body_bytes: int = MAX_BODY_BYTES) -> SendRequest:
     """Validate the JSON body of a send call. Raises RequestValidationError naming each bad field."""
     if not isinstance(body, Mapping):
         raise RequestValidationError({"body": "must be a JSON object"})
@@ -67,8 +70,8 @@ def parse_send_request(body: Any, default_sender: str | None,
     if len(to) + len(cc) + len(bcc) > MAX_RECIPIENTS:
         errors["to"] = f"at most {MAX_RECIPIENTS} recipients in to, cc and bcc together"
     size = len((text or "").encode()) + len((html or "").encode())
-    if size > MAX_BODY_BYTES:
-        errors["text"] = f"text and html together exceed {MAX_BODY_BYTES} bytes"
+    if size > max_body_bytes:
+        errors["text"] = f"text and html together exceed {max_body_bytes} bytes"
     if errors:
         raise RequestValidationError(errors)
 
@@ -115,7 +118,11 @@ def _dedup_key(body: Mapping[str, Any], errors: dict[str, str]) -> str | None:
         if any(f in body for f in KEY_PART_FIELDS):
             errors["dedup_key"] = "give dedup_key or customer_id/event_type/order_id, not both"
             return None
-        return _text(body, "dedup_key", errors, required=True, max_len=MAX_KEY_LENGTH, single_line=True)
+        key = _text(body, "dedup_key", errors, required=True, max_len=MAX_KEY_LENGTH, single_line=True)
+        if key is not None and not _KEY_SHAPE.fullmatch(key):
+            errors["dedup_key"] = "printable ASCII without spaces, 1 to 255 characters"
+            return None
+        return key
     parts = []
     for name in KEY_PART_FIELDS:
         value = body.get(name)
@@ -123,8 +130,8 @@ def _dedup_key(body: Mapping[str, Any], errors: dict[str, str]) -> str | None:
             value = str(value)
         if not isinstance(value, str) or not value.strip():
             errors[name] = "required (or give dedup_key): a non-empty string"
-        elif ":" in value or _CONTROL.search(value) or not _is_encodable(value):
-            errors[name] = "must not contain ':', control characters or lone surrogates"
+        elif ":" in value or not _KEY_CHARS.fullmatch(value):
+            errors[name] = "printable ASCII without spaces or ':'"
         else:
             parts.append(value)
     if len(parts) != len(KEY_PART_FIELDS):

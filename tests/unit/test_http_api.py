@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 from flask import Flask
 
+from safesend.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
 from safesend.classify import TransportFault, classify_http, classify_transport
 from safesend.config import Settings
 from safesend.errors import StoreUnavailableError
@@ -20,17 +22,25 @@ BODY = {"customer_id": "c1", "event_type": "order_paid", "order_id": "42", "chan
         "to": "ann@example.com", "subject": "Receipt", "text": "Thanks"}
 
 
+SECRET = b"0123456789abcdef0123456789abcdef"
+
+
 @pytest.fixture
 def api_and_world():
     world = make_world()
     settings = Settings(project="demo", default_from="Shop <shop@example.com>")
-    runtime = Runtime(settings, world.service.policies, world.service)
+    authenticator = Authenticator(AuthPolicy(SECRET, frozenset(), frozenset({"tasks@p.iam.gserviceaccount.com"})),
+                                  None, time.time)
+    runtime = Runtime(settings, world.service.policies, world.service, authenticator)
     return HttpApi(lambda: runtime), world
 
 
 def call(handler, method: str = "POST", body: Any = None, query: str = "", headers: dict | None = None):
+    """A request signed the way n8n signs it (HMAC over timestamp + body, or + query for GET)."""
     data = json.dumps(body) if body is not None else None
-    with APP.test_request_context(f"/x{query}", method=method, data=data, headers=headers or {},
+    signed = (data or "").encode() if method == "POST" else query.lstrip("?").encode()
+    headers = {SIGNATURE_HEADER: sign(SECRET, int(time.time()), signed), **(headers or {})}
+    with APP.test_request_context(f"/x{query}", method=method, data=data, headers=headers,
                                   content_type="application/json"):
         from flask import request
         payload, status, response_headers = handler(request)
@@ -112,22 +122,42 @@ def test_status_by_id_by_key_and_missing(api_and_world):
     assert call(api.status, method="GET")[0] == 400
 
 
-def test_reconcile_answers_200_for_anything_it_handled_and_503_when_the_mailbox_is_down(api_and_world):
+class FakeIdTokens:
+    def verify(self, token: str):
+        return {"email": token, "email_verified": True}
+
+
+@pytest.fixture
+def internal_api(api_and_world):
     api, world = api_and_world
+    runtime = api._runtime_factory()
+    runtime.authenticator.id_tokens = FakeIdTokens()
+    return api, world
+
+
+INVOKER = {"Authorization": "Bearer tasks@p.iam.gserviceaccount.com"}
+
+
+def test_reconcile_answers_200_for_anything_it_handled_and_503_when_the_mailbox_is_down(internal_api):
+    api, world = internal_api
     world.mailer.script = [classify_transport(TransportFault.TIMEOUT)]
     _, sent, _ = call(api.send, body=BODY)
-    assert call(api.reconcile, body={"job_id": sent["job_id"]})[1]["action"] == "not_due"
-    assert call(api.reconcile, body={"job_id": "missing"})[1]["action"] == "not_found"
-    assert call(api.reconcile, body={})[0] == 400
+
+    def reconcile(body):
+        return call(api.reconcile, body=body, headers=INVOKER)
+
+    assert reconcile({"job_id": sent["job_id"]})[1]["action"] == "not_due"
+    assert reconcile({"job_id": "missing"})[1]["action"] == "not_found"
+    assert reconcile({})[0] == 400
     from safesend.errors import MailboxUnavailableError
     world.clock.advance(120)
     world.mailer.search_error = MailboxUnavailableError("gmail down")
-    assert call(api.reconcile, body={"job_id": sent["job_id"]})[0] == 503
+    assert reconcile({"job_id": sent["job_id"]})[0] == 503
 
 
-def test_sweep_reports_what_it_did(api_and_world):
-    api, _ = api_and_world
-    status, payload, _ = call(api.sweep, body={})
+def test_sweep_reports_what_it_did(internal_api):
+    api, _ = internal_api
+    status, payload, _ = call(api.sweep, body={}, headers=INVOKER)
     assert status == 200 and payload == {"examined": 0, "actions": {}, "errors": 0, "stopped_early": False}
 
 

@@ -1,0 +1,118 @@
+"""Who may call what. An open send endpoint would be an open mail relay.
+
+- send, status (n8n): an HMAC-SHA256 signature header over timestamp + raw body, or a
+  Google-signed ID token of an allowed caller service account.
+- reconcile, sweep (Cloud Tasks, Cloud Scheduler): a Google-signed ID token whose `aud` is
+  one of our URLs and whose `email` is a configured invoker service account.
+
+HMAC header: `X-Safesend-Signature: t=<unix seconds>,v1=<hex hmac_sha256(secret, "<t>." + body)>`.
+A timestamp outside the window (default 300 s either way) is refused, so a captured request
+cannot be replayed later; within the window a replayed send is harmless by construction (the
+dedup key turns it into a replay of the stored result).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable, Mapping, Protocol
+
+from .errors import SafesendError
+
+SIGNATURE_HEADER = "X-Safesend-Signature"
+
+
+class Role(str, Enum):
+    CALLER = "caller"  # send, status
+    INTERNAL = "internal"  # reconcile, sweep
+
+
+class AuthenticationError(SafesendError):
+    """No credentials, or credentials that do not verify (HTTP 401)."""
+
+
+class PermissionDeniedError(SafesendError):
+    """Verified credentials of someone who may not call this endpoint (HTTP 403)."""
+
+
+class IdTokenVerifier(Protocol):
+    def verify(self, token: str) -> Mapping[str, object]:
+        """Claims of a valid Google ID token for one of our audiences; raises AuthenticationError."""
+
+
+def sign(secret: bytes, timestamp: int, body: bytes) -> str:
+    """The header value a caller sends (documented for n8n in README.md)."""
+    digest = hmac.new(secret, f"{timestamp}.".encode("ascii") + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+def verify_signature(header: str, secret: bytes, body: bytes, now: float, window_s: float) -> None:
+    """Raise AuthenticationError unless `header` signs `body` with `secret` within the window."""
+    fields: dict[str, list[str]] = {}
+    for part in header.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep:
+            raise AuthenticationError("malformed signature header")
+        fields.setdefault(key, []).append(value)
+    try:
+        timestamp = int(fields["t"][0])
+    except (KeyError, ValueError):
+        raise AuthenticationError("signature header lacks a valid t=<unix seconds>") from None
+    if abs(now - timestamp) > window_s:
+        raise AuthenticationError("signature timestamp outside the allowed window")
+    expected = sign(secret, timestamp, body).split("v1=", 1)[1]
+    # Compare every v1 (rotation: a caller may send two) in constant time, without early exit.
+    matched = False
+    for candidate in fields.get("v1", []):
+        matched |= hmac.compare_digest(candidate.encode("ascii", "replace"), expected.encode("ascii"))
+    if not matched:
+        raise AuthenticationError("signature does not match")
+
+
+@dataclass(frozen=True)
+class AuthPolicy:
+    hmac_secret: bytes | None
+    caller_emails: frozenset[str]
+    internal_emails: frozenset[str]
+    window_s: float = 300.0
+    disabled: bool = False
+
+
+class Authenticator:
+    """Checks one request for one role. Runs before the body is parsed or the store is touched."""
+
+    def __init__(self, policy: AuthPolicy, id_tokens: IdTokenVerifier | None,
+                 clock: Callable[[], float]):
+        self.policy = policy
+        self.id_tokens = id_tokens
+        self.clock = clock
+
+    def check(self, role: Role, headers: Mapping[str, str], body: bytes) -> str:
+        """Return who called (for logs); raise AuthenticationError / PermissionDeniedError."""
+        if self.policy.disabled:
+            return "unauthenticated-local"
+        authorization = headers.get("Authorization") or ""
+        if authorization.lower().startswith("bearer "):
+            return self._check_id_token(role, authorization[7:].strip())
+        signature = headers.get(SIGNATURE_HEADER)
+        if role is Role.CALLER and signature is not None:
+            if not self.policy.hmac_secret:
+                raise AuthenticationError("HMAC signatures are not enabled on this deployment")
+            verify_signature(signature, self.policy.hmac_secret, body, self.clock(), self.policy.window_s)
+            return "hmac"
+        raise AuthenticationError("missing credentials: send a Google ID token"
+                                  + (f" or an {SIGNATURE_HEADER} header" if role is Role.CALLER else ""))
+
+    def _check_id_token(self, role: Role, token: str) -> str:
+        if self.id_tokens is None:
+            raise AuthenticationError("ID tokens are not accepted on this deployment")
+        claims = self.id_tokens.verify(token)
+        email = str(claims.get("email") or "").lower()
+        if not email or claims.get("email_verified") is not True:
+            raise AuthenticationError("ID token carries no verified email")
+        allowed = self.policy.internal_emails if role is Role.INTERNAL else self.policy.caller_emails
+        if email not in allowed:
+            raise PermissionDeniedError(f"{email} may not call this endpoint")
+        return email
