@@ -15,6 +15,9 @@ from .lifecycle import Timing
 
 DEFAULT_CHANNELS_FILE = Path(__file__).resolve().parent.parent / "channels.toml"
 FALLBACK_DOMAIN = "safesend.localhost"
+# One Firestore document holds the job (1 MiB limit) with its events; the MIME built from it then
+# stays far below Gmail's 35 MB message limit.
+MAX_STORABLE_BODY_BYTES = 700_000
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ class Settings:
             publish_lease_s=_float(env, "SAFESEND_PUBLISH_LEASE_S", 60.0),
         )
         send_timeout = _float(env, "SAFESEND_SEND_TIMEOUT_S", 20.0)
+        if _float(env, "SAFESEND_MAX_BODY_BYTES", 400_000) > MAX_STORABLE_BODY_BYTES:
+            raise ConfigurationError(f"SAFESEND_MAX_BODY_BYTES may not exceed {MAX_STORABLE_BODY_BYTES}: the "
+                                     "payload lives in one Firestore document (1 MiB, events included)")
         if timing.lease_s <= send_timeout * 2:
             raise ConfigurationError("SAFESEND_LEASE_S must exceed twice SAFESEND_SEND_TIMEOUT_S, "
                                      "or a slow send could be taken for a crash")
