@@ -103,6 +103,17 @@ def record_outcome(job: Job, outcome: Accepted | Failure, owner: str, now: datet
     return changed
 
 
+def note_stored_message_id(job: Job, stored_message_id: str | None, now: datetime) -> Job:
+    """Record what Gmail stored as Message-ID; a rewrite would blind search-based reconciliation."""
+    if stored_message_id is None:
+        return job
+    changed = job.copy()
+    changed.stored_message_id = stored_message_id
+    if stored_message_id != job.message_id:
+        changed.add_event(now, "message_id_rewritten", stored_message_id=stored_message_id)
+    return changed
+
+
 def expire_lease(job: Job, now: datetime, policy: ChannelPolicy, timing: Timing) -> Job:
     """A `sending` job whose lease ran out: the instance died somewhere around the send. Unknown."""
     if job.state is not State.SENDING or job.lease_until is None or job.lease_until > now:

@@ -141,11 +141,16 @@ class SafeSendService:
 
     def _record_outcome(self, job: Job, outcome: Accepted | Failure, owner: str,
                         policy: ChannelPolicy) -> Job:
-        """Persist what Gmail told us. A lost race is re-read and re-applied: the fact must survive."""
+        """Persist what Gmail told us, in one write. A lost race is re-read and re-applied: the fact
+        must survive. For an accepted send, the Message-ID Gmail stored is read first so it lands
+        in the same write."""
+        stored_message_id = self._stored_message_id(job, outcome)
         current = job
         for _ in range(MAX_RECORD_TRIES):
-            updated = lifecycle.record_outcome(current, outcome, owner, self.clock(), policy,
-                                               self.timing, self.uniform)
+            now = self.clock()
+            updated = lifecycle.record_outcome(current, outcome, owner, now, policy, self.timing, self.uniform)
+            if updated.state is State.SENT and isinstance(outcome, Accepted):
+                updated = lifecycle.note_stored_message_id(updated, stored_message_id, now)
             try:
                 stored = self._cas(current, updated)
             except ConcurrentUpdateError:
@@ -156,8 +161,9 @@ class SafeSendService:
                 log(logging.ERROR, "could not record the send outcome; the sweeper will reconcile",
                     job_id=job.id, outcome=type(outcome).__name__)
                 return current
-            if isinstance(outcome, Accepted) and stored.state is State.SENT:
-                stored = self._verify_stored_message_id(stored, outcome)
+            if stored.events and stored.events[-1]["kind"] == "message_id_rewritten":
+                log(logging.ERROR, "Gmail stored a different Message-ID: search-based reconciliation "
+                    "cannot see this message", job_id=job.id, stored_message_id=stored_message_id)
             elif isinstance(outcome, Accepted) and stored.events and stored.events[-1]["kind"] == "late_accept":
                 log(logging.ERROR, "accepted after our lease was taken over: possible duplicate, "
                     "check the mailbox", job_id=job.id, gmail_id=outcome.gmail_id)
@@ -165,25 +171,14 @@ class SafeSendService:
         log(logging.ERROR, "outcome not recorded after repeated conflicts", job_id=job.id)
         return current
 
-    def _verify_stored_message_id(self, job: Job, accepted: Accepted) -> Job:
-        """Gmail may rewrite a Message-ID it dislikes; if it ever does, reconciliation would be blind."""
-        if not self.verify_message_id:
-            return job
+    def _stored_message_id(self, job: Job, outcome: Accepted | Failure) -> str | None:
+        if not (self.verify_message_id and isinstance(outcome, Accepted)):
+            return None
         try:
-            stored_id = self.mailer.stored_message_id(accepted.gmail_id)
+            return self.mailer.stored_message_id(outcome.gmail_id)
         except MailboxUnavailableError as exc:
             log(logging.WARNING, "could not verify the stored Message-ID", job_id=job.id, error=str(exc))
-            return job
-        changed = job.copy()
-        changed.stored_message_id = stored_id
-        if stored_id != job.message_id:
-            log(logging.ERROR, "Gmail stored a different Message-ID: search-based reconciliation "
-                "cannot see this message", job_id=job.id, stored_message_id=stored_id)
-            changed.add_event(self.clock(), "message_id_rewritten", stored_message_id=stored_id)
-        try:
-            return self._cas(job, changed)
-        except (ConcurrentUpdateError, StoreUnavailableError):
-            return job
+            return None
 
     # ------------------------------------------------------------ reconcile
     def advance(self, job_id: str, faults: FaultPlan | None = None) -> tuple[Job | None, str]:
