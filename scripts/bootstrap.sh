@@ -4,6 +4,8 @@
 #   .venv        project deps from requirements-dev.txt (which includes requirements.txt)
 #   .venv-tasks  gcloud-tasks-emulator in a venv of its own: it pins protobuf<5,
 #                which the project's client libraries cannot use
+#   .venv-infra  checkov and check-jsonschema from requirements-infra.txt, plus python-hcl2 in
+#                .venv-infra/python-hcl2 (pip --target: checkov's fork installs the same module)
 #   java + the Firestore and Pub/Sub emulators of the Google Cloud CLI
 #
 # A stamp file in each venv holds the sha256 of what was installed, so a second
@@ -19,6 +21,7 @@ cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
 VENV="$ROOT/.venv"
 TASKS_VENV="$ROOT/.venv-tasks"
+INFRA_VENV="$ROOT/.venv-infra"
 # Known-good set for the tasks emulator (pinned so CI is reproducible; gcloud-tasks-emulator
 # 0.6.2 needs protobuf<5, google-cloud-tasks<3 and grpcio-status<1.63 for that protobuf).
 TASKS_REQUIREMENTS="gcloud-tasks-emulator==0.6.2
@@ -119,6 +122,31 @@ install_if_changed "$TASKS_VENV" "$tasks_stamp" $TASKS_REQUIREMENTS
 "$TASKS_VENV/bin/python" -I -c 'import gcloud_tasks_emulator.server' 2>/dev/null \
     || die ".venv-tasks cannot import gcloud_tasks_emulator; delete $TASKS_VENV and run again"
 
+# ---------------------------------------------------------------- .venv-infra
+# Tools for tests/infra (offline checks of infra/ and cloudbuild*.yaml). The requirement after
+# "#target:" in requirements-infra.txt goes into its own directory, not the venv (see that file).
+[[ -f requirements-infra.txt ]] || die "requirements-infra.txt missing in $ROOT"
+ensure_venv "$INFRA_VENV"
+hcl2_requirement="$(sed -n 's/^#target:[[:space:]]*//p' requirements-infra.txt)"
+[[ -n "$hcl2_requirement" ]] || die "requirements-infra.txt has no '#target: python-hcl2==...' line"
+infra_stamp="$(python_tag "$INFRA_VENV/bin/python") $(requirements_digest requirements-infra.txt)"
+infra_stamp_file="$INFRA_VENV/.safesend-bootstrap.sha256"
+if [[ ! -f "$infra_stamp_file" || "$(cat "$infra_stamp_file")" != "$infra_stamp" ]]; then
+    rm -rf "$INFRA_VENV/python-hcl2"
+    log "installing $hcl2_requirement into .venv-infra/python-hcl2"
+    # shellcheck disable=SC2086 # one requirement per word on purpose
+    if ! out="$("$INFRA_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+            --target "$INFRA_VENV/python-hcl2" $hcl2_requirement 2>&1)"; then
+        printf '%s\n' "$out" >&2
+        die "pip install --target .venv-infra/python-hcl2 failed"
+    fi
+fi
+install_if_changed "$INFRA_VENV" "$infra_stamp" -r requirements-infra.txt
+"$INFRA_VENV/bin/python" -I -c 'import sys; sys.path.insert(0, sys.argv[1]); import hcl2.api' "$INFRA_VENV/python-hcl2" 2>/dev/null \
+    || die ".venv-infra/python-hcl2 cannot import hcl2; delete $INFRA_VENV and run again"
+[[ -x "$INFRA_VENV/bin/checkov" && -x "$INFRA_VENV/bin/check-jsonschema" ]] \
+    || die ".venv-infra lacks checkov or check-jsonschema; delete $INFRA_VENV and run again"
+
 # ---------------------------------------------------------------- java + emulators
 sdk_root() {
     if [[ -n "${SAFESEND_GCLOUD_SDK_ROOT:-}" ]]; then
@@ -175,4 +203,4 @@ java_ok || die "java not found or not runnable: the emulators need Java 11+ (apt
     install: apt-get install -y google-cloud-cli-pubsub-emulator (or: gcloud components install pubsub-emulator)
     or set SAFESEND_GCLOUD_SDK_ROOT to the Google Cloud SDK directory"
 
-log "ok (.venv, .venv-tasks, java, Firestore and Pub/Sub emulators)"
+log "ok (.venv, .venv-tasks, .venv-infra, java, Firestore and Pub/Sub emulators)"

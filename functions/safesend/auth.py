@@ -90,20 +90,27 @@ class Authenticator:
         self.clock = clock
 
     def check(self, role: Role, headers: Mapping[str, str], body: bytes) -> str:
-        """Return who called (for logs); raise AuthenticationError / PermissionDeniedError."""
+        """Return who called (for logs); raise AuthenticationError / PermissionDeniedError.
+
+        Every credential presented must verify (an ID token and a signature together are both
+        checked: behind Cloud Run IAM the signature is a second factor); at least one is needed.
+        """
         if self.policy.disabled:
             return "unauthenticated-local"
         authorization = headers.get("Authorization") or ""
-        if authorization.lower().startswith("bearer "):
-            return self._check_id_token(role, authorization[7:].strip())
         signature = headers.get(SIGNATURE_HEADER)
-        if role is Role.CALLER and signature is not None:
+        who = []
+        if authorization.lower().startswith("bearer "):
+            who.append(self._check_id_token(role, authorization[7:].strip()))
+        if signature is not None and role is Role.CALLER:
             if not self.policy.hmac_secret:
                 raise AuthenticationError("HMAC signatures are not enabled on this deployment")
             verify_signature(signature, self.policy.hmac_secret, body, self.clock(), self.policy.window_s)
-            return "hmac"
-        raise AuthenticationError("missing credentials: send a Google ID token"
-                                  + (f" or an {SIGNATURE_HEADER} header" if role is Role.CALLER else ""))
+            who.append("hmac")
+        if not who:
+            raise AuthenticationError("missing credentials: send a Google ID token"
+                                      + (f" or an {SIGNATURE_HEADER} header" if role is Role.CALLER else ""))
+        return "+".join(who)
 
     def _check_id_token(self, role: Role, token: str) -> str:
         if self.id_tokens is None:

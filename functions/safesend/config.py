@@ -129,17 +129,16 @@ class Settings:
         )
 
     def check_auth(self) -> None:
-        """Fail closed: a deployment must say how callers and Google's invokers authenticate."""
+        """Fail closed: a deployment must say how somebody authenticates. Each function checks its
+        own role per request (a caller endpoint with no caller credentials configured refuses all)."""
         if self.auth_disabled:
             return
-        if not (self.auth_hmac_secret or self.auth_caller_emails):
-            raise ConfigurationError("no authentication for send/status: set SAFESEND_AUTH_HMAC_SECRET "
-                                     "or SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS "
-                                     "(or SAFESEND_AUTH_DISABLED=1 on a local stack)")
-        if not self.auth_internal_emails:
-            raise ConfigurationError("SAFESEND_AUTH_INTERNAL_INVOKERS is not set: reconcile and sweep "
-                                     "would accept no Cloud Tasks or Cloud Scheduler call")
-        if not self.auth_audiences:
+        if not (self.auth_hmac_secret or self.auth_caller_emails or self.auth_internal_emails):
+            raise ConfigurationError("no authentication configured: set SAFESEND_AUTH_HMAC_SECRET and/or "
+                                     "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS (send, status) and "
+                                     "SAFESEND_AUTH_INTERNAL_INVOKERS (reconcile, sweep), "
+                                     "or SAFESEND_AUTH_DISABLED=1 on a local stack")
+        if (self.auth_caller_emails or self.auth_internal_emails) and not self.auth_audiences:
             raise ConfigurationError("SAFESEND_AUTH_AUDIENCES is not set: ID tokens cannot be checked")
         if self.auth_hmac_secret is not None and len(self.auth_hmac_secret.encode()) < 32:
             raise ConfigurationError("SAFESEND_AUTH_HMAC_SECRET must be at least 32 bytes")

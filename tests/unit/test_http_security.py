@@ -178,6 +178,26 @@ def test_internal_endpoints_take_only_the_invokers_id_token(api, world, endpoint
     assert untouched(world)
 
 
+def test_an_id_token_and_a_signature_together_must_both_verify(api, world):
+    raw, headers = signed(BODY)
+    both = {**headers, "Authorization": f"Bearer {id_token()}"}
+    assert request(api.send, data=raw, headers=both)[0] == 200
+    _, forged = signed(BODY, secret=b"not-the-secret-not-the-secret-!!!")
+    assert request(api.send, data=raw, headers={**forged, "Authorization": f"Bearer {id_token()}"})[0] == 401
+    assert world.mailer.sends == 1
+
+
+def test_a_caller_endpoint_without_caller_credentials_configured_refuses_everyone(world):
+    settings = Settings(project="demo", default_from="Shop <shop@example.com>")
+    verifier = GoogleIdTokenVerifier(frozenset({AUDIENCE}), fetch=lambda url: {"google-key-1": GOOGLE_CERT})
+    internal_only = Authenticator(AuthPolicy(None, frozenset(), frozenset({TASKS})), verifier, time.time)
+    api = HttpApi(lambda: Runtime(settings, world.service.policies, world.service, internal_only))
+    raw, headers = signed(BODY)
+    assert request(api.send, data=raw, headers=headers)[0] == 401
+    assert request(api.send, data=raw, headers={"Authorization": f"Bearer {id_token()}"})[0] == 403
+    assert untouched(world)
+
+
 # ----------------------------------------------------------------------------- hostile and broken input
 def test_wrong_content_type_is_415(api, world):
     raw, headers = signed(BODY)
@@ -253,8 +273,8 @@ def test_a_deployment_without_auth_settings_refuses_to_start():
     from safesend.errors import ConfigurationError
     with pytest.raises(ConfigurationError):
         Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p"}).check_auth()
-    with pytest.raises(ConfigurationError):  # a caller secret but no invokers for reconcile/sweep
-        Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_AUTH_HMAC_SECRET": "x" * 32}).check_auth()
+    with pytest.raises(ConfigurationError):  # invokers whose ID tokens could not be checked
+        Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_AUTH_INTERNAL_INVOKERS": TASKS}).check_auth()
     with pytest.raises(ConfigurationError):  # a short secret
         Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_AUTH_HMAC_SECRET": "short",
                            "SAFESEND_AUTH_INTERNAL_INVOKERS": TASKS, "SAFESEND_AUTH_AUDIENCES": AUDIENCE}).check_auth()

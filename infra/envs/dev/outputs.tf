@@ -1,0 +1,69 @@
+output "send_url" {
+  description = "URL of send: n8n POSTs jobs here; also the ID-token audience."
+  value       = module.safesend.send_url
+}
+
+output "status_url" {
+  description = "URL of status: GET ?job_id=...; also the ID-token audience."
+  value       = module.safesend.status_url
+}
+
+output "reconcile_url" {
+  description = "URL of reconcile (Cloud Tasks target, internal only)."
+  value       = module.safesend.reconcile_url
+}
+
+output "sweep_url" {
+  description = "URL of sweep (Cloud Scheduler target, internal only)."
+  value       = module.safesend.sweep_url
+}
+
+output "review_topic" {
+  description = "Review topic."
+  value       = module.safesend.review_topic
+}
+
+output "review_subscription" {
+  description = "Reviewers' pull subscription."
+  value       = module.safesend.review_subscription
+}
+
+output "review_dead_letter_topic" {
+  description = "Dead-letter topic of the reviewers' subscription."
+  value       = module.safesend.review_dead_letter_topic
+}
+
+output "review_dead_letter_subscription" {
+  description = "Subscription holding dead-lettered review items."
+  value       = module.safesend.review_dead_letter_subscription
+}
+
+output "tasks_queue" {
+  description = "Reconcile Cloud Tasks queue."
+  value       = module.safesend.tasks_queue
+}
+
+output "n8n_invoker_service_account_email" {
+  description = "Service account n8n uses for ID tokens (null if not created)."
+  value       = module.safesend.n8n_invoker_service_account_email
+}
+
+output "function_service_accounts" {
+  description = "Runtime service account of each function."
+  value       = module.safesend.function_service_accounts
+}
+
+output "gmail_credentials_secret" {
+  description = "Secret to put the Gmail credentials JSON in."
+  value       = module.safesend.gmail_credentials_secret
+}
+
+output "webhook_hmac_secret" {
+  description = "Secret to put the webhook HMAC key in."
+  value       = module.safesend.webhook_hmac_secret
+}
+
+output "functions_source_object" {
+  description = "Deployed source zip."
+  value       = module.safesend.functions_source_object
+}

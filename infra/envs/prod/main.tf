@@ -1,0 +1,47 @@
+provider "google" {
+  project = var.project_id
+  region  = var.region
+
+  # On every resource that takes labels (functions, bucket, topics, secrets, ...).
+  default_labels = merge(var.labels, { environment = var.environment })
+}
+
+module "safesend" {
+  source = "../../modules/safesend"
+
+  project_id  = var.project_id
+  region      = var.region
+  name_prefix = var.name_prefix
+
+  manage_firestore_database        = var.manage_firestore_database
+  firestore_location               = var.firestore_location
+  firestore_point_in_time_recovery = var.firestore_point_in_time_recovery
+  firestore_delete_protection      = var.firestore_delete_protection
+  jobs_collection                  = var.jobs_collection
+
+  message_id_domain         = var.message_id_domain
+  default_from              = var.default_from
+  gmail_user                = var.gmail_user
+  gmail_delegated_user      = var.gmail_delegated_user
+  gmail_credentials_version = var.gmail_credentials_version
+  webhook_hmac_version      = var.webhook_hmac_version
+  index_lag_seconds         = var.index_lag_seconds
+  unknown_window_seconds    = var.unknown_window_seconds
+  log_level                 = var.log_level
+
+  create_n8n_invoker_service_account = var.create_n8n_invoker_service_account
+  extra_caller_service_accounts      = var.extra_caller_service_accounts
+  review_subscriber_members          = var.review_subscriber_members
+  review_max_delivery_attempts       = var.review_max_delivery_attempts
+
+  send_min_instances              = var.send_min_instances
+  send_max_instances              = var.send_max_instances
+  status_max_instances            = var.status_max_instances
+  reconcile_max_instances         = var.reconcile_max_instances
+  tasks_max_dispatches_per_second = var.tasks_max_dispatches_per_second
+  tasks_max_concurrent_dispatches = var.tasks_max_concurrent_dispatches
+  sweep_schedule                  = var.sweep_schedule
+  scheduler_time_zone             = var.scheduler_time_zone
+
+  source_bucket_force_destroy = var.source_bucket_force_destroy
+}

@@ -1,0 +1,240 @@
+# Inputs of the prod environment; passed through to ../../modules/safesend, where
+# each one is used. Defaults are the prod choices.
+
+variable "environment" {
+  description = "Environment name, added as the \"environment\" label."
+  type        = string
+  default     = "prod"
+}
+
+variable "labels" {
+  description = "Labels on every resource that supports them (provider default_labels)."
+  type        = map(string)
+  default = {
+    app        = "safesend"
+    managed-by = "terraform"
+  }
+}
+
+variable "project_id" {
+  description = "Google Cloud project that hosts safesend (one project per environment: the Firestore \"(default)\" database and the API settings are per project)."
+  type        = string
+}
+
+variable "region" {
+  description = "Region of the functions, the Cloud Tasks queue, the Scheduler job, the image repository and the source bucket."
+  type        = string
+  default     = "us-central1"
+}
+
+variable "name_prefix" {
+  description = "Prefix of every resource name (functions, service accounts, topics, queue, secrets). 3-12 characters: \"-scheduler-invoker\" (18) is the longest suffix of a service account ID, which may have 30."
+  type        = string
+  default     = "safesend"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,10}[a-z0-9]$", var.name_prefix))
+    error_message = "name_prefix must be 3-12 characters of lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "manage_firestore_database" {
+  description = "Create the Firestore \"(default)\" database (native mode). false when the project already has one that Terraform should not own (or import it, see infra/README.md)."
+  type        = bool
+  default     = true
+}
+
+variable "firestore_location" {
+  description = "Firestore location (multi-region nam5/eur3 or a region). Cannot change after creation; pick one near var.region."
+  type        = string
+  default     = "nam5"
+}
+
+variable "firestore_point_in_time_recovery" {
+  description = "Enable Firestore point-in-time recovery (7 days of versions; billed as storage)."
+  type        = bool
+  default     = true
+}
+
+variable "firestore_delete_protection" {
+  description = "Refuse deletion of the Firestore database (it holds the records that stop double sends)."
+  type        = bool
+  default     = true
+}
+
+variable "jobs_collection" {
+  description = "Firestore collection of the send jobs (SAFESEND_JOBS_COLLECTION). The sweeper's composite index is created on it."
+  type        = string
+  default     = "ai_jobs"
+}
+
+# --------------------------------------------------------------------- app
+
+variable "message_id_domain" {
+  description = "Right-hand side of generated Message-IDs (SAFESEND_MESSAGE_ID_DOMAIN), e.g. \"mail.example.com\"."
+  type        = string
+
+  validation {
+    condition     = can(regex("^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?\\.)+[a-zA-Z]{2,}$", var.message_id_domain))
+    error_message = "message_id_domain must be a DNS name such as \"mail.example.com\" (no scheme, no @)."
+  }
+}
+
+variable "default_from" {
+  description = "Default From header (SAFESEND_DEFAULT_FROM), e.g. \"Support <support@example.com>\". Must be the mailbox or one of its send-as aliases."
+  type        = string
+
+  validation {
+    condition     = can(regex("@", var.default_from))
+    error_message = "default_from must contain an e-mail address, e.g. \"Support <support@example.com>\"."
+  }
+}
+
+variable "gmail_user" {
+  description = "Gmail API userId (SAFESEND_GMAIL_USER); \"me\" is the authenticated or delegated mailbox."
+  type        = string
+  default     = "me"
+}
+
+variable "gmail_delegated_user" {
+  description = "Mailbox to impersonate with domain-wide delegation when the Gmail secret holds a service-account key (SAFESEND_GMAIL_DELEGATED_USER). Empty: not set at all."
+  type        = string
+  default     = ""
+}
+
+variable "gmail_credentials_version" {
+  description = "Version of the Gmail credentials secret the functions load at start-up. \"latest\" picks up a new version as instances start; pin a number and bump it to move every instance at once."
+  type        = string
+  default     = "latest"
+}
+
+variable "webhook_hmac_version" {
+  description = "Version of the webhook HMAC secret (SAFESEND_AUTH_HMAC_SECRET) send and status load at start-up."
+  type        = string
+  default     = "latest"
+}
+
+variable "index_lag_seconds" {
+  description = "How long Gmail search may lag behind a send before a missing message is trusted (SAFESEND_INDEX_LAG_S)."
+  type        = number
+  default     = 90
+}
+
+variable "unknown_window_seconds" {
+  description = "How long an outcome may stay unknown before the channel policy decides (SAFESEND_UNKNOWN_WINDOW_S)."
+  type        = number
+  default     = 300
+}
+
+variable "log_level" {
+  description = "Log level of all functions (SAFESEND_LOG_LEVEL)."
+  type        = string
+  default     = "INFO"
+
+  validation {
+    condition     = contains(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], var.log_level)
+    error_message = "log_level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL."
+  }
+}
+
+# ------------------------------------------------------------------ callers
+
+variable "create_n8n_invoker_service_account" {
+  description = "Create \"<prefix>-n8n-invoker\", the service account n8n uses for ID tokens to send/status (its email is an output)."
+  type        = bool
+  default     = true
+}
+
+variable "extra_caller_service_accounts" {
+  description = "Further service account emails allowed to call send and status with an ID token (run.invoker + SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS), e.g. an existing n8n account in another project."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for e in var.extra_caller_service_accounts : can(regex("^[a-z0-9-]+@[a-z0-9.-]+\\.gserviceaccount\\.com$", e))])
+    error_message = "extra_caller_service_accounts must be service account emails (...@....gserviceaccount.com); users, groups and public members are not accepted."
+  }
+}
+
+variable "review_subscriber_members" {
+  description = "IAM members that may pull review items and dead letters (roles/pubsub.subscriber on those two subscriptions), e.g. [\"serviceAccount:n8n@p.iam.gserviceaccount.com\", \"group:ops@example.com\"]."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition = alltrue([
+      for m in var.review_subscriber_members :
+      can(regex("^(serviceAccount|user|group|principal|principalSet):", m))
+    ])
+    error_message = "review_subscriber_members must be IAM members such as \"serviceAccount:...\" or \"group:...\"; public members are not accepted."
+  }
+}
+
+variable "review_max_delivery_attempts" {
+  description = "Deliveries of a review item before Pub/Sub moves it to the dead-letter topic (5-100)."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.review_max_delivery_attempts >= 5 && var.review_max_delivery_attempts <= 100
+    error_message = "review_max_delivery_attempts must be between 5 and 100."
+  }
+}
+
+# ---------------------------------------------------------- scaling, timing
+
+variable "send_min_instances" {
+  description = "Warm instances of send: 0 costs nothing when idle, 1 removes cold starts for n8n."
+  type        = number
+  default     = 1
+}
+
+variable "send_max_instances" {
+  description = "Maximum instances of send (one request each)."
+  type        = number
+  default     = 20
+}
+
+variable "status_max_instances" {
+  description = "Maximum instances of status."
+  type        = number
+  default     = 10
+}
+
+variable "reconcile_max_instances" {
+  description = "Maximum instances of reconcile; must be >= tasks_max_concurrent_dispatches."
+  type        = number
+  default     = 5
+}
+
+variable "tasks_max_dispatches_per_second" {
+  description = "Reconcile queue dispatch rate. 1/s keeps reconcile below half of Gmail's per-user quota even when every call resends (see tasks.tf)."
+  type        = number
+  default     = 1
+}
+
+variable "tasks_max_concurrent_dispatches" {
+  description = "Reconcile calls in flight at once (see tasks.tf)."
+  type        = number
+  default     = 4
+}
+
+variable "sweep_schedule" {
+  description = "Cron schedule of the sweep (finds expired leases, lost checks, due retries, unpublished review items)."
+  type        = string
+  default     = "*/5 * * * *"
+}
+
+variable "scheduler_time_zone" {
+  description = "Time zone of sweep_schedule."
+  type        = string
+  default     = "Etc/UTC"
+}
+
+# ------------------------------------------------------------- packaging
+
+variable "source_bucket_force_destroy" {
+  description = "Let `terraform destroy` delete the source bucket with its zips (true in dev, false in prod)."
+  type        = bool
+  default     = false
+}

@@ -1,0 +1,220 @@
+# Every grant of the four runtime identities, spelled out one by one so that
+# tests/infra/test_policy.py can check each function's exact set.
+#
+# roles/datastore.user is granted on the project: Firestore has no IAM on
+# collections or documents and no narrower predefined role for reading and
+# writing documents (IAM conditions cannot narrow it to a collection either).
+# It covers every database of the project, so keep safesend in a project of
+# its own (or with databases you trust these functions with).
+
+# --------------------------------------------------------------------- send
+# Claims/updates jobs, sends via Gmail, enqueues reconcile tasks (acting as the
+# tasks invoker for their OIDC token), publishes review items; authenticates
+# n8n by ID token or by the webhook HMAC.
+
+resource "google_project_iam_member" "send_datastore_user" {
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = "serviceAccount:${google_service_account.send.email}"
+}
+
+resource "google_cloud_tasks_queue_iam_member" "send_enqueuer" {
+  project  = var.project_id
+  location = google_cloud_tasks_queue.reconcile.location
+  name     = google_cloud_tasks_queue.reconcile.name
+  role     = "roles/cloudtasks.enqueuer"
+  member   = "serviceAccount:${google_service_account.send.email}"
+}
+
+resource "google_service_account_iam_member" "send_acts_as_tasks_invoker" {
+  service_account_id = google_service_account.tasks_invoker.name
+  role               = "roles/iam.serviceAccountUser"
+  member             = "serviceAccount:${google_service_account.send.email}"
+}
+
+resource "google_pubsub_topic_iam_member" "send_review_publisher" {
+  project = var.project_id
+  topic   = google_pubsub_topic.review.name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${google_service_account.send.email}"
+}
+
+resource "google_secret_manager_secret_iam_member" "send_gmail_credentials" {
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.gmail_credentials.secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.send.email}"
+}
+
+resource "google_secret_manager_secret_iam_member" "send_webhook_hmac" {
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.webhook_hmac.secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.send.email}"
+}
+
+# ---------------------------------------------------------------- reconcile
+# Settles jobs: searches the mailbox, may resend (channel policy "retry"),
+# enqueues its own follow-up checks, publishes review items.
+
+resource "google_project_iam_member" "reconcile_datastore_user" {
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = "serviceAccount:${google_service_account.reconcile.email}"
+}
+
+resource "google_cloud_tasks_queue_iam_member" "reconcile_enqueuer" {
+  project  = var.project_id
+  location = google_cloud_tasks_queue.reconcile.location
+  name     = google_cloud_tasks_queue.reconcile.name
+  role     = "roles/cloudtasks.enqueuer"
+  member   = "serviceAccount:${google_service_account.reconcile.email}"
+}
+
+resource "google_service_account_iam_member" "reconcile_acts_as_tasks_invoker" {
+  service_account_id = google_service_account.tasks_invoker.name
+  role               = "roles/iam.serviceAccountUser"
+  member             = "serviceAccount:${google_service_account.reconcile.email}"
+}
+
+resource "google_pubsub_topic_iam_member" "reconcile_review_publisher" {
+  project = var.project_id
+  topic   = google_pubsub_topic.review.name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${google_service_account.reconcile.email}"
+}
+
+resource "google_secret_manager_secret_iam_member" "reconcile_gmail_credentials" {
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.gmail_credentials.secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.reconcile.email}"
+}
+
+# -------------------------------------------------------------------- sweep
+# Finds stale/overdue/due jobs: resends due retries, re-enqueues lost checks,
+# republishes unpublished review items.
+
+resource "google_project_iam_member" "sweep_datastore_user" {
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = "serviceAccount:${google_service_account.sweep.email}"
+}
+
+resource "google_cloud_tasks_queue_iam_member" "sweep_enqueuer" {
+  project  = var.project_id
+  location = google_cloud_tasks_queue.reconcile.location
+  name     = google_cloud_tasks_queue.reconcile.name
+  role     = "roles/cloudtasks.enqueuer"
+  member   = "serviceAccount:${google_service_account.sweep.email}"
+}
+
+resource "google_service_account_iam_member" "sweep_acts_as_tasks_invoker" {
+  service_account_id = google_service_account.tasks_invoker.name
+  role               = "roles/iam.serviceAccountUser"
+  member             = "serviceAccount:${google_service_account.sweep.email}"
+}
+
+resource "google_pubsub_topic_iam_member" "sweep_review_publisher" {
+  project = var.project_id
+  topic   = google_pubsub_topic.review.name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${google_service_account.sweep.email}"
+}
+
+resource "google_secret_manager_secret_iam_member" "sweep_gmail_credentials" {
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.gmail_credentials.secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.sweep.email}"
+}
+
+# ------------------------------------------------------------------- status
+# Reads jobs; authenticates n8n by ID token or by the webhook HMAC.
+
+resource "google_project_iam_member" "status_datastore_user" {
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = "serviceAccount:${google_service_account.status.email}"
+}
+
+resource "google_secret_manager_secret_iam_member" "status_webhook_hmac" {
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.webhook_hmac.secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.status.email}"
+}
+
+# ------------------------------------------------------------- invocation
+# Requests to gen2 functions are authorised by Cloud Run: roles/run.invoker on
+# the service behind each function. Nothing is public.
+
+# Cloud Tasks -> reconcile, Cloud Scheduler -> sweep (and nothing else).
+resource "google_cloud_run_v2_service_iam_member" "reconcile_tasks_invoker" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.reconcile.service_config[0].service
+  role     = "roles/run.invoker"
+  member   = "serviceAccount:${google_service_account.tasks_invoker.email}"
+}
+
+resource "google_cloud_run_v2_service_iam_member" "sweep_scheduler_invoker" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.sweep.service_config[0].service
+  role     = "roles/run.invoker"
+  member   = "serviceAccount:${google_service_account.scheduler_invoker.email}"
+}
+
+# n8n (and any extra caller service accounts) -> send and status only.
+resource "google_cloud_run_v2_service_iam_member" "send_callers" {
+  for_each = local.caller_members
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.send.service_config[0].service
+  role     = "roles/run.invoker"
+  member   = each.value
+}
+
+resource "google_cloud_run_v2_service_iam_member" "status_callers" {
+  for_each = local.caller_members
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.status.service_config[0].service
+  role     = "roles/run.invoker"
+  member   = each.value
+}
+
+# Lets the n8n invoker mint ID tokens for itself through the IAM Credentials
+# API (generateIdToken) when n8n holds only an OAuth access token for it (see
+# infra/README.md). Granted on that account itself, not on the project.
+resource "google_service_account_iam_member" "n8n_self_id_token" {
+  count = var.create_n8n_invoker_service_account ? 1 : 0
+
+  service_account_id = google_service_account.n8n_invoker[0].name
+  role               = "roles/iam.serviceAccountOpenIdTokenCreator"
+  member             = "serviceAccount:${google_service_account.n8n_invoker[0].email}"
+}
+
+# IAM is eventually consistent: a function deployed right after these grants
+# can fail on the build account or on secret access. Wait once, on creation.
+resource "time_sleep" "iam_propagation" {
+  create_duration = "60s"
+
+  depends_on = [
+    google_project_iam_member.build_log_writer,
+    google_project_iam_member.build_source_access,
+    google_artifact_registry_repository_iam_member.build_writer,
+    google_secret_manager_secret_iam_member.send_gmail_credentials,
+    google_secret_manager_secret_iam_member.send_webhook_hmac,
+    google_secret_manager_secret_iam_member.reconcile_gmail_credentials,
+    google_secret_manager_secret_iam_member.sweep_gmail_credentials,
+    google_secret_manager_secret_iam_member.status_webhook_hmac,
+    google_project_iam_member.send_datastore_user,
+    google_project_iam_member.reconcile_datastore_user,
+    google_project_iam_member.sweep_datastore_user,
+    google_project_iam_member.status_datastore_user,
+  ]
+}

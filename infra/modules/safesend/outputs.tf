@@ -1,0 +1,97 @@
+# The URLs are the functions' deterministic run.app URLs: the addresses to call
+# and the audiences ID tokens must carry (also listed in SAFESEND_AUTH_AUDIENCES).
+
+output "send_url" {
+  description = "URL of send (POST a job; ID-token audience for n8n)."
+  value       = local.function_urls.send
+}
+
+output "status_url" {
+  description = "URL of status (GET ?job_id=...; ID-token audience for n8n)."
+  value       = local.function_urls.status
+}
+
+output "reconcile_url" {
+  description = "URL of reconcile (Cloud Tasks target; internal only)."
+  value       = local.function_urls.reconcile
+}
+
+output "sweep_url" {
+  description = "URL of sweep (Cloud Scheduler target; internal only)."
+  value       = local.function_urls.sweep
+}
+
+output "function_uris" {
+  description = "The URIs Cloud Functions reports for each function (service_config.uri); they reach the same services."
+  value = {
+    send      = google_cloudfunctions2_function.send.service_config[0].uri
+    reconcile = google_cloudfunctions2_function.reconcile.service_config[0].uri
+    sweep     = google_cloudfunctions2_function.sweep.service_config[0].uri
+    status    = google_cloudfunctions2_function.status.service_config[0].uri
+  }
+}
+
+output "review_topic" {
+  description = "Review topic (projects/P/topics/T)."
+  value       = google_pubsub_topic.review.id
+}
+
+output "review_subscription" {
+  description = "Reviewers' pull subscription."
+  value       = google_pubsub_subscription.review_inbox.id
+}
+
+output "review_dead_letter_topic" {
+  description = "Dead-letter topic of the reviewers' subscription."
+  value       = google_pubsub_topic.review_dead_letter.id
+}
+
+output "review_dead_letter_subscription" {
+  description = "Subscription that keeps dead-lettered review items."
+  value       = google_pubsub_subscription.review_dead_letter.id
+}
+
+output "tasks_queue" {
+  description = "Reconcile Cloud Tasks queue (projects/P/locations/L/queues/Q)."
+  value       = google_cloud_tasks_queue.reconcile.id
+}
+
+output "function_service_accounts" {
+  description = "Runtime service account of each function."
+  value = {
+    send      = google_service_account.send.email
+    reconcile = google_service_account.reconcile.email
+    sweep     = google_service_account.sweep.email
+    status    = google_service_account.status.email
+  }
+}
+
+output "tasks_invoker_service_account_email" {
+  description = "Service account whose OIDC token Cloud Tasks sends to reconcile."
+  value       = google_service_account.tasks_invoker.email
+}
+
+output "scheduler_invoker_service_account_email" {
+  description = "Service account whose OIDC token Cloud Scheduler sends to sweep."
+  value       = google_service_account.scheduler_invoker.email
+}
+
+output "n8n_invoker_service_account_email" {
+  description = "Service account n8n uses to call send/status (null when create_n8n_invoker_service_account = false)."
+  value       = local.n8n_invoker_email
+}
+
+output "gmail_credentials_secret" {
+  description = "Secret that must hold the Gmail credentials JSON."
+  value       = google_secret_manager_secret.gmail_credentials.id
+}
+
+output "webhook_hmac_secret" {
+  description = "Secret that must hold the webhook HMAC key (>= 32 bytes)."
+  value       = google_secret_manager_secret.webhook_hmac.id
+}
+
+output "functions_source_object" {
+  description = "gs:// path of the deployed source zip (named by its SHA-256)."
+  value       = "gs://${google_storage_bucket.functions_source.name}/${google_storage_bucket_object.functions_source.name}"
+}

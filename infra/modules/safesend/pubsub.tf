@@ -1,0 +1,113 @@
+# Review items (ambiguous outcome, duplicate, permanent failure, retries
+# exhausted) are published here by send, reconcile and sweep.
+resource "google_pubsub_topic" "review" {
+  #checkov:skip=CKV_GCP_83:Review items carry recipients, subject and attempt history but never a body or credentials; Google-managed encryption at rest applies, and CMEK would add a key lifecycle for no data that needs it.
+
+  project = var.project_id
+  name    = "${var.name_prefix}-review"
+
+  message_retention_duration = "604800s" # 7 days: a late subscriber can still seek back
+
+  depends_on = [google_project_service.enabled]
+}
+
+# Messages the reviewers' subscription could not get acknowledged after
+# review_max_delivery_attempts deliveries.
+resource "google_pubsub_topic" "review_dead_letter" {
+  #checkov:skip=CKV_GCP_83:Same content as the review topic (dead-lettered review items); Google-managed encryption at rest.
+
+  project = var.project_id
+  name    = "${var.name_prefix}-review-dead-letter"
+
+  message_retention_duration = "604800s"
+
+  depends_on = [google_project_service.enabled]
+}
+
+# The reviewers' inbox (pull; e.g. an n8n workflow or a person with gcloud).
+resource "google_pubsub_subscription" "review_inbox" {
+  project = var.project_id
+  name    = "${var.name_prefix}-review-inbox"
+  topic   = google_pubsub_topic.review.id
+
+  ack_deadline_seconds       = 60
+  message_retention_duration = "604800s" # 7 days, the maximum
+  retain_acked_messages      = false
+
+  # A quiet inbox must not expire after the default 31 idle days.
+  expiration_policy {
+    ttl = ""
+  }
+
+  retry_policy {
+    minimum_backoff = "10s"
+    maximum_backoff = "600s"
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.review_dead_letter.id
+    max_delivery_attempts = var.review_max_delivery_attempts
+  }
+
+  # Dead-lettering needs the grants below; without them Pub/Sub keeps
+  # redelivering instead of forwarding.
+  depends_on = [
+    google_pubsub_topic_iam_member.dead_letter_publisher,
+  ]
+}
+
+# Keeps dead-lettered review items (a topic without subscriptions drops
+# messages). Someone must look at it: it only fills when reviewers' tooling
+# keeps failing on an item.
+resource "google_pubsub_subscription" "review_dead_letter" {
+  project = var.project_id
+  name    = "${var.name_prefix}-review-dead-letter"
+  topic   = google_pubsub_topic.review_dead_letter.id
+
+  ack_deadline_seconds       = 60
+  message_retention_duration = "604800s"
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# Who may pull review items (and the dead letters).
+resource "google_pubsub_subscription_iam_member" "review_subscribers" {
+  for_each = toset(var.review_subscriber_members)
+
+  project      = var.project_id
+  subscription = google_pubsub_subscription.review_inbox.name
+  role         = "roles/pubsub.subscriber"
+  member       = each.value
+}
+
+resource "google_pubsub_subscription_iam_member" "dead_letter_subscribers" {
+  for_each = toset(var.review_subscriber_members)
+
+  project      = var.project_id
+  subscription = google_pubsub_subscription.review_dead_letter.name
+  role         = "roles/pubsub.subscriber"
+  member       = each.value
+}
+
+# Dead-lettering is done by the Pub/Sub service agent of this project: it must
+# publish to the dead-letter topic and acknowledge (subscriber) on the source
+# subscription. Both grants are on those two resources only.
+locals {
+  pubsub_service_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+}
+
+resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {
+  project = var.project_id
+  topic   = google_pubsub_topic.review_dead_letter.name
+  role    = "roles/pubsub.publisher"
+  member  = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "dead_letter_source_subscriber" {
+  project      = var.project_id
+  subscription = google_pubsub_subscription.review_inbox.name
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}

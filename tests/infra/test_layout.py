@@ -1,0 +1,69 @@
+"""infra/ is a module for the whole service plus one root module per environment: every input is a
+described variable with a sane default (except the three a user must give), the examples set only
+declared variables, and the outputs users need exist."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from .support import ENVS, INFRA, MODULE, parsed_hcl, top_level
+
+REQUIRED_INPUTS = {"project_id", "message_id_domain", "default_from"}
+NEEDED_OUTPUTS = {"send_url", "status_url", "review_topic", "review_subscription", "review_dead_letter_topic",
+                  "tasks_queue", "n8n_invoker_service_account_email"}
+
+
+@pytest.mark.parametrize("path", [MODULE] + [INFRA / "envs" / e for e in ENVS], ids=lambda p: p.name)
+def test_every_variable_has_a_description_type_and_default(path):
+    variables = top_level("variable", path)
+    assert variables
+    for name, body in variables.items():
+        assert len(body.get("description", "")) > 20, f"{path.name}: variable {name} needs a real description"
+        assert "type" in body, f"{path.name}: variable {name} needs a type"
+        if name in REQUIRED_INPUTS:
+            assert "default" not in body, f"{path.name}: {name} has no sane default and must stay required"
+        else:
+            assert "default" in body, f"{path.name}: variable {name} needs a default"
+
+
+@pytest.mark.parametrize("path", [MODULE] + [INFRA / "envs" / e for e in ENVS], ids=lambda p: p.name)
+def test_outputs_users_need_exist_with_descriptions(path):
+    outputs = top_level("output", path)
+    assert NEEDED_OUTPUTS <= set(outputs), f"{path.name}: missing outputs {NEEDED_OUTPUTS - set(outputs)}"
+    for name, body in outputs.items():
+        assert body.get("description"), f"{path.name}: output {name} needs a description"
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_environment_passes_every_variable_to_the_module_and_nothing_unknown(env):
+    path = INFRA / "envs" / env
+    variables = set(top_level("variable", path))
+    call = top_level("module", path)["safesend"]
+    arguments = {k for k in call if not k.startswith("__") and k != "source"}
+    module_variables = set(top_level("variable", MODULE))
+    assert arguments <= module_variables, f"{env}: unknown module arguments {arguments - module_variables}"
+    assert all(call[a] == f"${{var.{a}}}" for a in arguments), f"{env}: pass variables through unchanged"
+    used_elsewhere = {"environment", "labels"}  # provider block
+    assert variables == arguments | used_elsewhere, f"{env}: unused {variables - arguments - used_elsewhere}, " \
+                                                     f"undeclared {arguments - variables}"
+    for name in module_variables - arguments:
+        assert "default" in top_level("variable", MODULE)[name], f"{env}: module input {name} is neither passed nor defaulted"
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_tfvars_example_sets_only_declared_variables_and_all_required_ones(env):
+    path = INFRA / "envs" / env
+    text = (path / "terraform.tfvars.example").read_text()
+    keys = set(re.findall(r"(?m)^([a-z_][a-z0-9_]*)\s*=", text))
+    variables = set(top_level("variable", path))
+    assert keys <= variables, f"{env}: example sets undeclared {keys - variables}"
+    assert REQUIRED_INPUTS <= keys
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_environment_has_a_gcs_backend_left_for_backend_config(env):
+    text = (INFRA / "envs" / env / "versions.tf").read_text()
+    assert re.search(r'backend\s+"gcs"\s*\{\s*\}', text)
+    assert "google" in parsed_hcl()[f"infra/envs/{env}/main.tf"]["provider"][0]
