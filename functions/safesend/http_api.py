@@ -12,7 +12,7 @@ from flask import Request
 from .auth import AuthenticationError, PermissionDeniedError, Role
 from .errors import (ConfigurationError, MailboxUnavailableError, PayloadMismatchError,
                      PublishError, RequestValidationError, SimulatedCrashError, StoreUnavailableError)
-from .keys import job_id_for
+from .keys import is_job_id, job_id_for
 from .logs import log, set_trace_from_headers
 from .runtime import Runtime
 from .service import FaultPlan
@@ -86,7 +86,7 @@ class HttpApi:
             raise _Refused(_error(415, "unsupported_media_type", "send Content-Type: application/json"))
         try:
             return json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise _Refused(_error(400, "malformed_json", "the body is not valid JSON",
                                   fields={"body": "malformed JSON"})) from None
 
@@ -115,12 +115,13 @@ class HttpApi:
     def reconcile(self, request: Request) -> Response:
         try:
             runtime, raw = self._guard(request, Role.INTERNAL, ("POST",))
-            body = self._json_body(request, raw)
+            body = self._json_body(request, raw, required=False)
         except _Refused as refused:
             return refused.response
         job_id = body.get("job_id") if isinstance(body, dict) else None
-        if not isinstance(job_id, str) or not job_id or len(job_id) > 64:
-            return _error(400, "invalid_request", "job_id is required", fields={"job_id": "required"})
+        if not isinstance(job_id, str) or not is_job_id(job_id):
+            return _error(400, "invalid_request", "job_id must be a job id (32 hex digits)",
+                          fields={"job_id": "32 lowercase hex digits"})
         try:
             job, action = runtime.service.advance(job_id, self._faults(request, runtime))
         except (MailboxUnavailableError, StoreUnavailableError, PublishError) as exc:
@@ -135,7 +136,7 @@ class HttpApi:
 
     def sweep(self, request: Request) -> Response:
         try:
-            runtime, _ = self._guard(request, Role.INTERNAL, ("POST", "GET"))
+            runtime, _ = self._guard(request, Role.INTERNAL, ("POST",))
         except _Refused as refused:
             return refused.response
         try:
@@ -160,8 +161,8 @@ class HttpApi:
                 return _error(400, "invalid_request",
                               "give job_id, dedup_key, or customer_id + event_type + order_id")
             job_id = job_id_for(key)
-        if len(job_id) > 64 or "/" in job_id:
-            return _error(404, "not_found", "no such job")
+        if not is_job_id(job_id):
+            return _error(404, "not_found", "no such job (a job id is 32 hex digits)")
         try:
             job = runtime.service.store.get(job_id)
         except StoreUnavailableError as exc:

@@ -19,6 +19,7 @@ _MSG_ID_RE = re.compile(rf"<{_DOT_ATOM_TEXT}@(?:{_DOT_ATOM_TEXT}|\[[\x21-\x5a\x5
 _HOST_LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
 _HOSTNAME_RE = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})+")
 
+_JOB_ID_RE = re.compile(r"[0-9a-f]{32}")
 KEY_PART_FIELDS = ("customer_id", "event_type", "order_id")
 MAX_KEY_LENGTH = 255
 
@@ -26,6 +27,11 @@ MAX_KEY_LENGTH = 255
 def job_id_for(dedup_key: str) -> str:
     """The job id: the first 32 hex digits of sha256(key). Also the Firestore document id."""
     return hashlib.sha256(dedup_key.encode("utf-8")).hexdigest()[:32]
+
+
+def is_job_id(value: str) -> bool:
+    """The shape job_id_for produces; anything else is refused before it reaches a store path."""
+    return _JOB_ID_RE.fullmatch(value) is not None
 
 
 def message_id_for(dedup_key: str, domain: str) -> str:

@@ -66,7 +66,7 @@ def parse_send_request(body: Any, default_sender: str | None,
         errors["from"] = "required: no default sender is configured on the server"
     subject = _text(body, "subject", errors, required=True, max_len=MAX_SUBJECT_CHARS, single_line=True)
     text = _text(body, "text", errors, required=True, allow_empty=True, multiline=True)
-    html = _text(body, "html", errors, multiline=True)
+    html = _text(body, "html", errors, multiline=True, allow_empty=True) or None  # "" means no HTML part
     if len(to) + len(cc) + len(bcc) > MAX_RECIPIENTS:
         errors["to"] = f"at most {MAX_RECIPIENTS} recipients in to, cc and bcc together"
     size = len((text or "").encode()) + len((html or "").encode())

@@ -118,7 +118,8 @@ def test_status_by_id_by_key_and_missing(api_and_world):
     status, payload, _ = call(api.status, method="GET", query="?customer_id=c1&event_type=order_paid&order_id=42")
     assert status == 200 and payload["job_id"] == sent["job_id"]
     assert call(api.status, method="GET", query="?dedup_key=c1:order_paid:42")[1]["job_id"] == sent["job_id"]
-    assert call(api.status, method="GET", query="?job_id=nope")[0] == 404
+    for bad in ("nope", "a/b", "__x__", "..", "0" * 33):
+        assert call(api.status, method="GET", query=f"?job_id={bad}")[0] == 404
     assert call(api.status, method="GET")[0] == 400
 
 
@@ -147,8 +148,9 @@ def test_reconcile_answers_200_for_anything_it_handled_and_503_when_the_mailbox_
         return call(api.reconcile, body=body, headers=INVOKER)
 
     assert reconcile({"job_id": sent["job_id"]})[1]["action"] == "not_due"
-    assert reconcile({"job_id": "missing"})[1]["action"] == "not_found"
-    assert reconcile({})[0] == 400
+    assert reconcile({"job_id": "0" * 32})[1]["action"] == "not_found"
+    for bad in ({}, {"job_id": "missing"}, {"job_id": "a/b"}, {"job_id": "__x__"}, {"job_id": 7}):
+        assert reconcile(bad)[0] == 400
     from safesend.errors import MailboxUnavailableError
     world.clock.advance(120)
     world.mailer.search_error = MailboxUnavailableError("gmail down")
