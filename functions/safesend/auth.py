@@ -97,7 +97,9 @@ class Authenticator:
         """
         if self.policy.disabled:
             return "unauthenticated-local"
-        authorization = headers.get("Authorization") or ""
+        # Cloud Run IAM reads X-Serverless-Authorization when present (else Authorization), and
+        # forwards that token with its signature stripped: the header it consumed is the one to read.
+        authorization = headers.get("X-Serverless-Authorization") or headers.get("Authorization") or ""
         signature = headers.get(SIGNATURE_HEADER)
         who = []
         if authorization.lower().startswith("bearer "):

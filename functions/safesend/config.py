@@ -58,6 +58,7 @@ class Settings:
     auth_audiences: frozenset[str] = frozenset()
     auth_window_s: float = 300.0
     auth_certs_url: str | None = None
+    auth_trust_cloud_run_iam: bool = False  # set by infra/: functions are behind IAM, never public
     # Input bounds
     max_request_bytes: int = 1_048_576
     max_body_bytes: int = 400_000
@@ -123,6 +124,7 @@ class Settings:
             auth_audiences=_list(get("SAFESEND_AUTH_AUDIENCES")) or _list(get("SAFESEND_RECONCILE_URL")),
             auth_window_s=_float(env, "SAFESEND_AUTH_WINDOW_S", 300.0),
             auth_certs_url=get("SAFESEND_AUTH_GOOGLE_CERTS_URL"),
+            auth_trust_cloud_run_iam=_bool(env, "SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM", False),
             max_request_bytes=int(_float(env, "SAFESEND_MAX_REQUEST_BYTES", 1_048_576)),
             max_body_bytes=int(_float(env, "SAFESEND_MAX_BODY_BYTES", 400_000)),
             enable_fault_injection=_bool(env, "SAFESEND_ENABLE_FAULT_INJECTION", False),

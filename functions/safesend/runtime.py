@@ -35,7 +35,8 @@ def build_authenticator(settings: Settings) -> Authenticator:
         hmac_secret=settings.auth_hmac_secret.encode() if settings.auth_hmac_secret else None,
         caller_emails=settings.auth_caller_emails, internal_emails=settings.auth_internal_emails,
         window_s=settings.auth_window_s, disabled=settings.auth_disabled)
-    verifier = GoogleIdTokenVerifier(settings.auth_audiences, settings.auth_certs_url or GOOGLE_CERTS_URL)
+    verifier = GoogleIdTokenVerifier(settings.auth_audiences, settings.auth_certs_url or GOOGLE_CERTS_URL,
+                                     trust_cloud_run_iam=settings.auth_trust_cloud_run_iam)
     return Authenticator(policy, verifier, time.time)
 
 

@@ -212,7 +212,8 @@ def test_environment_sets_only_variables_the_code_reads_and_the_auth_ones():
     secret_keys = {"SAFESEND_GMAIL_CREDENTIALS_JSON", "SAFESEND_AUTH_HMAC_SECRET"}
     unknown = (keys | secret_keys) - config_env_names()
     assert not unknown, f"infra sets variables the code in functions/ does not read: {sorted(unknown)}"
-    for name in ("SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS", "SAFESEND_AUTH_INTERNAL_INVOKERS", "SAFESEND_AUTH_AUDIENCES"):
+    for name in ("SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS", "SAFESEND_AUTH_INTERNAL_INVOKERS", "SAFESEND_AUTH_AUDIENCES",
+                 "SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM"):
         assert name in env_locals["common_env"], f"{name} missing from local.common_env"
     for name in ("SAFESEND_TASKS_QUEUE", "SAFESEND_RECONCILE_URL", "SAFESEND_TASKS_SERVICE_ACCOUNT", "SAFESEND_REVIEW_TOPIC"):
         assert name in env_locals["worker_env"], f"{name} missing from local.worker_env"

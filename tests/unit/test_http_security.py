@@ -290,3 +290,49 @@ def test_disabling_auth_is_explicit_and_warns(caplog):
         authenticator = build_authenticator(Settings(project="p", auth_disabled=True))
     assert authenticator.check(Role.INTERNAL, {}, b"") == "unauthenticated-local"
     assert any(r.levelname == "WARNING" and "DISABLED" in r.getMessage() for r in caplog.records)
+
+
+# ----------------------------------------------------------------------------- behind Cloud Run IAM
+def stripped(token: str) -> str:
+    """What Cloud Run forwards to the container after verifying a token."""
+    return token.rsplit(".", 1)[0] + ".SIGNATURE_REMOVED_BY_GOOGLE"
+
+
+@pytest.fixture
+def iam_api(world):
+    settings = Settings(project="demo", default_from="Shop <shop@example.com>")
+    verifier = GoogleIdTokenVerifier(frozenset({AUDIENCE}), fetch=lambda url: {"google-key-1": GOOGLE_CERT},
+                                     trust_cloud_run_iam=True)
+    authenticator = Authenticator(AuthPolicy(SECRET, frozenset({N8N}), frozenset({TASKS})), verifier, time.time)
+    return HttpApi(lambda: Runtime(settings, world.service.policies, world.service, authenticator))
+
+
+def test_behind_iam_a_token_cloud_run_verified_and_stripped_is_accepted(iam_api, world):
+    headers = {"Authorization": f"Bearer {stripped(id_token())}"}
+    assert request(iam_api.send, data=json.dumps(BODY), headers=headers)[0] == 200
+    invoker = {"Authorization": f"Bearer {stripped(id_token(email=TASKS))}"}
+    assert request(iam_api.sweep, data="{}", headers=invoker)[0] == 200
+
+
+def test_x_serverless_authorization_wins_because_that_is_the_header_cloud_run_checked(iam_api, world):
+    forged_caller = stripped(id_token(email=N8N, signer=ROGUE_SIGNER))  # not what Cloud Run verified
+    headers = {"X-Serverless-Authorization": f"Bearer {stripped(id_token(email=TASKS))}",
+               "Authorization": f"Bearer {forged_caller}"}
+    assert request(iam_api.send, data=json.dumps(BODY), headers=headers)[0] == 403  # read as TASKS
+    assert untouched(world)
+
+
+@pytest.mark.parametrize("token", [
+    lambda: stripped(id_token(audience="https://someone-else.run.app")),
+    lambda: stripped(id_token(expires_in=-600)),
+    lambda: stripped(id_token(issuer="https://evil.example")),
+], ids=["wrong audience", "expired", "not google"])
+def test_stripped_tokens_still_have_their_claims_checked(iam_api, world, token):
+    assert request(iam_api.send, data=json.dumps(BODY), headers={"Authorization": f"Bearer {token()}"})[0] == 401
+    assert untouched(world)
+
+
+def test_without_iam_in_front_a_stripped_token_is_refused(api, world):
+    headers = {"Authorization": f"Bearer {stripped(id_token())}"}
+    assert request(api.send, data=json.dumps(BODY), headers=headers)[0] == 401
+    assert untouched(world)

@@ -35,6 +35,9 @@ locals {
       SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS = join(",", local.caller_emails)
       SAFESEND_AUTH_INTERNAL_INVOKERS       = join(",", local.internal_invoker_emails)
       SAFESEND_AUTH_AUDIENCES               = join(",", [for name in ["send", "reconcile", "sweep", "status"] : local.function_urls[name]])
+      # Every function is behind Cloud Run IAM (no allUsers), which verifies the ID token and
+      # forwards it with the signature stripped; the app then checks its claims.
+      SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM = "true"
     },
     # Only when delegation is wanted, so "unset" never arrives as "".
     { for k, v in { SAFESEND_GMAIL_DELEGATED_USER = var.gmail_delegated_user } : k => v if v != "" },
