@@ -1,7 +1,7 @@
 """2. Claim under duplicate webhooks, on Google's Firestore emulator.
 
-A: FirestoreJobStore.claim_or_get: plain read, then `create` (commit with the precondition
-   "document does not exist"); losers get ALREADY_EXISTS and read the winner's job.
+A: FirestoreJobStore.claim_or_get: `create` (commit with the precondition "document does not
+   exist"); losers get ALREADY_EXISTS and read the winner's job.
 B: TransactionalClaimStore (below): the naive claim, read-then-create inside
    @firestore.transactional. The emulator takes pessimistic locks for transactional reads,
    so K simultaneous claims queue on lock timeouts and the library retries aborted commits.
@@ -135,7 +135,7 @@ def _round(store: ClaimStore, reader: FirestoreJobStore, k: int, join_timeout_s:
 
 
 def run(k: int, rounds: int, budget_s: float, join_timeout_s: float) -> Comparison:
-    a = Variant("claim_or_get: read + create precondition")
+    a = Variant("claim_or_get: create precondition")
     b = Variant("read-then-create in @transactional")
     comp = Comparison("claim", f"2. claim, {k} dup webhooks", f"round of {k} concurrent claims",
                       "claims/s", a, b)

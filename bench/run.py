@@ -1,7 +1,12 @@
-"""Run every safesend benchmark and print one table: `python -m bench.run [--quick]`.
+"""safesend benchmarks.
 
-Exit status: 0 when every correctness check held, 1 when one failed (or a comparison could
-not run, e.g. the Firestore emulator did not start), 2 on bad arguments.
+`python -m bench.run [--quick]` runs the issue-5 suite (bench/suite.py: the local stack, benchmarks
+1-7, one table, bench/results.json and bench/results/<date>.md).
+`python -m bench.run --micro [--quick]` runs the earlier micro-benchmarks (transport, claim, cpu,
+service; this module) and prints their table.
+
+Exit status: 0 when every correctness check held, 1 when one failed (or a benchmark could
+not run, e.g. an emulator did not start), 2 on bad arguments, 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ def _positive(text: str) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.run --micro", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, about 30 s in all")
     parser.add_argument("--only", default=",".join(COMPARISONS),
@@ -141,6 +146,16 @@ def _terminate(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--micro" in argv:
+        argv.remove("--micro")
+        return micro_main(argv)
+    from . import suite
+
+    return suite.main(argv)
+
+
+def micro_main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # so `finally` blocks stop the emulator
         signal.signal(sig, _terminate)

@@ -42,6 +42,7 @@ IDLE_TIMEOUT_S = 15.0  # socket timeout of an idle keep-alive connection
 ACCEPT_POLL_S = 0.2  # how often the accept loop re-checks the stop flag
 JOIN_TIMEOUT_S = 5.0
 MAX_INDEX_LAG_S = 3600.0
+MAX_LATENCY_S = 120.0  # response latency bound (set_latency)
 MAX_INJECTED_ERRORS = 10_000
 
 _STATUS_NAMES = {
@@ -280,6 +281,8 @@ class GmailSimulator:
         effects_path: Optional[str] = None,
         clock: Callable[[], float] = time.time,
         verbose: bool = False,
+        latency_s: float = 0.0,
+        read_latency_s: Optional[float] = None,
     ) -> None:
         _require_loopback(host)
         self.verbose = verbose
@@ -293,12 +296,15 @@ class GmailSimulator:
         self._effects: list[dict] = []
         self._errors: list[tuple[int, Optional[str]]] = []
         self._index_lag_s = 0.0
+        self._latency_s = 0.0
+        self._read_latency_s: Optional[float] = None
         self._history = 1000
         self._id_counter = 0
         self._server: Optional[_SimHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
         self._stopping = threading.Event()
         self.set_index_lag(index_lag_s)
+        self.set_latency(latency_s, read_latency_s)
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> "GmailSimulator":
@@ -380,6 +386,32 @@ class GmailSimulator:
             raise ValueError(f"index_lag_s must be within [0, {MAX_INDEX_LAG_S}]")
         with self._lock:
             self._index_lag_s = seconds
+
+    def set_latency(self, seconds: float, read_seconds: Optional[float] = None) -> None:
+        """Model Gmail's response time: wait ``seconds`` before answering messages.send (the message is
+        already accepted while the answer is held back, so a client timeout shorter than this sees an
+        ambiguous send). list/get wait ``read_seconds``, or ``seconds`` too when it is None."""
+        values = [float(seconds)] + ([] if read_seconds is None else [float(read_seconds)])
+        for value in values:
+            if not 0.0 <= value <= MAX_LATENCY_S:
+                raise ValueError(f"latency must be within [0, {MAX_LATENCY_S}] seconds")
+        with self._lock:
+            self._latency_s = values[0]
+            self._read_latency_s = None if read_seconds is None else values[1]
+
+    @property
+    def latency(self) -> tuple[float, float]:
+        """(send latency, list/get latency) in seconds."""
+        with self._lock:
+            read = self._latency_s if self._read_latency_s is None else self._read_latency_s
+            return self._latency_s, read
+
+    def pause(self, kind: str) -> None:
+        """Hold an answer for the configured latency ("send" or "read"); stop() cuts it short."""
+        send, read = self.latency
+        delay = send if kind == "send" else read
+        if delay > 0:
+            self._stopping.wait(delay)
 
     def inject_errors(self, status: int, count: int = 1, reason: Optional[str] = None) -> None:
         """Make the next ``count`` send calls fail with a Google-style ``status`` error, accepting nothing."""
@@ -592,6 +624,7 @@ class _SimHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     timeout = ACCEPT_POLL_S
+    request_queue_size = 128  # the default 5 resets connections under 16 concurrent clients (bench/)
 
     def __init__(self, address: tuple[str, int], handler: type, sim: GmailSimulator) -> None:
         self.sim = sim
@@ -694,6 +727,9 @@ class _SimHandler(BaseHTTPRequestHandler):
             status, obj = err.code, err.body
         except Exception as exc:  # a simulator bug must still answer like a server, not hang the client
             status, obj = 500, google_error_body(500, f"simulator error: {exc!r}", "backendError")
+        kind = _latency_kind(method, self.path)
+        if kind is not None:  # Gmail API calls only, never /_sim/* controls
+            self.server.sim.pause(kind)
         try:
             self._send_json(status, obj)
         except OSError:
@@ -724,6 +760,19 @@ class _SimHandler(BaseHTTPRequestHandler):
             raw, thread_id = _upload_payload(upload_type, self.headers.get("Content-Type") or "", body)
             return 200, sim.send(raw, user, source=f"upload-{upload_type}", thread_id=thread_id)
         raise SimError(404, f"Not Found: {method} {path}", "notFound")
+
+
+def _latency_kind(method: str, target: str) -> Optional[str]:
+    """"send" for messages.send (JSON or upload), "read" for list/get, None for anything else."""
+    path = urllib.parse.urlsplit(target).path
+    if _UPLOAD_PATH.fullmatch(path):
+        return "send"
+    match = _API_PATH.fullmatch(path)
+    if match is None:
+        return None
+    if match["rest"] == "send":
+        return "send"
+    return "read" if method == "GET" else None
 
 
 def _json_send_payload(body: bytes) -> tuple[bytes, Optional[str]]:
@@ -801,6 +850,8 @@ def _control(sim: GmailSimulator, method: str, path: str, body: bytes) -> tuple[
         if method == "POST" and path == "/_sim/config":
             if "index_lag_s" in payload:
                 sim.set_index_lag(payload["index_lag_s"])
+            if "latency_s" in payload or "read_latency_s" in payload:
+                sim.set_latency(payload.get("latency_s", sim.latency[0]), payload.get("read_latency_s"))
             return 200, {"ok": True}
         if method == "POST" and path == "/_sim/inject-errors":
             sim.inject_errors(int(payload["status"]), int(payload.get("count", 1)), payload.get("reason"))
@@ -822,6 +873,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--host", default=LOOPBACK)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--index-lag", type=float, default=0.0, help="search-index lag in seconds")
+    parser.add_argument("--latency", type=float, default=0.0,
+                        help="seconds to hold every Gmail API answer (messages.send, list, get)")
     parser.add_argument("--effects-log", default=None, help="append one JSON line per accepted message")
     parser.add_argument("--max-lifetime-s", type=float, default=12 * 3600.0)
     parser.add_argument("--verbose", action="store_true", help="log requests to stderr")
@@ -829,7 +882,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    sim = GmailSimulator(args.host, args.port, args.index_lag, args.effects_log, verbose=args.verbose)
+    sim = GmailSimulator(args.host, args.port, args.index_lag, args.effects_log, verbose=args.verbose,
+                         latency_s=args.latency)
     sim.start()
     print(f"gmail-sim listening on {sim.url}", flush=True)
     deadline = time.monotonic() + max(0.0, args.max_lifetime_s)

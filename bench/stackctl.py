@@ -1,0 +1,157 @@
+"""The local stack the issue-5 suite runs against, with production delays scaled down by TIME_SCALE.
+
+Production defaults (safesend.config / lifecycle.Timing): send timeout 20 s, lease 120 s, index lag
+90 s, unknown window 300 s, recheck 60 s, publish lease 60 s. Here every one of them is divided by
+TIME_SCALE, and the simulator's search-index lag is Gmail's 60 s divided by the same factor, so a
+reconcile cycle keeps its shape (same number of checks, same order of events) in a tenth of the time.
+Only benchmark 6 (time to certainty) depends on these delays; it reports both the measured and
+the production-equivalent (x TIME_SCALE) times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+from devstack.emulators import ManagedProcess, free_port
+from devstack.stack import PROJECT, REPO_ROOT, LocalStack, StackConfig
+
+from .common import typical_body
+
+TIME_SCALE = 10.0
+GMAIL_INDEX_LAG_S = 60.0  # what benchmark 6 models (scaled: 6 s)
+PRODUCTION = {  # env var -> production default (seconds)
+    "SAFESEND_SEND_TIMEOUT_S": 20.0,
+    "SAFESEND_LEASE_S": 120.0,
+    "SAFESEND_INDEX_LAG_S": 90.0,
+    "SAFESEND_UNKNOWN_WINDOW_S": 300.0,
+    "SAFESEND_RECHECK_S": 60.0,
+    "SAFESEND_PUBLISH_LEASE_S": 60.0,
+}
+STACK_THREADS = 16  # devstack/stack.py starts functions-framework with THREADS=16
+CHANNEL = "transactional"  # on_unknown = retry (functions/channels.toml)
+REVIEW_CHANNEL = "payments"  # on_unknown = review
+
+
+def stack_config(log_dir: Path) -> StackConfig:
+    base = StackConfig()
+    env = dict(base.service_env)  # keeps the short read timeout, budget and quick-retry backoff
+    for name, seconds in PRODUCTION.items():
+        env[name] = f"{seconds / TIME_SCALE:g}"
+    return StackConfig(log_dir=log_dir, sim_index_lag_s=GMAIL_INDEX_LAG_S / TIME_SCALE, service_env=env)
+
+
+def scaled_env_text() -> str:
+    return ", ".join(f"{k.removeprefix('SAFESEND_').lower()} {v / TIME_SCALE:g}" for k, v in PRODUCTION.items())
+
+
+def send_body(key: str, channel: str = CHANNEL) -> dict:
+    """The typical request (text + html, 2 to + 1 cc) on a stack channel."""
+    body = typical_body(key)
+    body["channel"] = channel
+    return body
+
+
+@contextlib.contextmanager
+def firestore_env(stack: LocalStack) -> Iterator[None]:
+    """In-process Firestore clients talk to the stack's emulator while this is open."""
+    previous = os.environ.get("FIRESTORE_EMULATOR_HOST")
+    os.environ["FIRESTORE_EMULATOR_HOST"] = stack.emulators.firestore.host
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("FIRESTORE_EMULATOR_HOST", None)
+        else:
+            os.environ["FIRESTORE_EMULATOR_HOST"] = previous
+
+
+SIM_BACKLOG = 128
+
+
+def widen_sim_backlog(sim: object) -> bool:
+    """Re-listen the simulator's socket with a backlog of SIM_BACKLOG. Its ThreadingHTTPServer keeps
+    socketserver's default request_queue_size of 5: 16 concurrent fresh connections from the relay
+    overflow it and some get ConnectionResetError (a 502 from the relay). Only the benchmark does
+    this; devstack/ is left as it is."""
+    server = getattr(sim, "_server", None)
+    sock = getattr(server, "socket", None)
+    if sock is None:
+        return False
+    sock.listen(SIM_BACKLOG)
+    return True
+
+
+def functions_process(stack: LocalStack, source: Path, target: str, threads: int | None, name: str,
+                      port: int | None = None) -> tuple[ManagedProcess, str]:
+    """functions-framework for `source`/`target` with the stack's environment. threads=None leaves
+    THREADS unset, i.e. functions-framework's default (os.cpu_count() * 4), as deployed."""
+    port = port or free_port()
+    env = {**os.environ, **stack.service_env(), "PYTHONUNBUFFERED": "1"}
+    env.pop("THREADS", None)
+    if threads is not None:
+        env["THREADS"] = str(threads)
+    argv = [sys.executable, "-m", "functions_framework", "--source", str(source), "--target", target,
+            "--host", "127.0.0.1", "--port", str(port)]
+    proc = ManagedProcess(argv, name=name, log_dir=stack.log_dir, env=env, cwd=REPO_ROOT)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_http(url: str, timeout_s: float, interval_s: float = 0.01, answer: dict | None = None) -> float | None:
+    """Poll until `url` answers anything over HTTP; the monotonic time of the answer, or None.
+    `answer`, if given, receives the status and the first bytes of the body."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                body = response.read(300)
+                status = response.status
+        except urllib.error.HTTPError as exc:
+            body, status = exc.read(300), exc.code
+        except OSError:
+            time.sleep(interval_s)
+            continue
+        if answer is not None:
+            answer.update(status=status, body=body.decode("utf-8", "replace"))
+        return time.monotonic()
+    return None
+
+
+def proc_tree_cpu_s(pid: int | None) -> float:
+    """user + system CPU seconds of `pid` and its descendants (from /proc); 0.0 if unavailable."""
+    if pid is None:
+        return 0.0
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        parents: dict[int, int] = {}
+        cpu: dict[int, float] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)] = int(fields[1])
+            cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, pp in parents.items() if pp == parent and p not in tree]
+        tree.update(children)
+        frontier += children
+    return sum(cpu.get(p, 0.0) for p in tree)
+
+
+__all__ = ["PROJECT", "REPO_ROOT", "LocalStack", "TIME_SCALE", "stack_config", "send_body", "firestore_env",
+           "functions_process", "wait_http", "proc_tree_cpu_s", "STACK_THREADS", "CHANNEL", "REVIEW_CHANNEL",
+           "GMAIL_INDEX_LAG_S", "scaled_env_text"]

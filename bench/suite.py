@@ -1,0 +1,254 @@
+"""The issue-5 suite: start the local stack, run benchmarks 1-7 side by side, print one table and
+write bench/results.json plus bench/results/<date>.md. `python -m bench.run --help`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .common import REPO_ROOT, progress, quiet_service_logs
+from .report import Bench, render_text, write_json, write_markdown
+
+BENCHES = ("latency", "paths", "throughput", "sweep", "certainty", "coldstart")
+SIZES = {
+    "full": dict(runs=5, latency_n=20, tp_jobs=200, tp_clients=16, sweep_sizes=(0, 1000, 10000), sweep_due=100),
+    "quick": dict(runs=2, latency_n=6, tp_jobs=48, tp_clients=16, sweep_sizes=(0, 200, 1000), sweep_due=20),
+}
+BUDGETS_S = {  # per benchmark: a slow machine stops early (reported in the notes) instead of running on
+    "full": dict(latency=150, paths=90, throughput=240, sweep=150, certainty=90, coldstart=150),
+    "quick": dict(latency=40, paths=40, throughput=60, sweep=60, certainty=60, coldstart=60),
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="--micro runs the earlier micro-benchmarks instead (transport, claim, "
+                                            "cpu, service): python -m bench.run --micro --help")
+    parser.add_argument("--quick", action="store_true", help="small sizes and 2 runs, for development; "
+                        "writes no result files unless --out is given")
+    parser.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
+    parser.add_argument("--runs", type=int, help="runs per benchmark (default 5; quick 2)")
+    parser.add_argument("--no-deployed", action="store_true",
+                        help="4: skip the second, as-deployed functions instance (THREADS unset)")
+    parser.add_argument("--out", type=Path, help="directory for results.json and results/<date>.md "
+                        "(default: bench/ for a full run, nothing for --quick)")
+    args = parser.parse_args(argv)
+    chosen = [c.strip() for c in args.only.split(",") if c.strip()]
+    unknown = sorted(set(chosen) - set(BENCHES))
+    if unknown or not chosen:
+        parser.error(f"--only: unknown benchmark(s) {unknown}; choose from {','.join(BENCHES)}")
+    args.only = [b for b in BENCHES if b in chosen]
+    args.mode = "quick" if args.quick else "full"
+    sizes = dict(SIZES[args.mode])
+    if args.runs is not None:
+        if args.runs < 1:
+            parser.error("--runs must be >= 1")
+        sizes["runs"] = args.runs
+    args.sizes = sizes
+    args.budgets = BUDGETS_S[args.mode]
+    if args.out is None and not args.quick:
+        args.out = REPO_ROOT / "bench"
+    return args
+
+
+def _load() -> str:
+    try:
+        return "/".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is gone for our purposes
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+STACK_PATTERNS = ("cloud-firestore-emulator", "pubsub-emulator", "tasks_emulator", "functions_framework")
+
+
+def _other_stack_processes() -> int:
+    """Processes of other local stacks (other people's test runs) on this machine right now."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if any(p in cmdline for p in STACK_PATTERNS):
+            count += 1
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate)
+    quiet_service_logs()
+    from . import run as micro  # machine line helpers
+
+    from devstack.stack import LocalStack
+
+    from .stackctl import TIME_SCALE, firestore_env, scaled_env_text, stack_config
+
+    started = time.monotonic()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    machine = micro.machine_line()
+    load_start = _load()
+    others = _other_stack_processes()
+    sizes = args.sizes
+    log_dir = Path(tempfile.mkdtemp(prefix="safesend-bench-stack-"))
+    stack = LocalStack(stack_config(log_dir))
+    results: list[Bench] = []
+    loads: dict[str, str] = {}
+    pids: list[tuple[str, int | None]] = []
+    interrupted = False
+    stack_s = 0.0
+    try:
+        progress(f"starting the local stack (Firestore, Pub/Sub, Cloud Tasks emulators, simulator, relay, "
+                 f"functions); logs in {log_dir}")
+        t0 = time.monotonic()
+        stack.start()
+        stack_s = time.monotonic() - t0
+        from .stackctl import widen_sim_backlog
+
+        widen_sim_backlog(stack.sim)
+        pids = [(e.name, e.pid) for e in stack.emulators.emulators] + [("functions", stack.functions.pid)]
+        progress(f"stack up in {stack_s:.1f} s at {stack.url}")
+        with firestore_env(stack):
+            runners = _runners(stack, args)
+            for key in args.only:
+                title, runner = runners[key]
+                loads[key] = _load()
+                progress(f"running {title} (load avg {loads[key]}) ...")
+                t1 = time.monotonic()
+                try:
+                    got = runner()
+                except KeyboardInterrupt:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - report it in the table, carry on
+                    progress(f"{title} could not run: {type(exc).__name__}: {exc}")
+                    first = str(exc).splitlines()[0] if str(exc) else ""
+                    got = [Bench(key, title, skipped=f"{type(exc).__name__}: {first}",
+                                 failures=[f"could not run: {type(exc).__name__}: {first}"])]
+                elapsed = time.monotonic() - t1
+                for bench in got:
+                    bench.seconds = elapsed / len(got)
+                results += got
+                progress(f"{title} done in {elapsed:.1f} s")
+    except KeyboardInterrupt:
+        interrupted = True
+        progress("interrupted; stopping everything")
+    finally:
+        progress("stopping the local stack")
+        stack.stop()
+    left = [f"{name} pid {pid}" for name, pid in pids if _alive(pid)]
+    load_end = _load()
+    total = time.monotonic() - started
+    if interrupted:
+        return 130
+
+    measured = (f"measured ({args.mode}): {sizes['runs']} runs each; 1) {sizes['latency_n']} calls per variant "
+                f"per latency; 4) {sizes['tp_jobs']} jobs x {sizes['tp_clients']} clients; 5) sweep of "
+                f"{sizes['sweep_due']} due among {'/'.join(f'{s:,}' for s in sizes['sweep_sizes'])} finished; "
+                f"delays scaled 1/{TIME_SCALE:g} on the stack ({scaled_env_text()}), production delays on a "
+                f"fake clock in 2-3")
+    busy = max(float(x) for x in (load_start.split("/")[0], load_end.split("/")[0]) if x != "?") \
+        if "?" not in (load_start + load_end) else 0.0
+    busy_text = (f"machine busy: load average above the core count ({os.cpu_count()}) at start or end; "
+                 f"ratios are side by side, absolute times are inflated") if busy > (os.cpu_count() or 1) else ""
+    lines = [machine, measured,
+             f"stack start {stack_s:.1f} s; load avg 1/5/15 min at start {load_start}, at end {load_end}; "
+             f"total {total:.0f} s",
+             "load avg (1 min) at the start of each benchmark: "
+             + (", ".join(f"{k} {v.split('/')[0]}" for k, v in loads.items()) or "-")
+             + f"; processes of other local stacks running when the suite started: {others}",
+             "median/p95/min/max over the samples (n); ratio = median / baseline median (benchmarks 2-3: / target), "
+             "[paired min-max] = per-round ratios measured side by side"]
+    if busy_text:
+        lines.append(busy_text)
+    print("\n".join(lines))
+    print(render_text(results))
+    for bench in results:
+        for note in bench.notes:
+            print(f"note: {bench.title}: {note}")
+    for bench in results:
+        for finding in bench.findings:
+            print(f"MISSED {bench.title}: {finding}")
+    print(f"processes left running: {', '.join(left) if left else 'none'}")
+    if args.out is not None:
+        stamp = time.strftime("%Y-%m-%d")
+        json_path = args.out / "results.json"
+        md_path = args.out / "results" / f"{stamp}.md"
+        header = {"started_at": started_at, "machine": machine, "measured": measured, "mode": args.mode,
+                  "load_avg_start": load_start, "load_avg_end": load_end, "load_avg_per_benchmark": loads,
+                  "stack_start_s": round(stack_s, 1), "total_s": round(total, 1), "time_scale": TIME_SCALE,
+                  "scaled_env": scaled_env_text(), "sizes": {k: list(v) if isinstance(v, tuple) else v
+                                                             for k, v in sizes.items()},
+                  "processes_left": left, "other_stack_processes_at_start": others}
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_json(json_path, header, results)
+        command = "bash scripts/bench.sh" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+        write_markdown(md_path, [f"`{command}` on {started_at}", "", *[f"- {l}" for l in lines]],
+                       results, ["Full data: `bench/results.json`. How to run and read: `bench/README.md`."])
+        print(f"wrote {json_path.relative_to(REPO_ROOT) if json_path.is_relative_to(REPO_ROOT) else json_path} "
+              f"and {md_path.relative_to(REPO_ROOT) if md_path.is_relative_to(REPO_ROOT) else md_path}")
+    failures = [(b.title, f) for b in results for f in b.failures]
+    if left:
+        failures.append(("cleanup", f"still running: {left}"))
+    if not failures:
+        shutil.rmtree(log_dir, ignore_errors=True)
+        print("all correctness checks passed")
+        return 0
+    print()
+    print("!" * 78)
+    for title, failure in failures:
+        print(f"!!! {title}: {failure}")
+    print(f"!!! stack logs kept in {log_dir}")
+    print("!" * 78)
+    return 1
+
+
+def _runners(stack: Any, args: argparse.Namespace) -> dict[str, tuple[str, Callable[[], list[Bench]]]]:
+    from . import certainty, coldstart, latency, paths, sweep, throughput
+
+    s, b = args.sizes, args.budgets
+    return {
+        "latency": ("1. latency", lambda: latency.run(stack, s["latency_n"], (0.3, 0.05), b["latency"])),
+        "paths": ("2-3. store ops and Gmail units by path", lambda: paths.run(stack, s["runs"], b["paths"])),
+        "throughput": ("4. throughput", lambda: [throughput.run(stack, s["tp_jobs"], s["tp_clients"], s["runs"],
+                                                                b["throughput"], deployed=not args.no_deployed)]),
+        "sweep": ("5. sweeper scaling", lambda: [sweep.run(stack, s["sweep_sizes"], s["sweep_due"], s["runs"],
+                                                           b["sweep"])]),
+        "certainty": ("6. time to certainty", lambda: [certainty.run(stack, s["runs"], b["certainty"])]),
+        "coldstart": ("7. cold start", lambda: [coldstart.run(stack, s["runs"], b["coldstart"])]),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

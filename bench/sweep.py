@@ -1,0 +1,215 @@
+"""5. Sweeper scaling: one sweep with `due` due jobs among 0, 1,000 and 10,000 finished jobs.
+
+One collection per size on the stack's Firestore emulator, seeded directly with WriteBatch commits
+of 500 documents: `finished` sent jobs (next_check_at = None, the shape a real sent job has) and
+`due` jobs in `unknown` whose next_check_at has passed and whose index-lag window is over. Their
+messages are in a dedicated GmailSimulator (no lag, no latency), so each mailbox check finds one
+SENT copy and the job becomes sent. Before every run the due jobs are written back to `unknown`
+(untimed). One sample = SafeSendService.sweep(batch=due) in-process, real clock, real adapters.
+Runs interleave the sizes, order rotated; pairs are size_run / size0_run of the same round.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from google.cloud import firestore
+
+from devstack.gmail_sim import GmailSimulator
+from safesend.adapters.firestore_store import FirestoreJobStore
+from safesend.adapters.gmail_mailer import GmailMailer
+from safesend.config import DEFAULT_CHANNELS_FILE
+from safesend.keys import job_id_for, message_id_for
+from safesend.lifecycle import Timing, new_job, record_outcome, start_attempt
+from safesend.mime import build_mime
+from safesend.model import Accepted, Failure, Bucket
+from safesend.policy import ChannelPolicies
+from safesend.service import SafeSendService
+from safesend.validation import message_from_payload, parse_send_request
+
+from .common import DOMAIN, SENDER, Budget, progress
+from .instrument import CountingStore, count_firestore, firestore_summary
+from .report import Bench, Row, fmt_s, median
+from .stackctl import CHANNEL, PROJECT, send_body
+
+BATCH_WRITE = 500
+TARGET = 1.2
+
+
+class _TimedStore(CountingStore):
+    """Also times find_due (the sweep's queries)."""
+
+    def __init__(self, inner: Any):
+        super().__init__(inner)
+        self.query_s = 0.0
+
+    def find_due(self, state, now, limit):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            return super().find_due(state, now, limit)
+        finally:
+            self.query_s += time.perf_counter() - start
+
+
+def _job(key: str, now: datetime) -> Any:
+    request = parse_send_request(send_body(key), SENDER, None)
+    job = new_job(job_id_for(key), key, message_id_for(key, DOMAIN), CHANNEL, request.payload,
+                  request.payload_hash, now)
+    return start_attempt(job, now, "seed", Timing())
+
+
+def _finished_doc(key: str, now: datetime) -> dict:
+    policy = ChannelPolicies.load(DEFAULT_CHANNELS_FILE).get(CHANNEL)
+    job = _job(key, now)
+    job = record_outcome(job, Accepted(gmail_id="0" * 16, thread_id="0" * 16), "seed", now, policy, Timing(),
+                         lambda a, b: b)
+    job.version = 3
+    return job.to_dict()
+
+
+def _due_doc(key: str, now: datetime) -> dict:
+    policy = ChannelPolicies.load(DEFAULT_CHANNELS_FILE).get(CHANNEL)
+    attempt_at = now - timedelta(minutes=10)
+    job = _job(key, attempt_at)
+    job = record_outcome(job, Failure(Bucket.MAYBE_ACCEPTED, False, "timeout"), "seed", attempt_at, policy,
+                         Timing(), lambda a, b: b)
+    job.next_check_at = now - timedelta(seconds=30)
+    job.version = 2
+    return job.to_dict()
+
+
+def _write(client: firestore.Client, collection: str, docs: list[dict]) -> None:
+    for start in range(0, len(docs), BATCH_WRITE):
+        batch = client.batch()
+        for doc in docs[start:start + BATCH_WRITE]:
+            batch.set(client.collection(collection).document(doc["id"]), doc)
+        batch.commit(timeout=120)
+
+
+def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float) -> Bench:
+    bench = Bench("sweep", f"5. sweep, {due} due among N finished", f"one sweep() of {due} due jobs, in-process")
+    sim = GmailSimulator().start()
+    clients: list[firestore.Client] = []
+    try:
+        seeder = firestore.Client(project=PROJECT)
+        counted = firestore.Client(project=PROJECT)
+        clients += [seeder, counted]
+        fs_counter = count_firestore(counted)
+        tag = uuid.uuid4().hex[:8]
+        now = datetime.now(timezone.utc)
+        template_finished = _finished_doc("bench-sweep:template", now)
+        policies = ChannelPolicies.load(DEFAULT_CHANNELS_FILE)
+        cases: list[dict[str, Any]] = []
+        seed_start = time.monotonic()
+        for size in sizes:
+            collection = f"bench_sweep_{size}_{tag}"
+            finished = []
+            for i in range(size):
+                doc = dict(template_finished)
+                key = f"bench-sweep:{tag}:{size}:done:{i}"
+                doc.update(id=job_id_for(key), dedup_key=key, message_id=message_id_for(key, DOMAIN))
+                finished.append(doc)
+            _write(seeder, collection, finished)
+            due_keys = [f"bench-sweep:{tag}:{size}:due:{i}" for i in range(due)]
+            for key in due_keys:
+                job = _job(key, now)
+                raw = build_mime(message_from_payload(job.payload), job.message_id, job.id, job.created_at)
+                sim.insert_message(raw, ("SENT",))
+            store = _TimedStore(FirestoreJobStore(PROJECT, collection=collection, client=counted))
+            service = SafeSendService(store, GmailMailer(api_endpoint=sim.url), None, None, policies,
+                                      message_id_domain=DOMAIN, timing=Timing())
+            row = bench.add(Row(f"{size:,} finished", baseline=(size == sizes[0])))
+            cases.append({"size": size, "collection": collection, "due_keys": due_keys, "store": store,
+                          "service": service, "row": row, "reads": [], "query_s": [], "examined": []})
+            progress(f"sweep: seeded {size:,} finished + {due} due jobs in {collection}")
+        bench.notes.append(f"seeding {sum(sizes):,} finished jobs in batches of {BATCH_WRITE} took "
+                           f"{time.monotonic() - seed_start:.1f} s")
+        for case in cases:  # warm-up: one untimed sweep per collection
+            _reset_due(seeder, case)
+            case["service"].sweep(batch=due, budget_s=120)
+
+        budget = Budget(budget_s)
+        for r in range(runs):
+            if r and budget.exhausted:
+                bench.notes.append(f"time budget reached after {r} runs (asked {runs})")
+                break
+            k = r % len(cases)
+            walls: dict[int, float] = {}
+            for case in cases[k:] + cases[:k]:
+                _reset_due(seeder, case)
+                store: _TimedStore = case["store"]
+                store.query_s = 0.0
+                before = fs_counter.snapshot()
+                start = time.perf_counter()
+                report = case["service"].sweep(batch=due, budget_s=120)
+                wall = time.perf_counter() - start
+                fs = firestore_summary(fs_counter.snapshot() - before)
+                case["row"].samples.append(wall)
+                case["reads"].append(fs["reads"])
+                case["query_s"].append(store.query_s)
+                case["examined"].append(report.examined)
+                walls[case["size"]] = wall
+                if report.examined != due or report.actions != {"checked_sent": due} or report.errors:
+                    bench.failures.append(f"{case['size']} run {r + 1}: examined {report.examined}, "
+                                          f"actions {report.actions}, errors {report.errors}")
+            for case in cases[1:]:
+                case["row"].pairs.append(walls[case["size"]] / walls[cases[0]["size"]])
+            progress(f"sweep run {r + 1}/{runs}: " + ", ".join(f"{s:,}: {w:.2f} s" for s, w in walls.items()))
+        bench.finish()
+        for case in cases:
+            row: Row = case["row"]
+            case["work"] = [w - q for w, q in zip(row.samples, case["query_s"])]
+            row.check = (f"queries {fmt_s(median(case['query_s']))}, the rest {fmt_s(median(case['work']))}; "
+                         f"{median(case['reads']):.0f} reads/sweep; examined {min(case['examined'], default=0)}")
+            row.detail = {"reads": case["reads"], "query_s": case["query_s"]}
+        last = cases[-1]["row"]
+        if len(cases) > 1:
+            last.target = f"<= x{TARGET}"
+            last.verdict = "ok" if last.ratio is not None and last.ratio <= TARGET else "MISS"
+        _explain(bench, cases, due)
+    finally:
+        sim.stop()
+        for client in clients:
+            client.close()
+    return bench
+
+
+def _reset_due(client: firestore.Client, case: dict[str, Any]) -> None:
+    now = datetime.now(timezone.utc)
+    _write(client, case["collection"], [_due_doc(key, now) for key in case["due_keys"]])
+
+
+def _explain(bench: Bench, cases: list[dict[str, Any]], due: int) -> None:
+    reads = median(cases[0]["reads"])
+    batch_text = ""
+    if due > 50:
+        batch_text = (f" One sweep takes one batch per state (`SAFESEND_SWEEP_BATCH`, default 50): with the "
+                      f"default, {due} due jobs of one state need {-(-due // 50)} sweeps; here batch={due}.")
+    bench.notes.append(
+        f"{reads:.0f} reads per sweep of {due} due jobs: 5 queries (one per swept state; {due} documents + "
+        f"1 billed read per empty query), then per job `advance()` re-reads it (`store.get`) and the "
+        f"compare-and-set transaction reads it again. The `get` is avoidable ({due} reads/sweep): "
+        f"`SafeSendService.sweep` could hand the queried snapshot to `advance` (the compare-and-set still "
+        f"guards against a stale copy)." + batch_text)
+    first, last = cases[0], cases[-1]
+    q0, qn = median(first["query_s"]), median(last["query_s"])
+    if len(cases) > 1 and last["size"] > first["size"]:
+        per_doc = (qn - q0) / (last["size"] - first["size"])
+        bench.notes.append(
+            f"the 5 due-job queries took {fmt_s(q0)} with {first['size']:,} finished jobs and {fmt_s(qn)} with "
+            f"{last['size']:,} (about {per_doc * 1e6:.0f} us more per stored document, across the 5 queries): "
+            f"the Firestore emulator has no indexes and evaluates each query over the collection. The per-job "
+            f"work does not grow. In production `state == X AND next_check_at <= now ORDER BY next_check_at "
+            f"LIMIT n` is served by the composite index (state ASC, next_check_at ASC) in "
+            f"infra/firestore.indexes.json, whose cost follows the results, so the emulator's ratio is an "
+            f"upper bound.")
+    if last["row"].verdict == "MISS":
+        w0, wn = median(first.get("work") or [float("nan")]), median(last.get("work") or [float("nan")])
+        bench.findings.append(
+            f"the {last['size']:,} case took x{last['row'].ratio:.2f} of the empty case; the growth is in the "
+            f"queries ({fmt_s(q0)} -> {fmt_s(qn)}), i.e. the emulator's scan (see notes): the rest of the sweep "
+            f"took {fmt_s(wn)} vs {fmt_s(w0)} (x{wn / w0:.2f}). Not in safesend's query or per-job work; "
+            f"nothing to fix in safesend for this target, which needs a check against real Firestore.")
