@@ -105,7 +105,7 @@ def run(stack: Any, runs: int, budget_s: float) -> list[Bench]:
         mailer = GmailMailer(api_endpoint=relay.url, send_timeout_s=1.0, read_timeout_s=10.0)
         service = SafeSendService(store, mailer, None, publisher, policies, message_id_domain=DOMAIN,
                                   timing=Timing(), request_budget_s=40.0, send_timeout_s=1.0,
-                                  verify_message_id=True, clock=clock, monotonic=clock.monotonic,
+                                  verify_message_id_every=1, clock=clock, monotonic=clock.monotonic,
                                   sleep=clock.sleep)
         # Warm-up (gRPC channel, discovery document, HTTP), not counted.
         service.submit(_request(f"bench-paths-warmup:{collection}", CHANNEL))

@@ -58,7 +58,7 @@ class _World:
         self.service = SafeSendService(
             self.store, self.mailer, FakeScheduler(), FakePublisher(), ChannelPolicies.from_mapping(POLICIES),
             message_id_domain=DOMAIN, timing=TIMING, request_budget_s=40, send_timeout_s=10,
-            verify_message_id=True, clock=self.clock, monotonic=self.clock.monotonic,
+            verify_message_id_every=1, clock=self.clock, monotonic=self.clock.monotonic,
             sleep=self.clock.sleep, uniform=lambda lo, hi: hi)
 
 

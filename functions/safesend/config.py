@@ -36,7 +36,7 @@ class Settings:
     gmail_delegated_user: str | None = None
     send_timeout_s: float = 20.0
     read_timeout_s: float = 15.0
-    verify_message_id: bool = True
+    verify_message_id_every: int = 100  # read back the stored Message-ID: 1st send, then 1 in N (0: never)
     # Timing
     timing: Timing = field(default_factory=Timing)
     request_budget_s: float = 40.0
@@ -107,7 +107,7 @@ class Settings:
             gmail_delegated_user=get("SAFESEND_GMAIL_DELEGATED_USER"),
             send_timeout_s=send_timeout,
             read_timeout_s=_float(env, "SAFESEND_READ_TIMEOUT_S", 15.0),
-            verify_message_id=_bool(env, "SAFESEND_VERIFY_MESSAGE_ID", True),
+            verify_message_id_every=int(_float(env, "SAFESEND_VERIFY_MESSAGE_ID_EVERY", 100)),
             timing=timing,
             request_budget_s=_float(env, "SAFESEND_REQUEST_BUDGET_S", 40.0),
             tasks_queue=queue,

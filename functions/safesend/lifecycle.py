@@ -88,7 +88,9 @@ def record_outcome(job: Job, outcome: Accepted | Failure, owner: str, now: datet
         changed.add_event(now, "late_failure", error=outcome.as_dict())
         return changed
     if outcome.bucket is Bucket.MAYBE_ACCEPTED:
-        return _enter_unknown(job, outcome, now, now + timing.index_lag(policy))
+        # Gmail may have accepted it any time since the attempt began; the window still guards resends.
+        attempt_at = job.last_attempt_at or now
+        return _enter_unknown(job, outcome, now, max(now, attempt_at + timing.index_lag(policy)))
     if not outcome.retryable:
         return _enter_human(job, State.FAILED, ReviewReason.PERMANENT_ERROR, now, outcome)
     if job.attempts >= policy.max_attempts:

@@ -105,6 +105,9 @@ class Job:
     events: list[dict[str, Any]] = field(default_factory=list)
     events_dropped: int = 0
     version: int = 0
+    # The store's concurrency token for the copy we hold (Firestore: the document's update time).
+    # Not persisted; carried through copies so a compare-and-set can be a single conditional write.
+    store_token: Any = field(default=None, compare=False, repr=False)
 
     def copy(self) -> "Job":
         return dataclasses.replace(
@@ -127,13 +130,18 @@ class Job:
             self.events_dropped += overflow
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        token, self.store_token = self.store_token, None  # asdict would deep-copy it into the document
+        try:
+            data = dataclasses.asdict(self)
+        finally:
+            self.store_token = token
+        del data["store_token"]
         data["state"] = self.state.value
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Job":
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls)} - {"store_token"}
         values = {k: v for k, v in data.items() if k in known}
         values["state"] = State(values.get("state", State.PENDING.value))
         for name in ("created_at", "updated_at", "claimed_at", "lease_until", "last_attempt_at",

@@ -70,7 +70,7 @@ def build_runtime(settings: Settings) -> Runtime:
         FirestoreJobStore(settings.project, settings.jobs_collection), mailer, scheduler, publisher, policies,
         message_id_domain=settings.message_id_domain, timing=settings.timing,
         request_budget_s=settings.request_budget_s, send_timeout_s=settings.send_timeout_s,
-        verify_message_id=settings.verify_message_id)
+        verify_message_id_every=settings.verify_message_id_every)
     return Runtime(settings, policies, service, build_authenticator(settings))
 
 

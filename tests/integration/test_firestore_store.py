@@ -151,3 +151,23 @@ def test_unreachable_store_raises_store_unavailable(monkeypatch):
         store.get("anything")
     with pytest.raises(StoreUnavailableError):
         store.claim_or_get(draft())
+
+
+def test_without_a_store_token_compare_and_set_falls_back_to_a_version_checked_transaction(store):
+    stored, _ = store.claim_or_get(draft())
+    tokenless = stored.copy()
+    tokenless.store_token = None
+    tokenless.attempts = 5
+    written = store.compare_and_set(tokenless, expected_version=1)
+    assert written.version == 2 and store.get(stored.id).attempts == 5
+    with pytest.raises(ConcurrentUpdateError):  # version 1 is gone
+        store.compare_and_set(tokenless, expected_version=1)
+    with pytest.raises(ConcurrentUpdateError):  # and the original token is stale
+        store.compare_and_set(stored, expected_version=1)
+
+
+def test_store_token_never_reaches_the_document(store, firestore_emulator):
+    stored, _ = store.claim_or_get(draft())
+    assert stored.store_token is not None
+    raw = store.client.collection(store._collection).document(stored.id).get().to_dict()
+    assert "store_token" not in raw and raw["version"] == 1

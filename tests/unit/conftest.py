@@ -63,7 +63,7 @@ def make_world(script: list | None = None, index_lag_s: float = 30.0, policies: 
     service = SafeSendService(store, mailer, scheduler, publisher,
                               ChannelPolicies.from_mapping(policies or POLICIES),
                               message_id_domain="mail.example.com", timing=TIMING, request_budget_s=40,
-                              send_timeout_s=10, verify_message_id=verify, clock=clock,
+                              send_timeout_s=10, verify_message_id_every=1 if verify else 0, clock=clock,
                               monotonic=clock.monotonic, sleep=clock.sleep, uniform=lambda a, b: b)
     return World(clock, mailbox, mailer, store, scheduler, publisher, service)
 

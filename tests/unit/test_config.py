@@ -27,7 +27,7 @@ def test_defaults_with_only_a_project():
     assert s.gmail_user == "me"
     assert s.gmail_api_endpoint is None
     assert (s.send_timeout_s, s.read_timeout_s, s.request_budget_s) == (20.0, 15.0, 40.0)
-    assert s.verify_message_id is True
+    assert s.verify_message_id_every == 100
     assert (s.timing.lease_s, s.timing.index_lag_s, s.timing.unknown_window_s,
             s.timing.recheck_s, s.timing.publish_lease_s) == (120.0, 90.0, 300.0, 60.0, 60.0)
     assert (s.tasks_queue, s.reconcile_url, s.review_topic) == (None, None, None)
@@ -54,20 +54,20 @@ def test_missing_project_raises(env):
 def test_values_are_read_from_the_mapping():
     s = settings(SAFESEND_JOBS_COLLECTION="jobs_test", SAFESEND_GMAIL_USER="ops@example.com",
                  SAFESEND_SEND_TIMEOUT_S="5", SAFESEND_LEASE_S="30", SAFESEND_SWEEP_BATCH="7",
-                 SAFESEND_REVIEW_TOPIC="projects/p/topics/review", SAFESEND_VERIFY_MESSAGE_ID="false",
+                 SAFESEND_REVIEW_TOPIC="projects/p/topics/review", SAFESEND_VERIFY_MESSAGE_ID_EVERY="0",
                  SAFESEND_ENABLE_FAULT_INJECTION="yes", SAFESEND_CHANNELS_JSON='{"x": {}}')
     assert s.jobs_collection == "jobs_test"
     assert s.gmail_user == "ops@example.com"
     assert (s.send_timeout_s, s.timing.lease_s, s.sweep_batch) == (5.0, 30.0, 7)
     assert s.review_topic == "projects/p/topics/review"
-    assert s.verify_message_id is False
+    assert s.verify_message_id_every == 0
     assert s.enable_fault_injection is True
     assert s.channels_json == '{"x": {}}'
 
 
 def test_empty_values_mean_unset():
-    s = settings(SAFESEND_LEASE_S="", SAFESEND_VERIFY_MESSAGE_ID="", SAFESEND_JOBS_COLLECTION="")
-    assert (s.timing.lease_s, s.verify_message_id, s.jobs_collection) == (120.0, True, "ai_jobs")
+    s = settings(SAFESEND_LEASE_S="", SAFESEND_VERIFY_MESSAGE_ID_EVERY="", SAFESEND_JOBS_COLLECTION="")
+    assert (s.timing.lease_s, s.verify_message_id_every, s.jobs_collection) == (120.0, 100, "ai_jobs")
 
 
 # --------------------------------------------------------------- Message-ID domain
@@ -116,7 +116,7 @@ def test_non_finite_delay_raises(name, value):
 @pytest.mark.parametrize("raw,expected", [("1", True), ("true", True), ("YES", True), (" on ", True),
                                           ("0", False), ("False", False), ("no", False), ("off", False)])
 def test_booleans_accept_the_usual_spellings(raw, expected):
-    assert settings(SAFESEND_VERIFY_MESSAGE_ID=raw).verify_message_id is expected
+    assert settings(SAFESEND_ENABLE_FAULT_INJECTION=raw).enable_fault_injection is expected
 
 
 @pytest.mark.parametrize("raw", ["maybe", "2", "y", "enabled"])

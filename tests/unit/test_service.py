@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 
@@ -251,3 +252,31 @@ def test_message_id_rewrite_is_detected_and_recorded(world):
     job, _ = world.service.submit(world.request())
     assert job.state is State.SENT and job.stored_message_id == "<rewritten@mx.google.com>"
     assert any(e["kind"] == "message_id_rewritten" for e in job.events)
+
+
+def test_stored_message_id_is_read_back_for_the_first_send_then_one_in_n():
+    world = make_world()
+    world.service.verify_message_id_every = 3
+    reads = []
+    original = world.mailer.stored_message_id
+    world.mailer.stored_message_id = lambda gmail_id: reads.append(gmail_id) or original(gmail_id)
+    jobs = [world.service.submit(world.request(key=f"c:e:{i}"))[0] for i in range(7)]
+    assert [j.stored_message_id is not None for j in jobs] == [True, False, False, True, False, False, True]
+    assert len(reads) == 3
+
+
+def test_one_sweep_drains_more_than_one_batch():
+    world = make_world(script=[TIMEOUT] * 5, index_lag_s=0)
+    ids = [world.service.submit(world.request(key=f"c:e:{i}"))[0].id for i in range(5)]
+    world.clock.advance(91)
+    report = world.service.sweep(batch=2)
+    assert report.examined == 5 and report.actions == {"checked_unknown": 5}
+    assert all(world.store.get(i).checks == 1 for i in ids)
+
+
+def test_first_mailbox_check_counts_the_index_lag_from_the_attempt_start(world):
+    world.mailer.on_send = lambda: world.clock.advance(10)  # the send hangs 10 s before timing out
+    world.mailer.script = [TIMEOUT]
+    job, _ = world.service.submit(world.request())
+    assert job.state is State.UNKNOWN
+    assert job.next_check_at == job.last_attempt_at + timedelta(seconds=90)

@@ -53,8 +53,8 @@ class FirestoreJobStore:
         stored = job.copy()
         stored.version = 1
         try:
-            self._call(lambda: self._ref(job.id).create(stored.to_dict(), retry=self._write_retry,
-                                                        timeout=self._timeout_s))
+            result = self._call(lambda: self._ref(job.id).create(stored.to_dict(), retry=self._write_retry,
+                                                                 timeout=self._timeout_s))
         except StoreUnavailableError as exc:
             if not isinstance(exc.__cause__, gexc.AlreadyExists):
                 raise
@@ -63,13 +63,30 @@ class FirestoreJobStore:
                 raise StoreUnavailableError(f"job {job.id} reported as existing but cannot be read") from exc
             # A retried create whose first answer was lost finds our own document: still our claim.
             return existing, existing.lease_owner == stored.lease_owner and existing.version == 1
+        stored.store_token = result.update_time
         return stored, True
 
     def get(self, job_id: str) -> Job | None:
         snapshot = self._call(lambda: self._ref(job_id).get(retry=self._read_retry, timeout=self._timeout_s))
-        return Job.from_dict(snapshot.to_dict()) if snapshot.exists else None
+        return _job_from(snapshot) if snapshot.exists else None
 
     def compare_and_set(self, job: Job, expected_version: int) -> Job:
+        """One conditional write when we hold the document's update time (the usual case: every job
+        comes from this store): Firestore refuses it if anyone wrote since. Otherwise a transaction
+        that re-reads and compares `version`."""
+        stored = job.copy()
+        stored.version = expected_version + 1
+        if job.store_token is not None:
+            option = self.client.write_option(last_update_time=job.store_token)
+            try:
+                result = self._call(lambda: self._ref(job.id).update(stored.to_dict(), option=option,
+                                                                     timeout=self._timeout_s))
+            except StoreUnavailableError as exc:
+                if isinstance(exc.__cause__, (gexc.FailedPrecondition, gexc.NotFound)):
+                    raise ConcurrentUpdateError(job.id) from exc
+                raise
+            stored.store_token = result.update_time
+            return stored
         ref = self._ref(job.id)
 
         @firestore.transactional
@@ -78,12 +95,12 @@ class FirestoreJobStore:
             current = snapshot.to_dict() if snapshot.exists else None
             if current is None or current.get("version") != expected_version:
                 raise ConcurrentUpdateError(job.id)
-            stored = job.copy()
-            stored.version = expected_version + 1
             transaction.set(ref, stored.to_dict())
             return stored
 
-        return self._call(lambda: swap(self.client.transaction()), contention_error=ConcurrentUpdateError)
+        written = self._call(lambda: swap(self.client.transaction()), contention_error=ConcurrentUpdateError)
+        written.store_token = None  # a transaction does not hand back the update time: re-read to get one
+        return written
 
     def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
         """Needs the composite index (state ASC, next_check_at ASC): see infra/."""
@@ -93,7 +110,7 @@ class FirestoreJobStore:
                  .order_by("next_check_at")
                  .limit(limit))
         docs = self._call(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
-        return [Job.from_dict(d.to_dict()) for d in docs]
+        return [_job_from(d) for d in docs]
 
     def _call(self, fn: Callable[[], T], contention_error: type[Exception] = StoreUnavailableError) -> T:
         try:
@@ -116,3 +133,9 @@ class FirestoreJobStore:
                 raise StoreUnavailableError(f"firestore: {source}") from exc
             raise
 
+
+
+def _job_from(snapshot: firestore.DocumentSnapshot) -> Job:
+    job = Job.from_dict(snapshot.to_dict())
+    job.store_token = snapshot.update_time
+    return job
