@@ -186,14 +186,12 @@ def _explain(bench: Bench, cases: list[dict[str, Any]], due: int) -> None:
     reads = median(cases[0]["reads"])
     batch_text = ""
     if due > 50:
-        batch_text = (f" One sweep takes one batch per state (`SAFESEND_SWEEP_BATCH`, default 50): with the "
-                      f"default, {due} due jobs of one state need {-(-due // 50)} sweeps; here batch={due}.")
+        batch_text = (f" A sweep queries `SAFESEND_SWEEP_BATCH` (default 50) jobs at a time and drains up to 20 "
+                      f"batches per state within its budget; here batch={due}.")
     bench.notes.append(
-        f"{reads:.0f} reads per sweep of {due} due jobs: 5 queries (one per swept state; {due} documents + "
-        f"1 billed read per empty query), then per job `advance()` re-reads it (`store.get`) and the "
-        f"compare-and-set transaction reads it again. The `get` is avoidable ({due} reads/sweep): "
-        f"`SafeSendService.sweep` could hand the queried snapshot to `advance` (the compare-and-set still "
-        f"guards against a stale copy)." + batch_text)
+        f"{reads:.0f} reads per sweep of {due} due jobs: the 5 queries (one per swept state; {due} documents + "
+        f"1 billed read per empty query). `advance()` reuses the job the query returned and each "
+        f"compare-and-set is a conditional write, so nothing is read twice." + batch_text)
     first, last = cases[0], cases[-1]
     q0, qn = median(first["query_s"]), median(last["query_s"])
     if len(cases) > 1 and last["size"] > first["size"]:
