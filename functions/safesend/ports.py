@@ -13,7 +13,7 @@ class JobStore(Protocol):
     """Persistence for jobs (Firestore in production). Every write bumps `version`."""
 
     def claim_or_get(self, job: Job) -> tuple[Job, bool]:
-        """In one transaction: store `job` if its id is free and return (job, True), else (existing, False).
+        """Atomically store `job` if its id is free and return (job, True), else (existing, False).
 
         Raises StoreUnavailableError when the store cannot be reached.
         """
