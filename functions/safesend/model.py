@@ -130,12 +130,8 @@ class Job:
             self.events_dropped += overflow
 
     def to_dict(self) -> dict[str, Any]:
-        token, self.store_token = self.store_token, None  # asdict would deep-copy it into the document
-        try:
-            data = dataclasses.asdict(self)
-        finally:
-            self.store_token = token
-        del data["store_token"]
+        data = dataclasses.asdict(self)
+        del data["store_token"]  # the store's concurrency token is never part of the document
         data["state"] = self.state.value
         return data
 
