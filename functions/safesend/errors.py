@@ -44,10 +44,6 @@ class IllegalTransitionError(SafesendError):
         self.target = target
 
 
-class JobNotFoundError(SafesendError):
-    """No job with that id (status 404; reconcile treats it as nothing to do)."""
-
-
 class StoreUnavailableError(SafesendError):
     """The job store could not be reached. Before a claim this is safe for the caller to retry (503)."""
 
