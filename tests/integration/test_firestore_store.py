@@ -153,13 +153,14 @@ def test_unreachable_store_raises_store_unavailable(monkeypatch):
         store.claim_or_get(draft())
 
 
-def test_without_a_store_token_compare_and_set_falls_back_to_a_version_checked_transaction(store):
+def test_without_a_store_token_compare_and_set_reads_one_and_checks_the_version(store):
     stored, _ = store.claim_or_get(draft())
     tokenless = stored.copy()
     tokenless.store_token = None
     tokenless.attempts = 5
     written = store.compare_and_set(tokenless, expected_version=1)
     assert written.version == 2 and store.get(stored.id).attempts == 5
+    assert written.store_token == store.get(stored.id).store_token  # usable for the next write
     with pytest.raises(ConcurrentUpdateError):  # version 1 is gone
         store.compare_and_set(tokenless, expected_version=1)
     with pytest.raises(ConcurrentUpdateError):  # and the original token is stale
@@ -171,3 +172,30 @@ def test_store_token_never_reaches_the_document(store, firestore_emulator):
     assert stored.store_token is not None
     raw = store.client.collection(store._collection).document(stored.id).get().to_dict()
     assert "store_token" not in raw and raw["version"] == 1
+
+
+def test_the_write_id_is_the_only_store_private_field_and_changes_on_every_write(store):
+    stored, _ = store.claim_or_get(draft())
+    docs = store.client.collection(store._collection)
+    created = docs.document(stored.id).get().to_dict()
+    assert set(created) - set(stored.to_dict()) == {"_write_id"}
+    store.compare_and_set(stored.copy(), expected_version=1)
+    updated = docs.document(stored.id).get().to_dict()
+    assert set(updated) - set(stored.to_dict()) == {"_write_id"}
+    assert len({created["_write_id"], updated["_write_id"]}) == 2
+    assert store.get(stored.id).version == 2  # Job.from_dict ignores the private field
+
+
+def test_a_damaged_document_is_skipped_by_find_due_and_the_jobs_after_it_are_returned(store):
+    """Issue 8.5: one document that is not a job (a bad state value here) must not stop the sweeper."""
+    good = []
+    for i in range(3):
+        job = draft(f"c:e:{i}")
+        job.next_check_at = NOW + timedelta(seconds=i)
+        good.append(store.claim_or_get(job)[0])
+    store._ref("damaged0000").set({"state": "sending", "next_check_at": NOW - timedelta(seconds=5),
+                                   "id": "damaged0000", "events": "not a list"})
+    store._ref("damaged0001").set({"state": "sending", "next_check_at": NOW - timedelta(seconds=4),
+                                   "dedup_key": 7})
+    due = store.find_due(State.SENDING, NOW + timedelta(seconds=10), limit=10)
+    assert [j.id for j in due] == [j.id for j in good]

@@ -1,22 +1,49 @@
-"""JobStore on Firestore (collection `ai_jobs`). Claims and compare-and-sets run in transactions."""
+"""JobStore on Firestore (collection `ai_jobs`).
+
+Every write is one conditional commit, never a transaction: a claim is a create (precondition:
+the document does not exist), a compare-and-set an update (precondition: the update time we read).
+
+The client library never retries these commits. A retried commit whose first answer was lost
+(UNAVAILABLE or DEADLINE_EXCEEDED after the server applied it) meets our own write, fails its
+precondition, and would be reported as a lost race although our write is stored. Instead every
+write carries a fresh id in the store-private field `_write_id` (not a Job field: Job.from_dict
+ignores unknown keys), and after an ambiguous failure we re-read the document and decide:
+our id and version are there -> our write landed; the document is as we read it -> it did not,
+so we send it again (a bounded number of times); anything else -> someone else wrote first.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
+import uuid
 from datetime import datetime
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from google.api_core import exceptions as gexc
-from google.api_core.retry import Retry
+from google.api_core.retry import Retry, if_exception_type
+from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from ..errors import ConcurrentUpdateError, StoreUnavailableError
+from ..logs import log
 from ..model import Job
 from ..states import State
 
 T = TypeVar("T")
-_UNAVAILABLE = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError,
-                gexc.Unknown, gexc.RetryError, gexc.Unauthenticated, gexc.PermissionDenied)
+Snapshot = firestore.DocumentSnapshot
+
+WRITE_ID_FIELD = "_write_id"
+MAX_WRITE_ATTEMPTS = 3  # and none started after the store's timeout; backoff 0.1 s, then 0.2 s
+_BACKOFF_S = 0.1
+
+# After these the server may or may not have applied a commit: only a re-read can tell.
+_AMBIGUOUS = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.Unknown, gexc.InternalServerError,
+              gexc.Aborted, gexc.Cancelled, gexc.RetryError, auth_exceptions.TransportError)
+# Transient failures of idempotent reads, retried by the library within the store's timeout.
+_TRANSIENT_READ = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.Unknown,
+                   gexc.InternalServerError, gexc.Aborted)
 
 
 class FirestoreJobStore:
@@ -28,10 +55,9 @@ class FirestoreJobStore:
         self._collection = collection
         self._client = client
         self._timeout_s = timeout_s
-        # Bounded retries for plain reads: the library default keeps retrying UNAVAILABLE for 60 s+.
-        self._read_retry = Retry(initial=0.1, maximum=1.0, multiplier=2.0, timeout=timeout_s)
-        # Retrying a create is safe: a repeat of one that landed answers ALREADY_EXISTS (see below).
-        self._write_retry = Retry(initial=0.1, maximum=1.0, multiplier=2.0, timeout=timeout_s)
+        # Reads only: the library default keeps retrying UNAVAILABLE for 60 s+. Writes: see _commit.
+        self._read_retry = Retry(predicate=if_exception_type(*_TRANSIENT_READ),
+                                 initial=0.1, maximum=1.0, multiplier=2.0, timeout=timeout_s)
 
     @property
     def client(self) -> firestore.Client:
@@ -49,58 +75,50 @@ class FirestoreJobStore:
         and read the winner's job. Unlike a read-then-write transaction this takes no locks, so
         ten simultaneous webhooks do not queue on lock timeouts (bench/: 36 of 50 transactional
         claims failed). A new job costs one write; a duplicate one refused write and one read.
+        Our own create is recognised by its write id, never by caller data such as lease_owner:
+        a create that landed but was then overwritten counts as not ours (no send from a stale claim).
         """
         stored = job.copy()
         stored.version = 1
-        try:
-            result = self._call(lambda: self._ref(job.id).create(stored.to_dict(), retry=self._write_retry,
-                                                                 timeout=self._timeout_s))
-        except StoreUnavailableError as exc:
-            if not isinstance(exc.__cause__, gexc.AlreadyExists):
-                raise
+        ref, write_id = self._ref(job.id), _new_write_id()
+        data = _document(stored, write_id)
+        update_time = self._commit(
+            ref, lambda: ref.create(data, retry=None, timeout=self._timeout_s),
+            refused=gexc.AlreadyExists,
+            is_ours=lambda snapshot: _written_by(snapshot, write_id, stored.version),
+            untouched=lambda snapshot: not snapshot.exists)
+        if update_time is None:
             existing = self.get(job.id)
             if existing is None:
-                raise StoreUnavailableError(f"job {job.id} reported as existing but cannot be read") from exc
-            # A retried create whose first answer was lost finds our own document: still our claim.
-            return existing, existing.lease_owner == stored.lease_owner and existing.version == 1
-        stored.store_token = result.update_time
+                raise StoreUnavailableError(f"job {job.id} reported as existing but cannot be read")
+            return existing, False
+        stored.store_token = update_time
         return stored, True
 
     def get(self, job_id: str) -> Job | None:
-        snapshot = self._call(lambda: self._ref(job_id).get(retry=self._read_retry, timeout=self._timeout_s))
+        snapshot = self._read(self._ref(job_id))
         return _job_from(snapshot) if snapshot.exists else None
 
     def compare_and_set(self, job: Job, expected_version: int) -> Job:
-        """One conditional write when we hold the document's update time (the usual case: every job
-        comes from this store): Firestore refuses it if anyone wrote since. Otherwise a transaction
-        that re-reads and compares `version`."""
+        """One conditional write on the document's update time: Firestore refuses it if anyone wrote
+        since. A job without a store token (not read from this store) first costs one read, which
+        must still show `expected_version`. Raises StoreUnavailableError when the outcome is unknown."""
+        ref = self._ref(job.id)
+        token = job.store_token if job.store_token is not None else self._token_at(ref, expected_version)
         stored = job.copy()
         stored.version = expected_version + 1
-        if job.store_token is not None:
-            option = self.client.write_option(last_update_time=job.store_token)
-            try:
-                result = self._call(lambda: self._ref(job.id).update(stored.to_dict(), option=option,
-                                                                     timeout=self._timeout_s))
-            except StoreUnavailableError as exc:
-                if isinstance(exc.__cause__, (gexc.FailedPrecondition, gexc.NotFound)):
-                    raise ConcurrentUpdateError(job.id) from exc
-                raise
-            stored.store_token = result.update_time
-            return stored
-        ref = self._ref(job.id)
-
-        @firestore.transactional
-        def swap(transaction: firestore.Transaction) -> Job:
-            snapshot = ref.get(transaction=transaction, timeout=self._timeout_s)
-            current = snapshot.to_dict() if snapshot.exists else None
-            if current is None or current.get("version") != expected_version:
-                raise ConcurrentUpdateError(job.id)
-            transaction.set(ref, stored.to_dict())
-            return stored
-
-        written = self._call(lambda: swap(self.client.transaction()), contention_error=ConcurrentUpdateError)
-        written.store_token = None  # a transaction does not hand back the update time: re-read to get one
-        return written
+        write_id = _new_write_id()
+        data = _document(stored, write_id)
+        option = self.client.write_option(last_update_time=token)
+        update_time = self._commit(
+            ref, lambda: ref.update(data, option=option, retry=None, timeout=self._timeout_s),
+            refused=(gexc.FailedPrecondition, gexc.NotFound),
+            is_ours=lambda snapshot: _written_by(snapshot, write_id, stored.version),
+            untouched=lambda snapshot: snapshot.exists and snapshot.update_time == token)
+        if update_time is None:
+            raise ConcurrentUpdateError(job.id)
+        stored.store_token = update_time
+        return stored
 
     def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
         """Needs the composite index (state ASC, next_check_at ASC): see infra/."""
@@ -109,33 +127,91 @@ class FirestoreJobStore:
                  .where(filter=FieldFilter("next_check_at", "<=", now))
                  .order_by("next_check_at")
                  .limit(limit))
-        docs = self._call(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
-        return [_job_from(d) for d in docs]
+        docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
+        return [job for job in map(_readable_job, docs) if job is not None]
 
-    def _call(self, fn: Callable[[], T], contention_error: type[Exception] = StoreUnavailableError) -> T:
-        try:
-            return fn()
-        except ConcurrentUpdateError:
-            raise
-        except (gexc.Aborted, gexc.Conflict) as exc:
-            raise contention_error(str(exc)) from exc
-        except _UNAVAILABLE as exc:
-            raise StoreUnavailableError(f"firestore: {exc}") from exc
-        except gexc.GoogleAPICallError as exc:
-            raise StoreUnavailableError(f"firestore: {exc}") from exc
-        except ValueError as exc:
-            # The transaction helper raises ValueError when `begin` failed ("cannot be rolled back")
-            # or when every commit attempt was aborted ("Failed to commit transaction in N attempts").
-            source = exc.__cause__ or exc.__context__
-            if isinstance(source, (gexc.Aborted, gexc.Conflict)):
-                raise contention_error(str(exc)) from source
-            if isinstance(source, gexc.GoogleAPICallError):
-                raise StoreUnavailableError(f"firestore: {source}") from exc
-            raise
+    def _read(self, ref: firestore.DocumentReference) -> Snapshot:
+        return _reading(lambda: ref.get(retry=self._read_retry, timeout=self._timeout_s))
+
+    def _token_at(self, ref: firestore.DocumentReference, expected_version: int) -> datetime:
+        """The update time to condition on, read now; the version must still be the expected one."""
+        snapshot = self._read(ref)
+        if not snapshot.exists or (snapshot.to_dict() or {}).get("version") != expected_version:
+            raise ConcurrentUpdateError(ref.id)
+        return snapshot.update_time
+
+    def _commit(self, ref: firestore.DocumentReference, commit: Callable[[], Any],
+                refused: type[Exception] | tuple[type[Exception], ...],
+                is_ours: Callable[[Snapshot], bool], untouched: Callable[[Snapshot], bool]) -> datetime | None:
+        """Send one conditional commit until its fate is known: our write's update time, or None if
+        another write won. `refused` (the precondition failure) is final unless an earlier attempt
+        may have landed; after an ambiguous failure a re-read decides. Every attempt sends the same
+        document under the same precondition, so at most one of them can ever apply."""
+        maybe_landed = False
+        error: Exception | None = None
+        deadline = time.monotonic() + self._timeout_s  # no new attempt after this
+        for attempt in range(1, MAX_WRITE_ATTEMPTS + 1):
+            if attempt > 1:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(_BACKOFF_S * 2 ** (attempt - 2))
+            try:
+                return commit().update_time
+            except refused as exc:
+                if not maybe_landed:
+                    return None
+                error = exc
+            except _AMBIGUOUS as exc:
+                error = exc
+            except gexc.GoogleAPICallError as exc:  # refused for another reason: nothing was written
+                raise StoreUnavailableError(f"firestore: {exc}") from exc
+            maybe_landed = True
+            snapshot = self._read(ref)
+            if is_ours(snapshot):
+                return snapshot.update_time
+            if not untouched(snapshot):
+                return None
+        raise StoreUnavailableError(
+            f"firestore: write of {ref.id} not stored after {attempt} attempt(s) "
+            f"(a late one may still land): {error}") from error
 
 
+def _reading(fn: Callable[[], T]) -> T:
+    """Run an idempotent read; any failure left after the read retry means the store is unreachable."""
+    try:
+        return fn()
+    except (gexc.GoogleAPIError, auth_exceptions.TransportError) as exc:
+        raise StoreUnavailableError(f"firestore: {exc}") from exc
 
-def _job_from(snapshot: firestore.DocumentSnapshot) -> Job:
+
+def _new_write_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _document(job: Job, write_id: str) -> dict[str, Any]:
+    """The stored document: the job's fields plus the id of the write that put them there."""
+    return {**job.to_dict(), WRITE_ID_FIELD: write_id}
+
+
+def _written_by(snapshot: Snapshot, write_id: str, version: int) -> bool:
+    """Exact: only our write carries our write id. The version check also rejects a later writer
+    that does not set the field (e.g. an older deployment during a rollout)."""
+    data = snapshot.to_dict() if snapshot.exists else None
+    return data is not None and data.get(WRITE_ID_FIELD) == write_id and data.get("version") == version
+
+
+def _readable_job(snapshot: Snapshot) -> Job | None:
+    """A due job, or None (logged loudly each time) if its document cannot be read as one: a damaged
+    document must not stop the sweeper from handling the jobs due after it."""
+    try:
+        return _job_from(snapshot)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        log(logging.ERROR, "job document cannot be read as a job; the sweeper skips it", job_id=snapshot.id,
+            error_type=type(exc).__name__, error=str(exc)[:300])
+        return None
+
+
+def _job_from(snapshot: Snapshot) -> Job:
     job = Job.from_dict(snapshot.to_dict())
     job.store_token = snapshot.update_time
     return job
