@@ -6,6 +6,9 @@ Those can only be produced by controlling exactly when bytes are written or a so
 relay parses HTTP/1.1 itself on raw sockets (one thread per client connection, keep-alive supported) and
 forwards each request with a fresh ``http.client`` connection.
 
+``trickle-response`` forwards, then writes the real answer one byte every ``delay_s``: each read the client makes
+succeeds just inside a per-operation socket timeout, so only a wall-clock deadline on the client ends the wait.
+
 Standard library only. Binds 127.0.0.1 only. Control endpoints live under ``/_relay/`` and are never forwarded.
 """
 
@@ -36,6 +39,7 @@ MODES = (
     "forward-then-5xx",
     "429-before-forward",
     "slow-response",
+    "trickle-response",
 )
 MATCHES = ("send", "all")
 NORMAL = "forward-and-respond"
@@ -407,8 +411,12 @@ class FaultRelay:
         elif mode == "slow-response":
             if not self._wait_while_client_open(sock, delay_s):
                 return False
-        sock.sendall(_serialize(response, close))
+        elif mode == "trickle-response":
+            self._count("responded")
+            return self._trickle(sock, _serialize(response, close), delay_s) and not close
+        # Counted before the write: a client that has read the answer must find it counted.
         self._count("responded")
+        sock.sendall(_serialize(response, close))
         return not close
 
     def _forward(self, request: _Request) -> _Response:
@@ -431,6 +439,20 @@ class FaultRelay:
             return _json_response(502, google_error_body(502, f"relay upstream error: {exc!r}", "backendError"))
         finally:
             conn.close()
+
+    def _trickle(self, sock: socket.socket, data: bytes, delay_s: float) -> bool:
+        """Write ``data`` one byte every ``delay_s``; False as soon as the client left or stop() was called.
+
+        Bounded: len(data) bytes, and a client that closed makes the next write fail (EPIPE/ECONNRESET).
+        """
+        for index in range(len(data)):
+            if self._stop.wait(delay_s):
+                return False
+            try:
+                sock.sendall(data[index:index + 1])
+            except OSError:
+                return False
+        return True
 
     def _wait_while_client_open(self, sock: socket.socket, delay_s: float) -> bool:
         """Wait up to delay_s (stop() interrupts); True if the client is still connected afterwards."""

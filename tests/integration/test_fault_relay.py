@@ -35,22 +35,6 @@ CONNECTION_FAILURES = (ConnectionError, http.client.HTTPException)
 
 
 # ----------------------------------------------------------------------------- fixtures / helpers
-@pytest.fixture
-def sim() -> Iterator[GmailSimulator]:
-    simulator = GmailSimulator().start()
-    try:
-        yield simulator
-    finally:
-        simulator.stop()
-
-
-@pytest.fixture
-def relay(sim: GmailSimulator) -> Iterator[FaultRelay]:
-    fault_relay = FaultRelay(sim.url).start()
-    try:
-        yield fault_relay
-    finally:
-        fault_relay.stop()
 
 
 @pytest.fixture
@@ -291,8 +275,6 @@ def test_bind_refuses_non_loopback(sim: GmailSimulator) -> None:
         FaultRelay("https://gmail.googleapis.com/")
 
 
-
-
 def test_cli_subprocess_relays_and_stops_on_sigterm(sim: GmailSimulator, make_client: Callable[..., Any]) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "devstack.relay", "--upstream", sim.url, "--port", "0"],
@@ -321,3 +303,69 @@ def test_cli_subprocess_relays_and_stops_on_sigterm(sim: GmailSimulator, make_cl
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+# ----------------------------------------------------------------------------- trickle-response
+def read_trickled(port: int, request: bytes, byte_count: int, timeout: float) -> tuple[bytes, list[float]]:
+    """Send a raw request and read `byte_count` bytes one recv at a time, noting when each chunk came."""
+    arrivals: list[float] = []
+    data = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        conn.sendall(request)
+        for _ in range(byte_count):  # bounded: one recv per expected byte at most
+            chunk = conn.recv(byte_count - len(data))
+            if not chunk:
+                break
+            data += chunk
+            arrivals.append(time.monotonic())
+            if len(data) >= byte_count:
+                break
+    return data, arrivals
+
+
+def test_trickle_response_forwards_then_dribbles_the_real_answer_byte_by_byte(
+    sim: GmailSimulator, relay: FaultRelay
+) -> None:
+    """Every byte arrives inside a short per-read timeout, so only a wall-clock deadline can end the wait."""
+    existing = sim.insert_message(make_raw("<old@safesend.test>"))
+    relay.set_mode("trickle-response", match="all", count=1, delay_s=0.05)
+    request = f"GET /gmail/v1/users/me/messages/{existing}?format=minimal HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    data, arrivals = read_trickled(relay.port, request, 12, timeout=0.5)  # each read waits at most 0.5 s
+    assert data == b"HTTP/1.1 200"
+    assert len(arrivals) == 12  # one byte per read: the answer is dribbled, not written at once
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    assert min(gaps) >= 0.03 and max(gaps) < 0.5
+    stats = relay.stats()
+    assert stats["faulted"]["trickle-response"] == 1 and stats["forwarded"] == 1
+
+
+def test_trickle_response_delivers_a_complete_answer_to_a_patient_client(
+    sim: GmailSimulator, relay: FaultRelay, make_client: Callable[..., Any]
+) -> None:
+    relay.set_mode("trickle-response", count=1, delay_s=0.001)
+    gmail = make_client(relay.url, timeout=5.0).users().messages()
+    started = time.monotonic()
+    sent = send(gmail)
+    assert sent["labelIds"] == ["SENT"] and [e["gmail_id"] for e in sim.effects()] == [sent["id"]]
+    assert time.monotonic() - started < 10.0
+    assert relay.stats()["mode"] == "forward-and-respond"  # count=1 reverted it
+
+
+def test_trickle_response_is_cut_short_by_stop(sim: GmailSimulator) -> None:
+    fault_relay = FaultRelay(sim.url).start()
+    try:
+        status, body = relay_control(fault_relay.url, "POST", "/_relay/mode",
+                                     {"mode": "trickle-response", "match": "all", "delay_s": 60.0})
+        assert status == 200 and body["mode"] == "trickle-response" and body["delay_s"] == 60.0
+        conn = socket.create_connection(("127.0.0.1", fault_relay.port), timeout=10)
+        conn.sendall(b"GET /gmail/v1/users/me/messages HTTP/1.1\r\nHost: x\r\n\r\n")
+        for _ in range(100):  # bounded: wait until the request was forwarded
+            if fault_relay.stats()["forwarded"]:
+                break
+            time.sleep(0.05)
+        started = time.monotonic()
+    finally:
+        fault_relay.stop()
+    assert time.monotonic() - started < 3.0
+    with conn:
+        assert conn.recv(100) == b""  # closed without a byte of the held-back answer

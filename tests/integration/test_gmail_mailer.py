@@ -30,20 +30,6 @@ RAW = build_mime(MESSAGE, MESSAGE_ID, job_id_for(KEY), datetime(2026, 11, 29, tz
 
 
 @pytest.fixture
-def sim() -> Iterator[GmailSimulator]:
-    simulator = GmailSimulator().start()
-    yield simulator
-    simulator.stop()
-
-
-@pytest.fixture
-def relay(sim) -> Iterator[FaultRelay]:
-    fault_relay = FaultRelay(sim.url).start()
-    yield fault_relay
-    fault_relay.stop()
-
-
-@pytest.fixture
 def mailer(relay) -> GmailMailer:
     return GmailMailer(api_endpoint=relay.url, send_timeout_s=1.5, read_timeout_s=5, sleep=lambda s: None)
 
@@ -149,3 +135,12 @@ def test_search_failure_is_reported_not_guessed(relay, mailer):
     with pytest.raises(MailboxUnavailableError):
         mailer.find_by_message_id(MESSAGE_ID)
     assert relay.stats()["requests"] == 3  # reads are idempotent: a few bounded tries
+
+
+def test_read_back_is_a_single_try(sim, relay, mailer):
+    """It runs right after an accepted send, inside the lease: no retry loop, no backoff sleeps."""
+    gmail_id = sim.insert_message(RAW)
+    relay.set_mode("forward-then-5xx", match="all")
+    with pytest.raises(MailboxUnavailableError):
+        mailer.stored_message_id(gmail_id)
+    assert relay.stats()["requests"] == 1

@@ -1,17 +1,25 @@
 """Mailer on the Gmail API through google-api-python-client, with a transport that never re-sends.
 
 The send is executed with num_retries=0 over OneShotHttp: one attempt is one
-HTTP request. Reads (list/get) are idempotent, so they get a few bounded retries.
+HTTP request. Reads (list/get) are idempotent, so a search gets a few bounded retries;
+the read-back right after a send gets one try.
+
+Every call has a wall-clock bound the service can rely on (send_deadline_s, read_deadline_s,
+read_back_deadline_s): one OneShotHttp deadline covers the credential refresh and the send, and
+token refreshes get one try (google-auth's own retries sleep outside any socket timeout).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any, Callable, Sequence
 
+from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import Credentials
 from google.auth.exceptions import RefreshError
+from google.auth.transport import DEFAULT_RETRYABLE_STATUS_CODES
 from google_auth_httplib2 import AuthorizedHttp, Request as AuthRequest
 from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
@@ -21,14 +29,17 @@ from ..errors import MailboxUnavailableError
 from ..keys import bare_message_id
 from ..mime import encode_raw
 from ..model import Accepted, Bucket, Failure, MailboxHit
-from .one_shot_http import OneShotHttp, TransportError
+from .one_shot_http import DEADLINE_SLACK_S, OneShotHttp, TransportError
 
 GMAIL_SCOPES = (
     "https://www.googleapis.com/auth/gmail.send",
     "https://www.googleapis.com/auth/gmail.readonly",  # q= search is refused with gmail.metadata
 )
 READ_TRIES = 3
+READ_BACKOFF_S = tuple(0.5 * 2 ** attempt for attempt in range(1, READ_TRIES))  # before tries 2..n: 1 s, 2 s
+RETRYABLE_READ_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_HITS_INSPECTED = 10
+_OAUTH_ERROR_CODE = re.compile(r"[a-z_]{1,40}")  # RFC 6749 error codes: safe to log, unlike the body
 
 
 class GmailMailer:
@@ -45,29 +56,55 @@ class GmailMailer:
         self._sleep = sleep
         self._service: Any = None
 
+    # ---------------------------------------------------------- wall-clock bounds
+    @property
+    def send_deadline_s(self) -> float:
+        """Worst-case wall-clock of one send(): refresh, connect, write and read share one deadline."""
+        return self._send_timeout_s + DEADLINE_SLACK_S
+
+    @property
+    def read_deadline_s(self) -> float:
+        """Worst-case wall-clock of one find_by_message_id(): the list and the gets of its hits share
+        READ_TRIES tries' worth of read timeouts plus the backoff sleeps between them."""
+        return self._search_budget_s + DEADLINE_SLACK_S
+
+    @property
+    def _search_budget_s(self) -> float:
+        return READ_TRIES * self._read_timeout_s + sum(READ_BACKOFF_S)
+
+    @property
+    def read_back_deadline_s(self) -> float:
+        """Worst-case wall-clock of one stored_message_id(): a single try."""
+        return self._read_timeout_s + DEADLINE_SLACK_S
+
     @property
     def service(self) -> Any:
+        """Builds requests only: every execute() is given its own deadline-bound transport."""
         if self._service is None:
             options = {"api_endpoint": self._api_endpoint} if self._api_endpoint else None
-            self._service = build("gmail", "v1", http=self._http(self._read_timeout_s),
+            self._service = build("gmail", "v1", http=self._http(OneShotHttp(timeout=self._read_timeout_s)),
                                   client_options=options, static_discovery=True, cache_discovery=False)
         return self._service
 
-    def _http(self, timeout: float) -> Any:
-        transport = OneShotHttp(timeout=timeout)
+    def _http(self, transport: OneShotHttp) -> Any:
         if self._credentials is None:
             return transport
         # AuthorizedHttp re-sends only after a 401, which Gmail answers before accepting anything.
-        return AuthorizedHttp(self._credentials, http=transport)
+        authorized = AuthorizedHttp(self._credentials, http=transport)
+        # google_auth_httplib2 keeps the transport it refreshes tokens with in `_request` (0.4.x;
+        # pinned by test_a_refresh_after_a_401_is_inside_the_same_deadline).
+        authorized._request = _OneTryRefreshRequest(transport)
+        return authorized
 
     # ------------------------------------------------------------------ send
     def send(self, raw: bytes) -> Accepted | Failure:
-        refresh_failure = self._refresh_credentials_if_needed()
+        transport = OneShotHttp(timeout=self._send_timeout_s, deadline=time.monotonic() + self._send_timeout_s)
+        refresh_failure = self._refresh_credentials_if_needed(transport)
         if refresh_failure is not None:
             return refresh_failure
         request = self.service.users().messages().send(userId=self.user, body={"raw": encode_raw(raw)})
         try:
-            response = request.execute(http=self._http(self._send_timeout_s), num_retries=0)
+            response = request.execute(http=self._http(transport), num_retries=0)
         except HttpError as exc:
             return _classify_http_error(exc)
         except TransportError as exc:
@@ -81,52 +118,124 @@ class GmailMailer:
             return classify_transport(TransportFault.PROTOCOL, "2xx without a message id")
         return Accepted(gmail_id=response["id"], thread_id=response.get("threadId"))
 
-    def _refresh_credentials_if_needed(self) -> Failure | None:
-        """Refresh before the send, so an auth failure is known to have sent nothing (Bucket 1)."""
+    def _refresh_credentials_if_needed(self, transport: OneShotHttp) -> Failure | None:
+        """Refresh before the send, so an auth failure is known to have sent nothing (Bucket 1).
+
+        On the send's own transport: the refresh spends the same deadline.
+        """
         creds = self._credentials
         if creds is None or creds.valid:
             return None
         try:
-            creds.refresh(AuthRequest(OneShotHttp(timeout=self._read_timeout_s)))
+            creds.refresh(_OneTryRefreshRequest(transport))
         except Exception as exc:  # noqa: BLE001 - the send was never attempted
             return Failure(Bucket.NOT_ACCEPTED, True, "auth_refresh", repr(exc)[:300])
         return None
 
     # ----------------------------------------------------------------- reads
     def find_by_message_id(self, message_id: str) -> Sequence[MailboxHit]:
+        """Raises MailboxUnavailableError if any read fails or the search outlives read_deadline_s."""
+        deadline = time.monotonic() + self._search_budget_s
         listing = self._read(lambda: self.service.users().messages().list(
             userId=self.user, q=f"rfc822msgid:{bare_message_id(message_id)}",
-            includeSpamTrash=True, maxResults=MAX_HITS_INSPECTED))
+            includeSpamTrash=True, maxResults=MAX_HITS_INSPECTED), deadline)
         hits = []
         for item in (listing.get("messages") or [])[:MAX_HITS_INSPECTED]:
             meta = self._read(lambda item=item: self.service.users().messages().get(
-                userId=self.user, id=item["id"], format="minimal"))
+                userId=self.user, id=item["id"], format="minimal"), deadline)
             hits.append(MailboxHit(gmail_id=item["id"], thread_id=item.get("threadId"),
                                    label_ids=tuple(meta.get("labelIds") or ())))
         return hits
 
     def stored_message_id(self, gmail_id: str) -> str | None:
+        """One try (it runs inside the send's lease); raises MailboxUnavailableError if it fails."""
         meta = self._read(lambda: self.service.users().messages().get(
-            userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"]))
+            userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"]),
+            time.monotonic() + self._read_timeout_s, tries=1)
         for header in (meta.get("payload") or {}).get("headers") or []:
             if header.get("name", "").lower() == "message-id":
                 return header.get("value")
         return None
 
-    def _read(self, make_request: Callable[[], Any]) -> dict[str, Any]:
+    def _read(self, make_request: Callable[[], Any], deadline: float, tries: int = READ_TRIES) -> dict[str, Any]:
+        """Up to `tries` tries of an idempotent read, none past `deadline`, each within the read timeout.
+
+        Whatever goes wrong (HTTP, transport, token refresh, the unforeseen) comes out as
+        MailboxUnavailableError, the Mailer port's promise, with a message that is safe to log.
+        """
         last: Exception | None = None
-        for attempt in range(READ_TRIES):
+        for attempt in range(tries):
             if attempt:
-                self._sleep(0.5 * 2 ** attempt)
-            try:
-                return make_request().execute(num_retries=0)
-            except HttpError as exc:
-                last = exc
-                if exc.status_code not in (429, 500, 502, 503, 504):
+                pause = READ_BACKOFF_S[attempt - 1]
+                if time.monotonic() + pause >= deadline:
                     break
-            except TransportError as exc:
+                self._sleep(pause)
+            transport = OneShotHttp(timeout=self._read_timeout_s,
+                                    deadline=min(time.monotonic() + self._read_timeout_s, deadline))
+            try:
+                return make_request().execute(http=self._http(transport), num_retries=0)
+            except Exception as exc:  # noqa: BLE001 - reads are idempotent: any failure is "unavailable"
                 last = exc
-        raise MailboxUnavailableError(f"gmail read failed: {last}")
+                if not _read_retryable(exc):
+                    break
+        raise MailboxUnavailableError(f"gmail read failed: {_describe(last)}") from last
+
+
+class _OneTryRefreshRequest(AuthRequest):
+    """The google-auth transport for token refreshes inside one bounded call.
+
+    google-auth retries a token request that failed with 5xx/429 after sleeping ~1 s, then ~2 s:
+    sleeps no socket timeout or deadline can cut. Here any error answer, and any transport failure,
+    is a RefreshError at once. A refresh happens before the send or after Gmail answered 401, so
+    nothing was accepted either way: the caller's own retry (a later attempt) is the retry.
+    """
+
+    def __call__(self, url: str, method: str = "GET", body: Any = None, headers: Any = None,
+                 timeout: Any = None, **kwargs: Any) -> Any:
+        try:  # `timeout` is dropped: the transport's deadline governs (httplib2 would only warn)
+            response = super().__call__(url, method=method, body=body, headers=headers, **kwargs)
+        except (TransportError, auth_exceptions.TransportError) as exc:
+            raise RefreshError(f"token request failed: {_describe(exc)}", retryable=True) from exc
+        if response.status >= 400:
+            code = _oauth_error_code(response.data)
+            raise RefreshError(f"token endpoint answered HTTP {response.status}" + (f": {code}" if code else ""),
+                               {"error": code} if code else {},
+                               retryable=response.status in DEFAULT_RETRYABLE_STATUS_CODES)
+        return response
+
+
+def _read_retryable(exc: Exception) -> bool:
+    """A read failure worth another try: throttling, server errors, transport faults, transient refresh."""
+    if isinstance(exc, HttpError):
+        return exc.status_code in RETRYABLE_READ_STATUSES
+    if isinstance(exc, (TransportError, auth_exceptions.TransportError)):
+        return True
+    if isinstance(exc, RefreshError):
+        return exc.retryable
+    return False
+
+
+def _describe(exc: BaseException | None) -> str:
+    """A log-safe summary: kind and status/fault/OAuth error code, never a header, body or token."""
+    if isinstance(exc, HttpError):
+        reason, _ = _error_reason(exc)
+        return f"HTTP {exc.status_code}" + (f" {reason}" if reason else "")
+    if isinstance(exc, TransportError):
+        return f"transport {exc.fault.value}"
+    if isinstance(exc, RefreshError):
+        codes = [arg.get("error") for arg in exc.args if isinstance(arg, dict)]
+        code = next((c for c in codes if isinstance(c, str) and _OAUTH_ERROR_CODE.fullmatch(c)), None)
+        return "credential refresh failed" + (f": {code}" if code else "")
+    return type(exc).__name__
+
+
+def _oauth_error_code(data: Any) -> str | None:
+    """The RFC 6749 `error` code of a token endpoint answer, if it has a plausible one."""
+    try:
+        code = json.loads(data).get("error")
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return code if isinstance(code, str) and _OAUTH_ERROR_CODE.fullmatch(code) else None
 
 
 def _classify_http_error(exc: HttpError) -> Failure:

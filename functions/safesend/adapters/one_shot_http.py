@@ -7,7 +7,12 @@ to messages.send that is a second email. Here:
 - one new connection per request (`Connection: close`), so no stale socket is ever reused;
 - no retry, no redirect following;
 - the connect phase (DNS, TCP, TLS) is separated from the write/read phase, so a
-  failure can be told apart: before the request was written means not sent.
+  failure can be told apart: before the request was written means not sent;
+- a wall-clock deadline (`deadline`, absolute `time.monotonic()`; by default now + `timeout` per
+  request): each phase's socket timeout is the time left, and a watchdog shuts the socket down when
+  the deadline passes. A per-operation timeout alone is not a deadline: a server writing one byte
+  just inside it keeps the call open indefinitely. request() returns or raises at most
+  DEADLINE_SLACK_S after the deadline.
 """
 
 from __future__ import annotations
@@ -15,15 +20,23 @@ from __future__ import annotations
 import functools
 import gzip
 import http.client
+import ipaddress
 import socket
 import ssl
+import threading
+import time
 import zlib
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import httplib2
 
 from ..classify import TransportFault
+
+# How late request() can return after its deadline: the watchdog timer's wake-up plus unwinding the
+# interrupted call. Generous for a loaded instance; measured in milliseconds on an idle one.
+DEADLINE_SLACK_S = 0.25
+MIN_PHASE_TIMEOUT_S = 0.001  # settimeout(0) would make the socket non-blocking, not "no time left"
 
 
 class TransportError(Exception):
@@ -35,10 +48,17 @@ class TransportError(Exception):
 
 
 class OneShotHttp:
-    """Implements the slice of httplib2.Http that googleapiclient and google-auth-httplib2 use."""
+    """Implements the slice of httplib2.Http that googleapiclient and google-auth-httplib2 use.
 
-    def __init__(self, timeout: float = 20.0, ssl_context: ssl.SSLContext | None = None):
+    `deadline` (absolute monotonic time) bounds every request made through this instance, so one
+    instance per attempt makes several requests (a token refresh, then the send) share one deadline.
+    Without it each request gets its own deadline, `timeout` seconds after it starts.
+    """
+
+    def __init__(self, timeout: float = 20.0, ssl_context: ssl.SSLContext | None = None,
+                 deadline: float | None = None):
         self.timeout = timeout
+        self.deadline = deadline
         self._ssl_context = ssl_context
         # Attributes google_auth_httplib2.AuthorizedHttp proxies; unused here.
         self.connections: dict[str, Any] = {}
@@ -57,61 +77,230 @@ class OneShotHttp:
         send_headers["connection"] = "close"
         payload = _body_bytes(body)
 
-        conn = self._connection(parts.scheme, parts.hostname, parts.port)
+        deadline = self.deadline if self.deadline is not None else time.monotonic() + self.timeout
+        _require_time_left(deadline, "before connecting")
+        watchdog = _Watchdog(deadline)
+        conn = self._connection(parts.scheme, parts.hostname, parts.port, deadline, watchdog)
         try:
-            self._connect(conn)
-            return self._exchange(conn, method, path, payload, send_headers)
+            self._connect(conn, watchdog)
+            _require_time_left(deadline, "after connecting, before writing the request")
+            return self._exchange(conn, method, path, payload, send_headers, deadline, watchdog)
         finally:
+            watchdog.disarm()
             conn.close()
 
     def close(self) -> None:
         """Nothing pooled, nothing to close: present because httplib2.Http has it."""
 
-    def _connection(self, scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
+    def _connection(self, scheme: str, host: str, port: int | None, deadline: float,
+                    watchdog: _Watchdog) -> http.client.HTTPConnection:
+        timeout = _time_left(deadline)
         if scheme == "https":
             context = self._ssl_context or shared_ssl_context()
-            return http.client.HTTPSConnection(host, port, timeout=self.timeout, context=context)
-        return http.client.HTTPConnection(host, port, timeout=self.timeout)
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, port, timeout=timeout,
+                                                                           context=context)
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        # http.client's socket factory hook (used by connect() for http and https alike): ours
+        # resolves and connects within the deadline and arms the watchdog before any TLS byte.
+        conn._create_connection = functools.partial(_open_socket, deadline=deadline,  # type: ignore[attr-defined]
+                                                    watchdog=watchdog)
+        return conn
 
     @staticmethod
-    def _connect(conn: http.client.HTTPConnection) -> None:
-        """Phase 1: nothing of the request has been written yet, whatever fails here."""
+    def _connect(conn: http.client.HTTPConnection, watchdog: _Watchdog) -> None:
+        """Phase 1: nothing of the request has been written yet, whatever fails here.
+
+        A timeout, the deadline's included, stays TIMEOUT (conservative, see classify.TransportFault).
+        """
         try:
             conn.connect()
-        except socket.gaierror as exc:
-            raise TransportError(TransportFault.DNS, str(exc)) from exc
-        except ConnectionRefusedError as exc:
-            raise TransportError(TransportFault.CONNECT_REFUSED, str(exc)) from exc
-        except ssl.SSLError as exc:
-            raise TransportError(TransportFault.TLS_HANDSHAKE, str(exc)) from exc
-        except (socket.timeout, TimeoutError) as exc:
-            raise TransportError(TransportFault.TIMEOUT, f"connect: {exc}") from exc
-        except OSError as exc:
-            raise TransportError(TransportFault.CONNECT_FAILED, str(exc)) from exc
+        except Exception as exc:
+            if watchdog.disarm():
+                raise TransportError(TransportFault.TIMEOUT, f"connect: attempt deadline passed: {exc!r}") from exc
+            _raise_connect_failure(exc)
 
     @staticmethod
     def _exchange(conn: http.client.HTTPConnection, method: str, path: str, payload: bytes | None,
-                  headers: dict[str, str]) -> tuple[httplib2.Response, bytes]:
-        """Phase 2: from the first byte written on, a failure means the request may have been processed."""
+                  headers: dict[str, str], deadline: float, watchdog: _Watchdog
+                  ) -> tuple[httplib2.Response, bytes]:
+        """Phase 2: from the first byte written on, a failure means the request may have been processed.
+
+        The watchdog's shutdown looks like EOF to http.client, which may even take a body read
+        until close as complete: once it fired, the outcome is a timeout, whatever was read.
+        """
+        where = f"{method} {path.split('?')[0]}"
         try:
+            conn.sock.settimeout(max(_time_left(deadline), MIN_PHASE_TIMEOUT_S))
             conn.request(method, path, body=payload, headers=headers)
+            conn.sock.settimeout(max(_time_left(deadline), MIN_PHASE_TIMEOUT_S))
             raw = conn.getresponse()
             content = raw.read()
-        except (socket.timeout, TimeoutError) as exc:
-            raise TransportError(TransportFault.TIMEOUT, f"{method} {path.split('?')[0]}: {exc}") from exc
-        except (ConnectionError, http.client.RemoteDisconnected, BrokenPipeError) as exc:
-            raise TransportError(TransportFault.DISCONNECTED_AFTER_WRITE, repr(exc)) from exc
-        except (http.client.HTTPException, ssl.SSLError) as exc:
-            raise TransportError(TransportFault.PROTOCOL, repr(exc)) from exc
+        except Exception as exc:
+            if watchdog.disarm():
+                raise TransportError(TransportFault.TIMEOUT, f"{where}: attempt deadline passed") from exc
+            _raise_exchange_failure(exc, where)
+        if watchdog.disarm():
+            raise TransportError(TransportFault.TIMEOUT, f"{where}: attempt deadline passed while reading")
+        return _response(raw, content)
+
+
+class _Watchdog:
+    """Shuts the connection down when the deadline passes; disarm() says whether it did.
+
+    It shuts down a dup() of the socket: the dup is ours to close, so the file descriptor can never
+    be closed and reused by someone else while the timer is pending.
+    """
+
+    def __init__(self, deadline: float):
+        self._deadline = deadline
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._sock: socket.socket | None = None
+        self._done = False
+        self.fired = False
+
+    def arm(self, sock: socket.socket) -> None:
+        dup = sock.dup()
+        with self._lock:
+            if self._done:
+                dup.close()
+                return
+            self._sock = dup
+            self._timer = threading.Timer(max(0.0, _time_left(self._deadline)), self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._done or self._sock is None:
+                return
+            self.fired = True
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked read or write with EOF/EPIPE
+            except OSError:
+                pass
+
+    def disarm(self) -> bool:
+        """Stop the timer (idempotent); True if the deadline had already cut the connection."""
+        with self._lock:
+            self._done = True
+            timer, sock = self._timer, self._sock
+            self._timer = self._sock = None
+        if timer is not None:
+            timer.cancel()
+        if sock is not None:
+            sock.close()
+        return self.fired
+
+
+def _time_left(deadline: float) -> float:
+    return deadline - time.monotonic()
+
+
+def _require_time_left(deadline: float, where: str) -> None:
+    """Nothing of the request is written yet: a deadline already passed here is a clean not-sent."""
+    if _time_left(deadline) <= 0:
+        raise TransportError(TransportFault.CONNECT_FAILED, f"attempt deadline passed {where}: nothing sent")
+
+
+def _open_socket(address: tuple[str, int], timeout: Any = None, source_address: Any = None, *,
+                 deadline: float, watchdog: _Watchdog) -> socket.socket:
+    """socket.create_connection within the deadline: each address gets the time left, not a fresh timeout.
+
+    Signature of http.client's `_create_connection` hook; its `timeout` is ignored for the deadline.
+    """
+    host, port = address
+    last: OSError = OSError(f"no address for {host!r}")
+    for family, kind, proto, _name, sockaddr in _resolve(host, port, deadline):
+        left = _time_left(deadline)
+        if left <= 0:
+            raise socket.timeout(f"attempt deadline passed while connecting to {host}")
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(left)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(sockaddr)
         except OSError as exc:
-            raise TransportError(TransportFault.DISCONNECTED_AFTER_WRITE, repr(exc)) from exc
-        info = {k.lower(): v for k, v in raw.getheaders()}
-        content = _decode(content, info.pop("content-encoding", ""))
-        info["status"] = str(raw.status)
-        info["content-length"] = str(len(content))
-        response = httplib2.Response(info)
-        response.reason = raw.reason
-        return response, content
+            sock.close()
+            last = exc
+            continue
+        sock.settimeout(max(_time_left(deadline), MIN_PHASE_TIMEOUT_S))  # the TLS handshake's share
+        watchdog.arm(sock)
+        return sock
+    raise last
+
+
+def _resolve(host: str, port: int, deadline: float) -> list[tuple[Any, ...]]:
+    """getaddrinfo has no timeout: a name is looked up aside and waited for only the time left.
+
+    An abandoned lookup sends nothing and ends when the resolver gives up (resolv.conf timeouts).
+    """
+    if _is_ip_literal(host):
+        return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    box: dict[str, Any] = {}
+
+    def lookup() -> None:
+        try:
+            box["infos"] = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+        except OSError as exc:
+            box["error"] = exc
+
+    worker = threading.Thread(target=lookup, name="oneshot-dns", daemon=True)
+    worker.start()
+    worker.join(max(0.0, _time_left(deadline)))
+    if worker.is_alive():
+        raise socket.timeout(f"DNS lookup of {host} outlived the attempt deadline")
+    if "error" in box:
+        raise box["error"]
+    return box["infos"]
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _raise_connect_failure(exc: Exception) -> NoReturn:
+    """Map a connect-phase exception; nothing was written, so only a timeout is not a clean not-sent."""
+    if isinstance(exc, socket.gaierror):
+        raise TransportError(TransportFault.DNS, str(exc)) from exc
+    if isinstance(exc, ConnectionRefusedError):
+        raise TransportError(TransportFault.CONNECT_REFUSED, str(exc)) from exc
+    if isinstance(exc, ssl.SSLError):
+        raise TransportError(TransportFault.TLS_HANDSHAKE, str(exc)) from exc
+    if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
+        raise TransportError(TransportFault.TIMEOUT, f"connect: {exc}") from exc
+    if isinstance(exc, OSError):
+        raise TransportError(TransportFault.CONNECT_FAILED, str(exc)) from exc
+    raise exc
+
+
+def _raise_exchange_failure(exc: Exception, where: str) -> NoReturn:
+    """Map a write/read-phase exception: the request may have been processed, whatever it is."""
+    if isinstance(exc, TimeoutError):
+        raise TransportError(TransportFault.TIMEOUT, f"{where}: {exc}") from exc
+    if isinstance(exc, (ConnectionError, http.client.RemoteDisconnected)):
+        raise TransportError(TransportFault.DISCONNECTED_AFTER_WRITE, repr(exc)) from exc
+    if isinstance(exc, (http.client.HTTPException, ssl.SSLError)):
+        raise TransportError(TransportFault.PROTOCOL, repr(exc)) from exc
+    if isinstance(exc, OSError):
+        raise TransportError(TransportFault.DISCONNECTED_AFTER_WRITE, repr(exc)) from exc
+    raise exc
+
+
+def _response(raw: http.client.HTTPResponse, content: bytes) -> tuple[httplib2.Response, bytes]:
+    info = {k.lower(): v for k, v in raw.getheaders()}
+    content = _decode(content, info.pop("content-encoding", ""))
+    info["status"] = str(raw.status)
+    info["content-length"] = str(len(content))
+    response = httplib2.Response(info)
+    response.reason = raw.reason
+    return response, content
 
 
 @functools.lru_cache(maxsize=1)
