@@ -16,6 +16,9 @@ from .mime import OutgoingMessage
 MAX_RECIPIENTS = 100  # Gmail API limit per message
 MAX_SUBJECT_CHARS = 998
 MAX_BODY_BYTES = 400_000  # the job lives in one Firestore document (1 MiB), events included
+MAX_ADDRESS_CHARS = 254  # RFC 5321 4.5.3.1: a 256-octet path, angle brackets included
+MAX_LOCAL_PART_CHARS = 64
+MAX_DOMAIN_LABEL_CHARS = 63
 ALLOWED_FIELDS = frozenset({
     "dedup_key", *KEY_PART_FIELDS, "channel", "to", "cc", "bcc", "reply_to", "from",
     "subject", "text", "html",
@@ -26,9 +29,21 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _KEY_CHARS = re.compile(r"[\x21-\x7e]+")
 _KEY_SHAPE = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_KEY_LENGTH)  # no spaces, no controls, no Unicode
 _MULTILINE_BAD = re.compile(r"\x00")  # bodies may hold tabs, form feeds...; NUL breaks MIME
+# Every RFC 2047 encoded word starts with "=?" and the email package decodes one wherever it finds
+# it (unstructured text, phrases, quoted strings, local parts; unknown charsets and inner spaces
+# included), even across two recipients once they are joined into one header. Refusing the two
+# characters is the only rule that covers every partial and near form.
+_ENCODED_WORD_START = "=?"
+# Bidi embeddings, overrides, isolates and marks, and zero-width characters: they make a subject or
+# a name display as something else than what it says (RLO-spoofed names, invisible differences).
+_INVISIBLE = re.compile(r"[\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]")
 _LOCAL = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
 _ADDR_SPEC = re.compile(rf"{_LOCAL}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{{2,63}}")
 _NAME_ADDR = re.compile(rf"(?P<display>[^<>]*?)\s*<(?P<addr>{_ADDR_SPEC.pattern})>")
+
+
+class _AddressError(ValueError):
+    """Why one address item was refused; it becomes the field's 400 reason."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +79,8 @@ def parse_send_request(body: Any, default_sender: str | None,
     sender = senders[0] if senders else default_sender
     if not sender and "from" not in errors:
         errors["from"] = "required: no default sender is configured on the server"
-    subject = _text(body, "subject", errors, required=True, max_len=MAX_SUBJECT_CHARS, single_line=True)
+    subject = _text(body, "subject", errors, required=True, max_len=MAX_SUBJECT_CHARS, single_line=True,
+                    header=True)
     text = _text(body, "text", errors, required=True, allow_empty=True, multiline=True)
     html = _text(body, "html", errors, multiline=True, allow_empty=True) or None  # "" means no HTML part
     if len(to) + len(cc) + len(bcc) > MAX_RECIPIENTS:
@@ -145,7 +161,7 @@ def _dedup_key(body: Mapping[str, Any], errors: dict[str, str]) -> str | None:
 
 def _text(body: Mapping[str, Any], name: str, errors: dict[str, str], *, required: bool = False,
           allow_empty: bool = False, max_len: int | None = None, single_line: bool = False,
-          multiline: bool = False) -> str | None:
+          multiline: bool = False, header: bool = False) -> str | None:
     value = body.get(name)
     if value is None:
         if required:
@@ -166,7 +182,21 @@ def _text(body: Mapping[str, Any], name: str, errors: dict[str, str], *, require
     if (_MULTILINE_BAD if multiline else _CONTROL).search(value):
         errors[name] = "must not contain NUL" if multiline else "must not contain control characters or line breaks"
         return None
+    problem = _header_text_problem(value) if header else None
+    if problem:
+        errors[name] = problem
+        return None
     return value
+
+
+def _header_text_problem(value: str) -> str | None:
+    """Why `value` may not reach a header although it is printable, or None."""
+    if _ENCODED_WORD_START in value:
+        return "must not contain '=?': RFC 2047 encoded-word syntax would be decoded into the header"
+    invisible = _INVISIBLE.search(value)
+    if invisible:
+        return f"must not contain the invisible or reordering character U+{ord(invisible.group()):04X}"
+    return None
 
 
 def _is_encodable(value: str) -> bool:
@@ -190,29 +220,50 @@ def _addresses(body: Mapping[str, Any], name: str, errors: dict[str, str],
         return []
     result: list[str] = []
     for item in items:
-        formatted = _one_address(item)
-        if formatted is None:
-            errors[name] = f"invalid address {item[:200]!r}"
+        try:
+            result.append(_one_address(item))
+        except _AddressError as exc:
+            errors[name] = f"invalid address {item[:200]!r}: {exc}"
             return []
-        result.append(formatted)
     return result
 
 
-def _one_address(item: str) -> str | None:
-    """One mailbox, `addr` or `Name <addr>`, matched strictly (no lenient re-gluing of stray words)."""
+def _one_address(item: str) -> str:
+    """One mailbox, `addr` or `Name <addr>`, matched strictly (no lenient re-gluing of stray words),
+    returned in the form the headers will carry."""
     if _CONTROL.search(item) or not _is_encodable(item):
-        return None
-    text = item.strip()
+        raise _AddressError("control characters, line breaks or lone surrogates")
+    display, addr = _split_mailbox(item.strip())
+    _check_address_lengths(addr)
+    username, domain = addr.rsplit("@", 1)
+    formatted = str(Address(display_name=display, username=username, domain=domain))
+    problem = _header_text_problem(formatted)
+    if problem:
+        raise _AddressError(problem)
+    return formatted
+
+
+def _split_mailbox(text: str) -> tuple[str, str]:
+    """(display name, addr-spec) of `addr`, `Name <addr>` or `"Name" <addr>`."""
     match = _NAME_ADDR.fullmatch(text)
     if match:
         display, addr = match.group("display").strip(), match.group("addr")
         if display.startswith('"') and display.endswith('"') and len(display) >= 2:
-            display = display[1:-1].replace('\\"', '"')
-        elif '"' in display:
-            return None
-    elif _ADDR_SPEC.fullmatch(text):
-        display, addr = "", text
-    else:
-        return None
-    username, domain = addr.rsplit("@", 1)
-    return str(Address(display_name=display, username=username, domain=domain))
+            return display[1:-1].replace('\\"', '"'), addr
+        if '"' in display:
+            raise _AddressError("unbalanced quotes in the display name")
+        return display, addr
+    if _ADDR_SPEC.fullmatch(text):
+        return "", text
+    raise _AddressError("not a mailbox (`addr` or `Name <addr>`)")
+
+
+def _check_address_lengths(addr: str) -> None:
+    """RFC 5321 limits: longer addresses are refused by mail servers after the job was claimed."""
+    local, domain = addr.rsplit("@", 1)
+    if len(addr) > MAX_ADDRESS_CHARS:
+        raise _AddressError(f"longer than {MAX_ADDRESS_CHARS} characters")
+    if len(local) > MAX_LOCAL_PART_CHARS:
+        raise _AddressError(f"local part longer than {MAX_LOCAL_PART_CHARS} characters")
+    if any(len(label) > MAX_DOMAIN_LABEL_CHARS for label in domain.split(".")):
+        raise _AddressError(f"a domain label longer than {MAX_DOMAIN_LABEL_CHARS} characters")

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 from safesend.keys import (
     bare_message_id,
     compose_dedup_key,
+    is_valid_hostname,
     is_valid_message_id,
     job_id_for,
     message_id_for,
@@ -117,6 +118,18 @@ def test_edge_of_range_domains_are_accepted(domain):
 def test_invalid_domains_raise_value_error(domain):
     with pytest.raises(ValueError):
         message_id_for("k", domain)
+
+
+@pytest.mark.parametrize("domain, valid", [
+    ("a." + "b" * 63 + ".com", True),
+    ("a." + "b" * 64 + ".com", False),
+    ("c" * 64 + ".example.com", False),  # first label
+    ("example." + "d" * 64, False),  # last label
+    (".".join(["a" * 63] * 3) + "." + "b" * 61, True),  # 253 characters
+    (".".join(["a" * 63] * 3) + "." + "b" * 62, False),  # 254 characters
+])
+def test_is_valid_hostname_refuses_labels_over_63_and_names_over_253(domain, valid):
+    assert is_valid_hostname(domain) is valid
 
 
 # --------------------------------------------------------------- is_valid_message_id
