@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Mapping, Protocol
 
 from .errors import SafesendError
+from .logs import log
 
 SIGNATURE_HEADER = "X-Safesend-Signature"
 
@@ -34,7 +36,14 @@ class AuthenticationError(SafesendError):
 
 
 class PermissionDeniedError(SafesendError):
-    """Verified credentials of someone who may not call this endpoint (HTTP 403)."""
+    """Verified credentials of someone who may not call this endpoint (HTTP 403).
+
+    The message is fixed (it reaches the response); `caller`, a verified address, is for logs, masked.
+    """
+
+    def __init__(self, caller: str):
+        super().__init__("this caller may not call this endpoint")
+        self.caller = caller
 
 
 class IdTokenVerifier(Protocol):
@@ -115,13 +124,27 @@ class Authenticator:
         return "+".join(who)
 
     def _check_id_token(self, role: Role, token: str) -> str:
-        if self.id_tokens is None:
-            raise AuthenticationError("ID tokens are not accepted on this deployment")
-        claims = self.id_tokens.verify(token)
-        email = str(claims.get("email") or "").lower()
-        if not email or claims.get("email_verified") is not True:
+        claims = self._verified_claims(token)
+        email = claims.get("email")
+        if not isinstance(email, str) or not email or claims.get("email_verified") is not True:
             raise AuthenticationError("ID token carries no verified email")
+        email = email.lower()
         allowed = self.policy.internal_emails if role is Role.INTERNAL else self.policy.caller_emails
         if email not in allowed:
-            raise PermissionDeniedError(f"{email} may not call this endpoint")
+            raise PermissionDeniedError(email)
         return email
+
+    def _verified_claims(self, token: str) -> Mapping[str, object]:
+        """The verifier's claims; any failure of it is a 401 (a token is attacker input, never a 500)."""
+        if self.id_tokens is None:
+            raise AuthenticationError("ID tokens are not accepted on this deployment")
+        try:
+            claims = self.id_tokens.verify(token)
+        except AuthenticationError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - its text may quote the token: log the type only
+            log(logging.WARNING, "ID token verifier failed unexpectedly", error=type(exc).__name__)
+            raise AuthenticationError("invalid ID token: unverifiable") from None
+        if not isinstance(claims, Mapping):
+            raise AuthenticationError("invalid ID token: unverifiable")
+        return claims

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from flask import Request
 
@@ -13,7 +14,8 @@ from .auth import AuthenticationError, PermissionDeniedError, Role
 from .errors import (ConfigurationError, MailboxUnavailableError, PayloadMismatchError,
                      PublishError, RequestValidationError, SimulatedCrashError, StoreUnavailableError)
 from .keys import is_job_id, job_id_for
-from .logs import log, set_trace_from_headers
+from .logs import log, mask_emails, set_trace_from_headers
+from .request_body import detach_body, discard_rest, read_capped
 from .runtime import Runtime
 from .service import FaultPlan
 from .validation import dedup_key_from_query, parse_send_request
@@ -43,6 +45,10 @@ class _Refused(Exception):
         self.response = response
 
 
+def _too_large(limit: int) -> _Refused:
+    return _Refused(_error(413, "too_large", f"request body over {limit} bytes"))
+
+
 class HttpApi:
     """One method per entry point. Each starts with `_guard`: size, then authentication,
     before any parsing or store access, so a refused request reads and writes nothing."""
@@ -51,6 +57,15 @@ class HttpApi:
         self._runtime_factory = runtime_factory
 
     def _guard(self, request: Request, role: Role, methods: tuple[str, ...]) -> tuple[Runtime, bytes]:
+        wire = detach_body(request)  # first: every refusal below must leave the body unbuffered
+        try:
+            return self._admit(request, wire, role, methods)
+        finally:
+            discard_rest(request, wire)  # at end of stream already after a full read
+
+    def _admit(self, request: Request, wire: IO[bytes], role: Role,
+               methods: tuple[str, ...]) -> tuple[Runtime, bytes]:
+        """Method, size (declared, then while reading), authentication: the order matters."""
         if request.method not in methods:
             raise _Refused(_method_not_allowed(", ".join(methods)))
         try:
@@ -61,19 +76,21 @@ class HttpApi:
         set_trace_from_headers(request.headers, runtime.settings.project)
         limit = runtime.settings.max_request_bytes
         if request.content_length is not None and request.content_length > limit:
-            raise _Refused(_error(413, "too_large", f"request body over {limit} bytes"))
-        body = request.stream.read(limit + 1) if request.method == "POST" else b""
-        if len(body) > limit:
-            raise _Refused(_error(413, "too_large", f"request body over {limit} bytes"))
+            raise _too_large(limit)  # on the declared size, before reading a byte
+        body = read_capped(wire, limit) if request.method == "POST" else b""
+        if body is None:
+            raise _too_large(limit)
+        request.stream = io.BytesIO(body)  # what we accepted, for anyone reading the request later
         signed = body if request.method == "POST" else request.query_string
         try:
             caller = runtime.authenticator.check(role, request.headers, signed)
-        except AuthenticationError as exc:
+        except AuthenticationError as exc:  # fixed texts (auth.py): never a token or part of one
             log(logging.WARNING, "unauthenticated request refused", role=role.value, reason=str(exc))
             raise _Refused(({"error": "unauthenticated", "message": str(exc)}, 401,
                             {**JSON, "WWW-Authenticate": 'Bearer realm="safesend"'})) from exc
-        except PermissionDeniedError as exc:
-            log(logging.WARNING, "caller not allowed", role=role.value, reason=str(exc))
+        except PermissionDeniedError as exc:  # the verified caller goes to the log (masked), not the body
+            log(logging.WARNING, "caller not allowed", role=role.value, reason=str(exc),
+                caller=mask_emails(exc.caller))
             raise _Refused(_error(403, "forbidden", str(exc))) from exc
         log(logging.DEBUG, "authenticated", role=role.value, caller=caller)
         return runtime, body

@@ -8,6 +8,8 @@ import json
 import sys
 import threading
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
@@ -48,30 +50,44 @@ class CertServer:
         self.server.server_close()
 
 
-@pytest.fixture(scope="module")
-def server(firestore_emulator, tmp_path_factory) -> Iterator[str]:
+@dataclass(frozen=True)
+class LiveServer:
+    url: str
+    pid: int  # the functions-framework process (gunicorn arbiter); its child serves requests
+
+
+@contextmanager
+def live_server(firestore_host: str, log_dir: Path, **extra_env: str) -> Iterator[LiveServer]:
+    """functions-framework on the real entry points, configured from the environment as deployed."""
     certs = CertServer()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {
-        "GOOGLE_CLOUD_PROJECT": PROJECT, "FIRESTORE_EMULATOR_HOST": firestore_emulator.host,
+        "GOOGLE_CLOUD_PROJECT": PROJECT, "FIRESTORE_EMULATOR_HOST": firestore_host,
         "SAFESEND_DEFAULT_FROM": "Shop <shop@example.com>", "SAFESEND_GMAIL_API_ENDPOINT": "http://127.0.0.1:9/",
         "SAFESEND_AUTH_HMAC_SECRET": SECRET, "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS": N8N,
         "SAFESEND_AUTH_INTERNAL_INVOKERS": TASKS,
         "SAFESEND_AUTH_AUDIENCES": "https://safesend-send-123.us-central1.run.app",
-        "SAFESEND_AUTH_GOOGLE_CERTS_URL": certs.url, "PATH": "/usr/bin:/bin",
+        "SAFESEND_AUTH_GOOGLE_CERTS_URL": certs.url, "PATH": "/usr/bin:/bin", **extra_env,
     }
     process = ManagedProcess([sys.executable, "-m", "functions_framework", "--source", str(REPO / "devstack" / "local_app.py"),
                               "--target", "router", "--host", "127.0.0.1", "--port", str(port)],
-                             name="functions-auth", log_dir=tmp_path_factory.mktemp("auth-live"), env=env, cwd=REPO)
+                             name="functions-auth", log_dir=log_dir, env=env, cwd=REPO)
     process.start()
     try:
         process.wait_ready(lambda: requests.get(f"{url}/status", timeout=1).status_code == 401, timeout=30,
                            what="serving HTTP")
-        yield url
+        assert process.pid is not None
+        yield LiveServer(url, process.pid)
     finally:
         process.stop()
         certs.stop()
+
+
+@pytest.fixture(scope="module")
+def server(firestore_emulator, tmp_path_factory) -> Iterator[str]:
+    with live_server(firestore_emulator.host, tmp_path_factory.mktemp("auth-live")) as live:
+        yield live.url
 
 
 def documents(firestore_emulator) -> int:
