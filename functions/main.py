@@ -10,8 +10,9 @@ Deployed as four HTTP functions from this directory (see infra/):
 import functions_framework
 
 from safesend.http_api import HttpApi
-from safesend.runtime import get_runtime
+from safesend.runtime import check_configuration, get_runtime
 
+check_configuration()  # a bad setting stops the deployment here, not the mail later
 _api = HttpApi(get_runtime)
 
 

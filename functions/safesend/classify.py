@@ -66,3 +66,8 @@ def classify_http(status: int, reason: str | None = None, detail: str = "",
 def crash_failure(detail: str = "instance stopped between claim and recorded outcome") -> Failure:
     """A lease that expired in `sending`: whatever happened is unknown."""
     return Failure(Bucket.MAYBE_ACCEPTED, False, "lease_expired", detail)
+
+
+def unbuildable_failure(detail: str) -> Failure:
+    """The stored job cannot be turned into MIME: nothing was sent, and retrying cannot help."""
+    return Failure(Bucket.NOT_ACCEPTED, False, "unbuildable_message", detail)

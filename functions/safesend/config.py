@@ -34,7 +34,7 @@ class Settings:
     gmail_credentials_json: str | None = None
     gmail_credentials_file: str | None = None
     gmail_delegated_user: str | None = None
-    send_timeout_s: float = 20.0
+    send_timeout_s: float = 20.0  # wall-clock deadline of one send attempt, token refresh included
     read_timeout_s: float = 15.0
     verify_message_id_every: int = 100  # read back the stored Message-ID: 1st send, then 1 in N (0: never)
     # Timing
@@ -85,14 +85,18 @@ class Settings:
             unknown_window_s=_float(env, "SAFESEND_UNKNOWN_WINDOW_S", 300.0),
             recheck_s=_float(env, "SAFESEND_RECHECK_S", 60.0),
             publish_lease_s=_float(env, "SAFESEND_PUBLISH_LEASE_S", 60.0),
+            verify_horizon_s=_float(env, "SAFESEND_VERIFY_HORIZON_S", 1800.0),
+            retry_horizon_s=_float(env, "SAFESEND_RETRY_HORIZON_S", 3600.0),
         )
         send_timeout = _float(env, "SAFESEND_SEND_TIMEOUT_S", 20.0)
         if _float(env, "SAFESEND_MAX_BODY_BYTES", 400_000) > MAX_STORABLE_BODY_BYTES:
             raise ConfigurationError(f"SAFESEND_MAX_BODY_BYTES may not exceed {MAX_STORABLE_BODY_BYTES}: the "
                                      "payload lives in one Firestore document (1 MiB, events included)")
-        if timing.lease_s <= send_timeout * 2:
-            raise ConfigurationError("SAFESEND_LEASE_S must exceed twice SAFESEND_SEND_TIMEOUT_S, "
-                                     "or a slow send could be taken for a crash")
+        problems = timing.problems([], send_timeout)  # per channel: runtime.preflight, with the policies
+        if problems:
+            raise ConfigurationError("timing settings break a guarantee: " + "; ".join(problems)
+                                     + " (SAFESEND_LEASE_S, SAFESEND_SEND_TIMEOUT_S, SAFESEND_INDEX_LAG_S, "
+                                     "SAFESEND_UNKNOWN_WINDOW_S, SAFESEND_VERIFY_HORIZON_S)")
         return cls(
             project=project,
             jobs_collection=get("SAFESEND_JOBS_COLLECTION", "ai_jobs"),

@@ -45,7 +45,8 @@ class IllegalTransitionError(SafesendError):
 
 
 class StoreUnavailableError(SafesendError):
-    """The job store could not be reached. Before a claim this is safe for the caller to retry (503)."""
+    """The job store could not be reached, or a write's outcome stayed unknown. Before a claim this
+    is safe for the caller to retry (503); after it, the caller gets the last known state (202)."""
 
 
 class ConcurrentUpdateError(SafesendError):

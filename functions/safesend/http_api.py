@@ -19,7 +19,7 @@ from .request_body import detach_body, discard_rest, read_capped
 from .runtime import Runtime
 from .service import FaultPlan
 from .validation import dedup_key_from_query, parse_send_request
-from .views import http_status_for, job_view
+from .views import http_status_for, job_view, retry_after_s
 
 Response = tuple[dict[str, Any], int, dict[str, str]]
 JSON = {"Content-Type": "application/json"}
@@ -121,13 +121,17 @@ class HttpApi:
             return _error(400, "invalid_request", "the request has invalid fields", fields=exc.fields)
         except PayloadMismatchError as exc:
             return _error(422, "payload_mismatch", str(exc), job_id=exc.job_id)
-        except StoreUnavailableError as exc:
+        except StoreUnavailableError as exc:  # raised only before a claim (service.submit)
             log(logging.ERROR, "job store unavailable before claim", error=str(exc))
             return _error(503, "store_unavailable", "nothing was sent; retry later")
         except SimulatedCrashError:
             log(logging.CRITICAL, "fault injection: terminating the instance")
             os._exit(70)
-        return job_view(job, replayed=replayed), http_status_for(job), dict(JSON)
+        headers = dict(JSON)
+        wait_s = retry_after_s(job, runtime.service.clock())
+        if wait_s is not None:
+            headers["Retry-After"] = str(wait_s)
+        return job_view(job, replayed=replayed), http_status_for(job), headers
 
     def reconcile(self, request: Request) -> Response:
         try:
@@ -146,6 +150,11 @@ class HttpApi:
             return _error(503, "try_again", "a dependency is unavailable; Cloud Tasks will retry")
         except SimulatedCrashError:
             os._exit(70)
+        except Exception as exc:  # noqa: BLE001 - a retryable answer, never a crash of the worker
+            log(logging.ERROR, "reconcile hit an unexpected error", job_id=job_id,
+                error_type=type(exc).__name__, exc_info=True)
+            return _error(503, "try_again", "unexpected error; Cloud Tasks will retry and the sweeper "
+                          "keeps the job due")
         log(logging.INFO, "reconcile", job_id=job_id, action=action,
             task=request.headers.get("X-CloudTasks-TaskName"),
             retry=request.headers.get("X-CloudTasks-TaskRetryCount"))

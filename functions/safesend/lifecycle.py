@@ -2,13 +2,17 @@
 
 No I/O and no clock of its own: the service reads the time, asks Gmail, and
 persists what these functions decide with a compare-and-set on `version`.
+
+The promise they keep is "never silent": a job ends `sent` and verified (at most
+one copy can exist, or the mailbox showed exactly one), or it reaches a human
+(`review`/`failed` publish a review item) with the evidence.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .backoff import backoff_delay
 from .classify import crash_failure
@@ -17,13 +21,18 @@ from .policy import ChannelPolicy, OnUnknown
 from .states import HUMAN_STATES, State, check_transition
 
 Uniform = Callable[[float, float], float]
+# Safety bound on "definitely not accepted" retries of one job; the retry horizon is the real limit.
+MAX_REFUSALS = 500
 
 
 class ReviewReason:
     AMBIGUOUS = "ambiguous"  # outcome unknown after the lag window, channel never auto-resends
-    DUPLICATE = "duplicate"  # the mailbox holds more than one SENT copy
-    MAX_ATTEMPTS = "max_attempts"  # out of attempts
+    DUPLICATE = "duplicate"  # more than one copy is known to exist
+    MAX_ATTEMPTS = "max_attempts"  # out of attempts that may have landed
     PERMANENT_ERROR = "permanent_error"  # Gmail refused the message for good
+    RETRY_HORIZON = "retry_horizon"  # refused (429, rate limits...) for longer than the retry horizon
+    UNVERIFIED = "unverified"  # at the verification horizon the mailbox did not show exactly our copy
+    LATE_ACCEPT = "late_accept"  # an attempt we had given up on was accepted after all
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,8 @@ class Timing:
     unknown_window_s: float = 300.0
     recheck_s: float = 60.0
     publish_lease_s: float = 60.0
+    verify_horizon_s: float = 1800.0  # last verification check of a sent job that may have two copies
+    retry_horizon_s: float = 3600.0  # how long "definitely not accepted" failures are retried
 
     def index_lag(self, policy: ChannelPolicy) -> timedelta:
         return timedelta(seconds=policy.index_lag_s if policy.index_lag_s is not None else self.index_lag_s)
@@ -42,6 +53,29 @@ class Timing:
     def window(self, policy: ChannelPolicy) -> timedelta:
         return timedelta(
             seconds=policy.unknown_window_s if policy.unknown_window_s is not None else self.unknown_window_s)
+
+    def problems(self, policies: Iterable[ChannelPolicy], send_deadline_s: float) -> list[str]:
+        """Settings that would break a guarantee, globally and per channel (empty when sound).
+
+        The lease must outlive an attempt (else a slow send is taken for a crash and resent), the
+        unknown window must cover the index lag (else "not found" is read too early), and the
+        verification horizon must reach past the window (else a late copy is never looked for).
+        """
+        found = []
+        if self.lease_s <= 2 * send_deadline_s:
+            found.append(f"lease ({self.lease_s:g} s) must exceed twice the send deadline ({send_deadline_s:g} s)")
+        if self.recheck_s <= 0:
+            found.append("recheck interval must be > 0")
+        for policy in [None, *policies]:
+            where = f"channel {policy.name}" if policy else "global"
+            lag = self.index_lag(policy).total_seconds() if policy else self.index_lag_s
+            window = self.window(policy).total_seconds() if policy else self.unknown_window_s
+            if window < lag:
+                found.append(f"{where}: unknown window ({window:g} s) must be >= index lag ({lag:g} s)")
+            if self.verify_horizon_s < window:
+                found.append(f"{where}: verification horizon ({self.verify_horizon_s:g} s) "
+                             f"must be >= unknown window ({window:g} s)")
+        return found
 
 
 def new_job(job_id: str, dedup_key: str, message_id: str, channel: str, payload: dict,
@@ -64,6 +98,7 @@ def start_attempt(job: Job, now: datetime, owner: str, timing: Timing) -> Job:
     """Claim the job for one send: a lease, so a crash is noticed when it runs out."""
     changed = _moved(job, State.SENDING, now)
     changed.attempts += 1
+    changed.maybe_landed += 1  # until Gmail proves otherwise, this attempt may land
     changed.claimed_at = now
     changed.last_attempt_at = now
     changed.lease_owner = owner
@@ -75,14 +110,10 @@ def start_attempt(job: Job, now: datetime, owner: str, timing: Timing) -> Job:
 
 def record_outcome(job: Job, outcome: Accepted | Failure, owner: str, now: datetime,
                    policy: ChannelPolicy, timing: Timing, uniform: Uniform) -> Job:
-    """Apply the result of our own attempt. If the job moved on meanwhile, keep the fact as an event."""
+    """Apply the result of our own attempt. If the job moved on meanwhile, the fact still counts."""
     ours = job.state is State.SENDING and job.lease_owner == owner
     if isinstance(outcome, Accepted):
-        if ours or job.state in (State.UNKNOWN, State.RETRY_WAIT):
-            return _mark_sent(job, outcome.as_ref(), now, "accepted")
-        changed = job.copy()
-        changed.add_event(now, "late_accept", provider_ref=outcome.as_ref())
-        return changed
+        return _record_acceptance(job, outcome, ours, now, policy, timing)
     if not ours:
         changed = job.copy()
         changed.add_event(now, "late_failure", error=outcome.as_dict())
@@ -91,18 +122,64 @@ def record_outcome(job: Job, outcome: Accepted | Failure, owner: str, now: datet
         # Gmail may have accepted it any time since the attempt began; the window still guards resends.
         attempt_at = job.last_attempt_at or now
         return _enter_unknown(job, outcome, now, max(now, attempt_at + timing.index_lag(policy)))
+    refused = job.copy()
+    refused.maybe_landed = max(0, refused.maybe_landed - 1)  # Gmail provably did not take this one
     if not outcome.retryable:
-        return _enter_human(job, State.FAILED, ReviewReason.PERMANENT_ERROR, now, outcome)
-    if job.attempts >= policy.max_attempts:
-        return _enter_human(job, State.FAILED, ReviewReason.MAX_ATTEMPTS, now, outcome)
-    changed = _moved(job, State.RETRY_WAIT, now)
-    delay = backoff_delay(job.attempts, policy.retry_base_s, policy.retry_cap_s, outcome.retry_after_s, uniform)
-    changed.next_check_at = now + timedelta(seconds=delay)
+        return _give_up(refused, ReviewReason.PERMANENT_ERROR, now, outcome)
+    return _schedule_retry(refused, outcome, now, policy, timing, uniform)
+
+
+def _give_up(job: Job, reason: str, now: datetime, outcome: Failure) -> Job:
+    """No more sends. `failed` says "nothing went out", which is true only if no earlier attempt
+    may have landed; otherwise the honest answer is "unclear" and a human checks the mailbox."""
+    if job.maybe_landed:
+        return _enter_human(job, State.REVIEW, ReviewReason.AMBIGUOUS, now, outcome)
+    return _enter_human(job, State.FAILED, reason, now, outcome)
+
+
+def _schedule_retry(job: Job, outcome: Failure, now: datetime, policy: ChannelPolicy, timing: Timing,
+                    uniform: Uniform) -> Job:
+    """Refusals cost nothing in duplicates, so they are bounded in time (the retry horizon, counted
+    from the first refusal) rather than in attempts; Retry-After is honoured in full."""
+    since = job.retrying_since or job.last_attempt_at or now
+    refusals = job.refusals + 1
+    delay = backoff_delay(refusals, policy.retry_base_s, policy.retry_cap_s, outcome.retry_after_s, uniform)
+    if outcome.retry_after_s is not None:
+        delay = max(delay, outcome.retry_after_s)
+    retry_at = now + timedelta(seconds=delay)
+    counted = job.copy()
+    counted.refusals = refusals
+    counted.retrying_since = since
+    if retry_at > since + timedelta(seconds=timing.retry_horizon_s) or refusals > MAX_REFUSALS:
+        return _give_up(counted, ReviewReason.RETRY_HORIZON, now, outcome)
+    changed = _moved(counted, State.RETRY_WAIT, now)
+    changed.next_check_at = retry_at
     changed.lease_owner = None
     changed.lease_until = None
     changed.last_error = outcome.as_dict()
     changed.add_event(now, "attempt_failed", error=outcome.as_dict(), retry_in_s=round(delay, 3))
     return changed
+
+
+def _record_acceptance(job: Job, outcome: Accepted, ours: bool, now: datetime, policy: ChannelPolicy,
+                       timing: Timing) -> Job:
+    """Gmail took an attempt. Two different accepted ids are two copies: a proven duplicate."""
+    changed = job.copy()
+    _note_copies(changed, [job.provider_ref["gmail_id"]] if job.provider_ref else [])
+    _note_copies(changed, [outcome.gmail_id])
+    ref = outcome.as_ref()
+    if ours or job.state in (State.UNKNOWN, State.RETRY_WAIT):
+        if len(changed.known_copies) > 1:
+            changed.add_event(now, "accepted", provider_ref=ref)
+            return _enter_human(changed, State.REVIEW, ReviewReason.DUPLICATE, now, None)
+        return _mark_sent(changed, ref, now, "accepted", policy, timing)
+    changed.add_event(now, "late_accept", provider_ref=ref)
+    if job.state is State.SENT and len(changed.known_copies) > 1:
+        return _enter_human(changed, State.REVIEW, ReviewReason.DUPLICATE, now, None)
+    if job.state in HUMAN_STATES:
+        # A human was told "not sent" or "unclear": the news that it went out must reach them too.
+        return _enter_human(changed, State.REVIEW, ReviewReason.LATE_ACCEPT, now, None)
+    return changed  # sending (another attempt in flight: its outcome will count this copy), cancelled
 
 
 def note_stored_message_id(job: Job, stored_message_id: str | None, now: datetime) -> Job:
@@ -128,22 +205,19 @@ def apply_mailbox_check(job: Job, hits: Sequence[MailboxHit], now: datetime, own
                         policy: ChannelPolicy, timing: Timing) -> Job:
     """Settle an unknown or retry_wait job from what the mailbox holds for its Message-ID.
 
-    Exactly one SENT copy: sent. More than one: a duplicate, a human must know.
+    Exactly one known copy: sent. More than one: a duplicate, a human must know.
     None: inconclusive until the index-lag window after the last attempt has
     passed; after it, a retry_wait job is resent (it was never accepted) and an
     unknown one follows its channel policy.
     """
     if job.state not in (State.UNKNOWN, State.RETRY_WAIT):
         raise ValueError(f"mailbox checks apply to unknown/retry_wait jobs, not {job.state}")
-    sent = [h for h in hits if h.is_sent]
-    checked = job.copy()
-    checked.checks += 1
-    checked.mailbox_hits = [h.as_dict() for h in hits]
-    checked.add_event(now, "mailbox_checked", hits=len(hits), sent_hits=len(sent))
-    if len(sent) == 1:
-        return _mark_sent(checked, sent[0].as_dict(), now, "found_in_mailbox")
-    if len(sent) > 1:
+    checked, sent = _checked(job, hits, now, "mailbox_checked")
+    if len(checked.known_copies) > 1:
         return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
+    if checked.known_copies:
+        ref = sent[0].as_dict() if sent else {"gmail_id": checked.known_copies[0], "thread_id": None}
+        return _mark_sent(checked, ref, now, "found_in_mailbox", policy, timing)
     if checked.state is State.RETRY_WAIT:
         return start_attempt(checked, now, owner, timing)
     window_end = (checked.last_attempt_at or checked.created_at) + timing.window(policy)
@@ -153,9 +227,39 @@ def apply_mailbox_check(job: Job, hits: Sequence[MailboxHit], now: datetime, own
         return rechecked
     if policy.on_unknown is OnUnknown.REVIEW:
         return _enter_human(checked, State.REVIEW, ReviewReason.AMBIGUOUS, now, None)
-    if checked.attempts >= policy.max_attempts:
+    if checked.maybe_landed >= policy.max_attempts:
         return _enter_human(checked, State.REVIEW, ReviewReason.MAX_ATTEMPTS, now, None)
     return start_attempt(checked, now, owner, timing)
+
+
+def resume_after_refusals(job: Job, now: datetime, owner: str, timing: Timing) -> Job:
+    """A retry_wait job none of whose attempts can have landed: resend without asking the mailbox."""
+    if job.state is not State.RETRY_WAIT or job.maybe_landed:
+        raise ValueError("only a retry_wait job with no attempt in doubt skips the mailbox check")
+    return start_attempt(job, now, owner, timing)
+
+
+def apply_verification(job: Job, hits: Sequence[MailboxHit], now: datetime) -> Job:
+    """Check a `sent` job that may have more than one copy (see _mark_sent).
+
+    A second copy at any check: review (duplicate). At the end of the verification horizon,
+    exactly our one copy in the mailbox: verified. Anything else then (the search cannot see
+    the copy we know of): a human is told, because one copy can no longer be proven.
+    """
+    if not needs_verification(job):
+        raise ValueError("only an unverified sent job is verified")
+    checked, sent = _checked(job, hits, now, "verification_checked")
+    if len(checked.known_copies) > 1:
+        return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
+    if checked.verify_until is not None and now < checked.verify_until:
+        checked.next_check_at = checked.verify_until
+        return checked
+    if len(sent) == 1 and checked.known_copies == [sent[0].gmail_id]:
+        checked.verified = True
+        checked.next_check_at = None
+        checked.add_event(now, "verified", gmail_id=sent[0].gmail_id)
+        return checked
+    return _enter_human(checked, State.REVIEW, ReviewReason.UNVERIFIED, now, None)
 
 
 def claim_review_publish(job: Job, now: datetime, timing: Timing) -> Job:
@@ -190,13 +294,48 @@ def needs_publish(job: Job) -> bool:
     return job.state in HUMAN_STATES and job.review_published_at is None
 
 
-def _mark_sent(job: Job, provider_ref: dict, now: datetime, how: str) -> Job:
+def needs_verification(job: Job) -> bool:
+    return job.state is State.SENT and job.verified is False and job.next_check_at is not None
+
+
+def _checked(job: Job, hits: Sequence[MailboxHit], now: datetime, kind: str) -> tuple[Job, list[MailboxHit]]:
+    """A copy of the job with one mailbox check recorded; the SENT hits are returned too."""
+    sent = [h for h in hits if h.is_sent]
+    checked = job.copy()
+    checked.checks += 1
+    checked.mailbox_hits = [h.as_dict() for h in hits]
+    _note_copies(checked, [h.gmail_id for h in sent])
+    checked.add_event(now, kind, hits=len(hits), sent_hits=len(sent), known_copies=len(checked.known_copies))
+    return checked, sent
+
+
+def _note_copies(job: Job, gmail_ids: Iterable[str]) -> None:
+    for gmail_id in gmail_ids:
+        if gmail_id not in job.known_copies:
+            job.known_copies.append(gmail_id)
+
+
+def _mark_sent(job: Job, provider_ref: dict[str, Any], now: datetime, how: str, policy: ChannelPolicy,
+               timing: Timing) -> Job:
+    """Sent. Verified at once when no other attempt can have landed; otherwise the mailbox is asked
+    again after the index lag and at the end of the verification horizon (apply_verification)."""
     changed = _moved(job, State.SENT, now)
     changed.provider_ref = provider_ref
     changed.lease_owner = None
     changed.lease_until = None
-    changed.next_check_at = None
-    changed.add_event(now, how, provider_ref=provider_ref)
+    if changed.maybe_landed <= 1:
+        changed.verified = True
+        changed.next_check_at = None
+        changed.add_event(now, how, provider_ref=provider_ref)
+        return changed
+    last_attempt = changed.last_attempt_at or now
+    first_check = last_attempt + timing.index_lag(policy)
+    changed.verified = False
+    changed.verify_until = last_attempt + timedelta(seconds=timing.verify_horizon_s)
+    # A check that just found our copy past the index lag is the first check: go to the horizon.
+    changed.next_check_at = first_check if first_check > now else changed.verify_until
+    changed.add_event(now, how, provider_ref=provider_ref, verification="pending",
+                      maybe_landed=changed.maybe_landed)
     return changed
 
 
@@ -211,13 +350,18 @@ def _enter_unknown(job: Job, failure: Failure, now: datetime, check_at: datetime
 
 
 def _enter_human(job: Job, target: State, reason: str, now: datetime, failure: Failure | None) -> Job:
-    changed = _moved(job, target, now)
+    """Hand the job to a human: a new review entry (new review_id), published by the outbox.
+    Re-entering review with new evidence is allowed: the earlier review item goes stale."""
+    changed = job.copy() if job.state is target is State.REVIEW else _moved(job, target, now)
+    changed.updated_at = now
     changed.review_reason = reason
     changed.review_entries += 1
     changed.review_published_at = None
     changed.lease_owner = None
     changed.lease_until = None
     changed.next_check_at = now  # due in the review outbox right away
+    if changed.state is State.REVIEW and changed.verified:
+        changed.verified = False  # a job in review is not a verified single send
     if failure is not None:
         changed.last_error = failure.as_dict()
     changed.add_event(now, f"entered_{target.value}", reason=reason,

@@ -36,7 +36,7 @@ class CloudLoggingFormatter(logging.Formatter):
         if trace:
             entry["logging.googleapis.com/trace"] = trace
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = mask_emails(self.formatException(record.exc_info))
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
@@ -68,8 +68,9 @@ def get_logger() -> logging.Logger:
     return logger
 
 
-def log(level: int, message: str, **fields: Any) -> None:
-    get_logger().log(level, message, extra={"fields": fields})
+def log(level: int, message: str, exc_info: bool = False, **fields: Any) -> None:
+    """One structured line; `exc_info=True` inside an `except` adds the traceback (Error Reporting)."""
+    get_logger().log(level, message, exc_info=exc_info, extra={"fields": fields})
 
 
 def set_trace_from_headers(headers: Any, project: str | None) -> None:

@@ -75,8 +75,17 @@ class Job:
     `version` increases on every write and guards compare-and-set updates, so a
     decision made from a snapshot is only applied if nobody changed the job since.
     `next_check_at` is the single due-time the sweeper scans: lease expiry while
-    sending, the next mailbox check while unknown, the retry time in retry_wait,
-    and the review-outbox due time in review/failed (None once published).
+    sending, the next mailbox check while unknown, the retry time in retry_wait, the
+    next verification check of an unverified `sent` job, and the review-outbox due
+    time in review/failed (None once published).
+
+    `maybe_landed` counts attempts that may have reached Gmail (every attempt, minus
+    those Gmail provably refused); `known_copies` are the Gmail ids of every copy we
+    know exists: each 2xx answer (ours or late) and each SENT copy a search found.
+    More than one is a duplicate. A `sent` job is `verified` when at most one attempt could have
+    landed, or when the mailbox showed exactly one copy at the end of the verification
+    horizon (`verify_until`). `refusals` and `retrying_since` bound the retries of
+    "definitely not accepted" failures (429s...) in time instead of in attempts.
     """
 
     id: str
@@ -89,6 +98,9 @@ class Job:
     updated_at: datetime
     state: State = State.PENDING
     attempts: int = 0
+    maybe_landed: int = 0
+    refusals: int = 0
+    retrying_since: datetime | None = None
     claimed_at: datetime | None = None
     lease_until: datetime | None = None
     lease_owner: str | None = None
@@ -96,6 +108,9 @@ class Job:
     next_check_at: datetime | None = None
     checks: int = 0
     provider_ref: dict[str, Any] | None = None
+    known_copies: list[str] = field(default_factory=list)
+    verified: bool | None = None
+    verify_until: datetime | None = None
     stored_message_id: str | None = None
     mailbox_hits: list[dict[str, Any]] = field(default_factory=list)
     last_error: dict[str, Any] | None = None
@@ -114,6 +129,7 @@ class Job:
             self,
             payload=dict(self.payload),
             mailbox_hits=[dict(h) for h in self.mailbox_hits],
+            known_copies=list(self.known_copies),
             events=[dict(e) for e in self.events],
             provider_ref=dict(self.provider_ref) if self.provider_ref else None,
             last_error=dict(self.last_error) if self.last_error else None,
@@ -141,7 +157,7 @@ class Job:
         values = {k: v for k, v in data.items() if k in known}
         values["state"] = State(values.get("state", State.PENDING.value))
         for name in ("created_at", "updated_at", "claimed_at", "lease_until", "last_attempt_at",
-                     "next_check_at", "review_published_at"):
+                     "next_check_at", "review_published_at", "retrying_since", "verify_until"):
             values[name] = as_utc(values.get(name))
         values["events"] = [
             {**e, "at": as_utc(e.get("at"))} for e in (values.get("events") or [])

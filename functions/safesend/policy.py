@@ -66,16 +66,26 @@ def _policy_from(name: str, values: Mapping[str, Any], base: ChannelPolicy | Non
 
 
 class ChannelPolicies:
-    """The set of configured channels. Lookup of anything else is an UnknownChannelError (400)."""
+    """The set of configured channels. A new send on anything else is an UnknownChannelError (400)."""
 
-    def __init__(self, policies: Mapping[str, ChannelPolicy]):
+    def __init__(self, policies: Mapping[str, ChannelPolicy], defaults: ChannelPolicy | None = None):
         self._policies = dict(policies)
+        self._defaults = defaults or ChannelPolicy(name="defaults")
 
     def get(self, channel: str) -> ChannelPolicy:
         try:
             return self._policies[channel]
         except KeyError:
             raise UnknownChannelError(channel) from None
+
+    def for_job(self, channel: str) -> ChannelPolicy:
+        """The policy for a job that already exists. Its channel may have been removed from the
+        configuration since: then the safe policy (review, never an automatic resend) applies,
+        so one such job neither stalls the sweeper nor is resent on a guess."""
+        policy = self._policies.get(channel)
+        if policy is not None:
+            return policy
+        return replace(self._defaults, name=channel, on_unknown=OnUnknown.REVIEW)
 
     def __contains__(self, channel: object) -> bool:
         return channel in self._policies
@@ -99,7 +109,7 @@ class ChannelPolicies:
         for name, values in channels.items():
             if values is not None and not isinstance(values, Mapping):
                 raise ConfigurationError(f"channel {name}: settings must be a table")
-        return cls({name: _policy_from(name, values or {}, base) for name, values in channels.items()})
+        return cls({name: _policy_from(name, values or {}, base) for name, values in channels.items()}, base)
 
     @classmethod
     def load(cls, path: str | Path | None, override_json: str | None = None) -> "ChannelPolicies":

@@ -23,18 +23,22 @@ class JobStore(Protocol):
     def compare_and_set(self, job: Job, expected_version: int) -> Job:
         """Write `job` if the stored version is still `expected_version`; return it with version + 1.
 
-        Raises ConcurrentUpdateError if someone else wrote first.
+        Raises ConcurrentUpdateError if someone else wrote first, StoreUnavailableError when the
+        store could not be reached or the outcome stayed unknown (the write may have landed or may
+        still land: re-read, never assume it did not).
         """
 
     def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
-        """Jobs in `state` with next_check_at <= now, oldest first, at most `limit`."""
+        """Jobs in `state` with next_check_at <= now, oldest first, at most `limit`. A stored
+        document that cannot be read as a job is logged and left out, never raised."""
 
 
 class Mailer(Protocol):
     """The Gmail account we send from (or the local simulator)."""
 
     def send(self, raw: bytes) -> Accepted | Failure:
-        """Exactly one HTTP request, never retried underneath. Failures come back classified."""
+        """Exactly one HTTP request, never retried underneath, done within the send deadline
+        (credential refresh included) whatever the server does. Failures come back classified."""
 
     def find_by_message_id(self, message_id: str) -> Sequence[MailboxHit]:
         """Every message (spam and trash included) whose Message-ID header is `message_id`.
@@ -43,7 +47,10 @@ class Mailer(Protocol):
         """
 
     def stored_message_id(self, gmail_id: str) -> str | None:
-        """The Message-ID header Gmail actually stored for a message we sent."""
+        """The Message-ID header Gmail actually stored for a message we sent (one bounded try).
+
+        Raises MailboxUnavailableError if the read failed.
+        """
 
 
 class CheckScheduler(Protocol):

@@ -13,6 +13,7 @@ GMAIL_SEARCH_URL = "https://mail.google.com/mail/u/0/#search/"
 _ATTEMPT_EVENTS = frozenset({
     "attempt_started", "accepted", "attempt_failed", "outcome_unknown", "late_failure", "late_accept",
     "mailbox_checked", "found_in_mailbox", "entered_review", "entered_failed",
+    "verification_checked", "verified",
 })
 
 
@@ -42,6 +43,7 @@ def review_item(job: Job, include_body: bool = False) -> dict[str, Any]:
         "last_error": job.last_error,
         "history": [_event(e) for e in job.events if e.get("kind") in _ATTEMPT_EVENTS],
         "mailbox_hits": job.mailbox_hits,
+        "known_copies": list(job.known_copies),  # Gmail ids of every copy known to exist
         "provider_ref": job.provider_ref,
         "gmail_search_url": gmail_search_link(job.message_id),
         "created_at": _iso(job.created_at),

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 from .auth import AuthPolicy, Authenticator
 from .config import Settings
+from .errors import ConfigurationError
 from .logs import log
+from .mime import probe_mime
 from .policy import ChannelPolicies
 from .service import SafeSendService
 
@@ -40,6 +42,25 @@ def build_authenticator(settings: Settings) -> Authenticator:
     return Authenticator(policy, verifier, time.time)
 
 
+def preflight(settings: Settings) -> ChannelPolicies:
+    """Every check that needs no network, run when the module is imported so a bad setting stops
+    the deployment (the new revision never becomes ready) instead of failing each send: channel
+    policies, timing per channel, a probe message built with the Message-ID domain and default
+    sender, and the authentication settings. Raises ConfigurationError naming what is wrong."""
+    policies = ChannelPolicies.load(settings.channels_file, settings.channels_json)
+    problems = settings.timing.problems([policies.get(name) for name in policies.names()],
+                                        settings.send_timeout_s)
+    if problems:
+        raise ConfigurationError("timing settings break a guarantee: " + "; ".join(problems))
+    try:
+        probe_mime(settings.message_id_domain, settings.default_from)
+    except ValueError as exc:
+        raise ConfigurationError(f"a message cannot be built with SAFESEND_MESSAGE_ID_DOMAIN="
+                                 f"{settings.message_id_domain!r} and SAFESEND_DEFAULT_FROM: {exc}") from None
+    settings.check_auth()
+    return policies
+
+
 def build_runtime(settings: Settings) -> Runtime:
     """Create the adapters (their Google clients stay lazy until first use)."""
     from .adapters.cloud_tasks import CloudTasksScheduler
@@ -48,7 +69,7 @@ def build_runtime(settings: Settings) -> Runtime:
     from .adapters.gmail_mailer import GmailMailer
     from .adapters.pubsub_review import PubSubReviewPublisher
 
-    policies = ChannelPolicies.load(settings.channels_file, settings.channels_json)
+    policies = preflight(settings)
     credentials = None
     if not settings.gmail_api_endpoint or settings.gmail_credentials_json or settings.gmail_credentials_file:
         credentials = load_gmail_credentials(settings.gmail_credentials_json, settings.gmail_credentials_file,
@@ -70,8 +91,17 @@ def build_runtime(settings: Settings) -> Runtime:
         FirestoreJobStore(settings.project, settings.jobs_collection), mailer, scheduler, publisher, policies,
         message_id_domain=settings.message_id_domain, timing=settings.timing,
         request_budget_s=settings.request_budget_s, send_timeout_s=settings.send_timeout_s,
-        verify_message_id_every=settings.verify_message_id_every)
+        read_timeout_s=settings.read_timeout_s, verify_message_id_every=settings.verify_message_id_every)
     return Runtime(settings, policies, service, build_authenticator(settings))
+
+
+def check_configuration() -> None:
+    """The import-time gate of functions/main.py: log the reason, then refuse to start."""
+    try:
+        preflight(Settings.from_env())
+    except ConfigurationError as exc:
+        log(logging.CRITICAL, "refusing to start: configuration error", error=str(exc))
+        raise
 
 
 def get_runtime() -> Runtime:

@@ -1,10 +1,16 @@
 """The orchestration of send, reconcile and sweep. Decisions come from `lifecycle`; I/O from ports.
 
 Invariants kept here:
+- the MIME is built and checked before a job is claimed: a message that cannot be built is a 400,
+  never a claimed job that fails on every try;
 - a send goes out only after a compare-and-set put the job in `sending` under our lease;
 - a resend of a job whose earlier attempt may have landed happens only after a mailbox
   check found nothing and the index-lag window has passed (see lifecycle.apply_mailbox_check);
-- an outcome we observed is never dropped: a lost compare-and-set is re-read and re-applied.
+- a job that ends `sent` while more than one attempt may have landed is verified later
+  (lifecycle.apply_verification): a second copy always reaches a human;
+- an outcome we observed is never dropped: a lost compare-and-set is re-read and re-applied;
+- once a job is claimed, a store outage never turns into "nothing was sent": the caller gets
+  the last known state (202) and the sweeper reconciles from the mailbox.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from . import lifecycle
+from .classify import unbuildable_failure
 from .errors import (ConcurrentUpdateError, MailboxUnavailableError, PayloadMismatchError,
-                     PublishError, SchedulerError, SimulatedCrashError, StoreUnavailableError)
+                     PublishError, RequestValidationError, SchedulerError, SimulatedCrashError,
+                     StoreUnavailableError)
 from .keys import job_id_for, message_id_for
 from .lifecycle import Timing
 from .logs import log
@@ -32,8 +40,8 @@ from .review import review_attributes, review_item
 from .states import SWEPT_STATES, State
 from .validation import SendRequest, message_from_payload
 
-MAX_RECORD_TRIES = 8
-MAX_SWEEP_BATCHES = 20  # per state and sweep; the time budget bounds it too  # compare-and-set retries when recording an outcome we must not lose
+MAX_RECORD_TRIES = 8  # compare-and-set retries when recording an outcome we must not lose
+MAX_SWEEP_BATCHES = 20  # per state and sweep; the time budget bounds it too
 
 
 def utcnow() -> datetime:
@@ -67,7 +75,8 @@ class SafeSendService:
     def __init__(self, store: JobStore, mailer: Mailer, scheduler: CheckScheduler | None,
                  publisher: ReviewPublisher | None, policies: ChannelPolicies, *,
                  message_id_domain: str, timing: Timing = Timing(), request_budget_s: float = 40.0,
-                 send_timeout_s: float = 20.0, verify_message_id_every: int = 100,
+                 send_timeout_s: float = 20.0, read_timeout_s: float = 15.0,
+                 verify_message_id_every: int = 100,
                  clock: Callable[[], datetime] = utcnow, monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
                  uniform: Callable[[float, float], float] = random.uniform,
@@ -81,6 +90,7 @@ class SafeSendService:
         self.timing = timing
         self.request_budget_s = request_budget_s
         self.send_timeout_s = send_timeout_s
+        self.read_timeout_s = read_timeout_s
         self.verify_message_id_every = verify_message_id_every
         self._accepted_sends = itertools.count()
         self.clock = clock
@@ -91,13 +101,18 @@ class SafeSendService:
 
     # ----------------------------------------------------------------- send
     def submit(self, request: SendRequest, faults: FaultPlan | None = None) -> tuple[Job, bool]:
-        """Claim the job for this key and send it, or return the existing job (replayed=True)."""
+        """Claim the job for this key and send it, or return the existing job (replayed=True).
+
+        Raises StoreUnavailableError only before the claim (nothing was sent: safe to retry).
+        """
         deadline = self.monotonic() + self.request_budget_s
         policy = self.policies.get(request.channel)
         now = self.clock()
         owner = self.new_owner()
-        draft = lifecycle.new_job(job_id_for(request.dedup_key), request.dedup_key,
-                                  message_id_for(request.dedup_key, self.domain), request.channel,
+        job_id = job_id_for(request.dedup_key)
+        message_id = message_id_for(request.dedup_key, self.domain)
+        raw = self._build_or_refuse(request, message_id, job_id, now)
+        draft = lifecycle.new_job(job_id, request.dedup_key, message_id, request.channel,
                                   request.payload, request.payload_hash, now)
         job, created = self.store.claim_or_get(lifecycle.start_attempt(draft, now, owner, self.timing))
         if not created:
@@ -105,35 +120,68 @@ class SafeSendService:
                 raise PayloadMismatchError(job.id)
             log(logging.INFO, "duplicate send request", job_id=job.id, state=job.state.value)
             if lifecycle.lease_expired(job, self.clock()):
-                job = self._recover_expired(job, policy)
+                try:
+                    job = self._recover_expired(job, policy)
+                except StoreUnavailableError:
+                    pass  # the sweeper recovers it; this caller gets the state it can see
             return job, True
         log(logging.INFO, "job claimed", job_id=job.id, channel=job.channel, attempt=job.attempts)
         (faults or FaultPlan()).hit("after_claim")
-        return self._attempt_loop(job, owner, policy, deadline, faults), False
+        return self._attempt_loop(job, owner, policy, deadline, faults, raw), False
+
+    @staticmethod
+    def _build_or_refuse(request: SendRequest, message_id: str, job_id: str, now: datetime) -> bytes:
+        """The exact bytes of the first attempt, checked before anything is stored."""
+        try:
+            return build_mime(request.message, message_id, job_id, now)
+        except ValueError as exc:  # mime.MimeBuildError names the field at fault when it knows it
+            field = getattr(exc, "field", None) or "message"
+            raise RequestValidationError({field: f"cannot be built as MIME: {exc}"}) from exc
 
     def _attempt_loop(self, job: Job, owner: str, policy: ChannelPolicy, deadline: float,
-                      faults: FaultPlan | None) -> Job:
-        """Send, record, and retry Bucket-1 failures quickly while the request's budget allows."""
-        for _ in range(policy.quick_retries + 1):
-            outcome = self._send_once(job)
-            (faults or FaultPlan()).hit("after_send")
-            job = self._record_outcome(job, outcome, owner, policy)
-            if job.state is not State.RETRY_WAIT or job.next_check_at is None:
-                break
-            wait_s = max(0.0, (job.next_check_at - self.clock()).total_seconds())
-            if self.monotonic() + wait_s + self.send_timeout_s > deadline:
-                break
-            self.sleep(wait_s)
-            try:
-                job = self._cas(job, lifecycle.start_attempt(job, self.clock(), owner, self.timing))
-            except ConcurrentUpdateError:
-                job = self._reload(job)
-                break
+                      faults: FaultPlan | None, raw: bytes | None = None) -> Job:
+        """Send, record, and retry Bucket-1 failures quickly while the request's budget allows.
+
+        A store outage from here on returns the last known job: the claim stands, so the lease
+        and the sweeper take over, and the caller must not hear "nothing was sent".
+        """
+        job = self._attempts(job, owner, policy, deadline, faults, raw)
         self._follow_up(job)
         return job
 
-    def _send_once(self, job: Job) -> Accepted | Failure:
-        raw = build_mime(message_from_payload(job.payload), job.message_id, job.id, job.created_at)
+    def _attempts(self, job: Job, owner: str, policy: ChannelPolicy, deadline: float,
+                  faults: FaultPlan | None, raw: bytes | None) -> Job:
+        for quick_retry in range(policy.quick_retries + 1):
+            try:
+                outcome = self._send_once(job, raw)
+                raw = None  # later attempts rebuild the same bytes from the stored payload
+                (faults or FaultPlan()).hit("after_send")
+                job = self._record_outcome(job, outcome, owner, policy)
+                if job.state is not State.RETRY_WAIT or job.next_check_at is None:
+                    break
+                if quick_retry == policy.quick_retries:
+                    break  # out of quick retries: the task (or the sweeper) sends the next attempt
+                wait_s = max(0.0, (job.next_check_at - self.clock()).total_seconds())
+                if self.monotonic() + wait_s + self.send_timeout_s > deadline:
+                    break
+                self.sleep(wait_s)
+                job = self._cas(job, lifecycle.start_attempt(job, self.clock(), owner, self.timing))
+            except ConcurrentUpdateError:
+                return self._reload(job)
+            except StoreUnavailableError as exc:
+                log(logging.ERROR, "job store unavailable after the claim; the sweeper will reconcile",
+                    job_id=job.id, state=job.state.value, error=str(exc))
+                return job  # the last state we know was stored
+        return job
+
+    def _send_once(self, job: Job, raw: bytes | None = None) -> Accepted | Failure:
+        if raw is None:
+            try:
+                raw = build_mime(message_from_payload(job.payload), job.message_id, job.id, job.created_at)
+            except (ValueError, KeyError, TypeError) as exc:
+                # Stored before today's checks, or damaged: nothing was sent, and never will be.
+                log(logging.ERROR, "stored job cannot be built as MIME", job_id=job.id, error=type(exc).__name__)
+                return unbuildable_failure(f"{type(exc).__name__}: {exc}")
         outcome = self.mailer.send(raw)
         if isinstance(outcome, Accepted):
             log(logging.INFO, "gmail accepted", job_id=job.id, attempt=job.attempts, gmail_id=outcome.gmail_id)
@@ -164,27 +212,41 @@ class SafeSendService:
                 log(logging.ERROR, "could not record the send outcome; the sweeper will reconcile",
                     job_id=job.id, outcome=type(outcome).__name__)
                 return current
-            if stored.events and stored.events[-1]["kind"] == "message_id_rewritten":
-                log(logging.ERROR, "Gmail stored a different Message-ID: search-based reconciliation "
-                    "cannot see this message", job_id=job.id, stored_message_id=stored_message_id)
-            elif isinstance(outcome, Accepted) and stored.events and stored.events[-1]["kind"] == "late_accept":
-                log(logging.ERROR, "accepted after our lease was taken over: possible duplicate, "
-                    "check the mailbox", job_id=job.id, gmail_id=outcome.gmail_id)
+            self._log_recorded(stored, outcome, stored_message_id)
             return stored
         log(logging.ERROR, "outcome not recorded after repeated conflicts", job_id=job.id)
         return current
+
+    @staticmethod
+    def _log_recorded(stored: Job, outcome: Accepted | Failure, stored_message_id: str | None) -> None:
+        kinds = {e["kind"] for e in stored.events[-3:]}
+        if "message_id_rewritten" in kinds:
+            log(logging.ERROR, "Gmail stored a different Message-ID: search-based reconciliation "
+                "cannot see this message", job_id=stored.id, stored_message_id=stored_message_id)
+        if isinstance(outcome, Accepted) and "late_accept" in kinds:
+            log(logging.ERROR, "accepted after our lease was taken over: possible duplicate, "
+                "verification follows", job_id=stored.id, gmail_id=outcome.gmail_id, state=stored.state.value)
+        if stored.state is State.REVIEW and stored.review_reason == lifecycle.ReviewReason.DUPLICATE:
+            log(logging.ERROR, "duplicate: more than one copy was accepted", job_id=stored.id,
+                copies=len(stored.known_copies))
 
     def _stored_message_id(self, job: Job, outcome: Accepted | Failure) -> str | None:
         """Read back what Gmail stored, for the first accepted send of this instance and then 1 in N.
 
         Every Message-ID has the same strictly valid shape, so a rewrite by Gmail would be
         systematic: sampling finds it without a second Gmail round trip on every send (bench/:
-        the read-back doubled happy-path latency).
+        the read-back doubled happy-path latency). Skipped when it could outlast our lease,
+        because recording the outcome matters more than this check.
         """
         if not isinstance(outcome, Accepted) or self.verify_message_id_every <= 0:
             return None
         if next(self._accepted_sends) % self.verify_message_id_every:
             return None
+        if job.lease_until is not None:
+            left_s = (job.lease_until - self.clock()).total_seconds()
+            if left_s < 2 * self.read_timeout_s:
+                log(logging.INFO, "stored Message-ID not read back: too little lease left", job_id=job.id)
+                return None
         try:
             return self.mailer.stored_message_id(outcome.gmail_id)
         except MailboxUnavailableError as exc:
@@ -194,7 +256,8 @@ class SafeSendService:
     # ------------------------------------------------------------ reconcile
     def advance(self, job_id: str, faults: FaultPlan | None = None,
                 known: Job | None = None) -> tuple[Job | None, str]:
-        """Move a job one step toward a settled state, if it is due. Safe to call any number of times.
+        """Move a job one step toward a settled, verified state, if it is due. Safe to call any
+        number of times.
 
         Called by the Cloud Tasks reconcile task and by the sweeper (which passes the job its query
         just read: every write is a compare-and-set, so a stale copy can only lose, never corrupt).
@@ -203,7 +266,7 @@ class SafeSendService:
         job = known if known is not None else self.store.get(job_id)
         if job is None:
             return None, "not_found"
-        policy = self.policies.get(job.channel)
+        policy = self.policies.for_job(job.channel)
         now = self.clock()
         if lifecycle.lease_expired(job, now):
             job = self._recover_expired(job, policy, schedule=False)
@@ -211,28 +274,51 @@ class SafeSendService:
                 return job, "conflict"
         if lifecycle.needs_publish(job):
             return job, self._publish_review(job)
-        if job.state not in (State.UNKNOWN, State.RETRY_WAIT):
+        if not (job.state in (State.UNKNOWN, State.RETRY_WAIT) or lifecycle.needs_verification(job)):
             return job, "nothing_to_do"
         if not lifecycle.is_due(job, now):
             self._follow_up(job)  # make sure a task exists for the real due time
             return job, "not_due"
+        if job.state is State.SENT:
+            return self._verify(job)
         return self._check_mailbox_and_act(job, policy, faults)
 
     def _check_mailbox_and_act(self, job: Job, policy: ChannelPolicy,
                                faults: FaultPlan | None) -> tuple[Job, str]:
-        hits = self.mailer.find_by_message_id(job.message_id)  # MailboxUnavailableError -> caller retries
         owner = self.new_owner()
-        decided = lifecycle.apply_mailbox_check(job, hits, self.clock(), owner, policy, self.timing)
+        if job.state is State.RETRY_WAIT and job.maybe_landed == 0:
+            decided = lifecycle.resume_after_refusals(job, self.clock(), owner, self.timing)
+            hits_seen = None
+        else:
+            hits = self.mailer.find_by_message_id(job.message_id)  # MailboxUnavailableError -> caller retries
+            decided = lifecycle.apply_mailbox_check(job, hits, self.clock(), owner, policy, self.timing)
+            hits_seen = len(hits)
         try:
             stored = self._cas(job, decided)
         except ConcurrentUpdateError:
             return self._reload(job), "conflict"
-        log(logging.INFO, "mailbox checked", job_id=job.id, hits=len(hits), state=stored.state.value)
+        log(logging.INFO, "mailbox checked" if hits_seen is not None else "retrying after refusals",
+            job_id=job.id, hits=hits_seen, state=stored.state.value)
         if stored.state is State.SENDING:
             deadline = self.monotonic() + self.request_budget_s
             return self._attempt_loop(stored, owner, policy, deadline, faults), "resent"
         self._follow_up(stored)
         return stored, f"checked_{stored.state.value}"
+
+    def _verify(self, job: Job) -> tuple[Job, str]:
+        """A verification check of a sent job that may have two copies (see lifecycle)."""
+        hits = self.mailer.find_by_message_id(job.message_id)
+        try:
+            stored = self._cas(job, lifecycle.apply_verification(job, hits, self.clock()))
+        except ConcurrentUpdateError:
+            return self._reload(job), "conflict"
+        if stored.state is State.REVIEW:
+            log(logging.ERROR, "verification failed: a human must look", job_id=job.id,
+                reason=stored.review_reason, copies=len(stored.known_copies))
+        else:
+            log(logging.INFO, "verification check", job_id=job.id, hits=len(hits), verified=stored.verified)
+        self._follow_up(stored)
+        return stored, "verified" if stored.verified else f"verification_{stored.state.value}"
 
     def _recover_expired(self, job: Job, policy: ChannelPolicy, schedule: bool = True) -> Job:
         """The instance that claimed this job died around the send: treat the attempt as unknown."""
@@ -247,35 +333,62 @@ class SafeSendService:
 
     # ---------------------------------------------------------------- sweep
     def sweep(self, batch: int = 50, budget_s: float = 90.0) -> SweepReport:
-        """Advance every due job, state by state, in bounded batches within a time budget."""
+        """Advance every due job, state by state, in bounded batches within a time budget.
+
+        One bad job never stalls the others: whatever it raises is logged and counted, and the
+        sweep goes on. Raises StoreUnavailableError only when no state could be queried at all.
+        """
         report = SweepReport()
         deadline = self.monotonic() + budget_s
+        unqueried: list[StoreUnavailableError] = []
         for state in SWEPT_STATES:
-            seen: set[str] = set()
-            for _ in range(MAX_SWEEP_BATCHES):
-                fresh = [j for j in self.store.find_due(state, self.clock(), batch) if j.id not in seen]
-                for job in fresh:
-                    if self.monotonic() >= deadline:
-                        report.stopped_early = True
-                        return report
-                    seen.add(job.id)
-                    report.examined += 1
-                    try:
-                        _, action = self.advance(job.id, known=job)
-                    except (MailboxUnavailableError, StoreUnavailableError, PublishError) as exc:
-                        report.errors += 1
-                        log(logging.WARNING, "sweep could not advance a job", job_id=job.id, error=str(exc))
-                        continue
-                    report.count(action)
-                if len(fresh) < batch:
-                    break  # this state has nothing more due (what is left was already handled once)
+            try:
+                if not self._sweep_state(state, batch, deadline, report):
+                    return report
+            except StoreUnavailableError as exc:
+                report.errors += 1
+                unqueried.append(exc)
+                log(logging.WARNING, "sweep could not query a state", state=state.value, error=str(exc))
+        if len(unqueried) == len(SWEPT_STATES):
+            raise unqueried[-1]
         return report
+
+    def _sweep_state(self, state: State, batch: int, deadline: float, report: SweepReport) -> bool:
+        """Advance the due jobs of one state; False when the time budget ran out."""
+        seen: set[str] = set()
+        for _ in range(MAX_SWEEP_BATCHES):
+            fresh = [j for j in self.store.find_due(state, self.clock(), batch) if j.id not in seen]
+            for job in fresh:
+                if self.monotonic() >= deadline:
+                    report.stopped_early = True
+                    return False
+                seen.add(job.id)
+                report.examined += 1
+                report.count(self._advance_isolated(job, report))
+            if len(fresh) < batch:
+                break  # this state has nothing more due (what is left was already handled once)
+        return True
+
+    def _advance_isolated(self, job: Job, report: SweepReport) -> str:
+        try:
+            _, action = self.advance(job.id, known=job)
+        except (MailboxUnavailableError, StoreUnavailableError, PublishError) as exc:
+            report.errors += 1
+            log(logging.WARNING, "sweep could not advance a job", job_id=job.id, error=str(exc))
+            return "deferred"
+        except Exception as exc:  # noqa: BLE001 - one bad job must not stop the sweep
+            report.errors += 1
+            log(logging.ERROR, "sweep hit an unexpected error on a job", job_id=job.id,
+                error_type=type(exc).__name__, error=str(exc)[:300], exc_info=True)
+            return "error"
+        return action
 
     # -------------------------------------------------------------- helpers
     def _follow_up(self, job: Job) -> None:
         """After a change: make sure a reconcile task is queued, or the review item is out."""
-        if job.state in (State.UNKNOWN, State.RETRY_WAIT) and job.next_check_at and self.scheduler:
-            step = f"a{job.attempts}-c{job.checks}"
+        checking = job.state in (State.UNKNOWN, State.RETRY_WAIT) or lifecycle.needs_verification(job)
+        if checking and job.next_check_at and self.scheduler:
+            step = f"a{job.attempts}-c{job.checks}" + ("-v" if job.state is State.SENT else "")
             try:
                 self.scheduler.schedule_check(job.id, step, job.next_check_at)
             except SchedulerError as exc:
@@ -299,7 +412,7 @@ class SafeSendService:
             held = self._cas(job, lifecycle.claim_review_publish(job, now, self.timing))
         except ConcurrentUpdateError:
             return "conflict"
-        include_body = self.policies.get(held.channel).review_includes_body
+        include_body = self.policies.for_job(held.channel).review_includes_body
         pubsub_id = self.publisher.publish(review_item(held, include_body), review_attributes(held))
         log(logging.WARNING, "job needs a human", job_id=job.id, state=job.state.value,
             reason=job.review_reason, pubsub_message_id=pubsub_id)
@@ -313,5 +426,9 @@ class SafeSendService:
         return self.store.compare_and_set(after, expected_version=before.version)
 
     def _reload(self, job: Job) -> Job:
-        fresh = self.store.get(job.id)
+        """The stored job after a lost race; the copy we hold if the store cannot say."""
+        try:
+            fresh = self.store.get(job.id)
+        except StoreUnavailableError:
+            return job
         return fresh if fresh is not None else job

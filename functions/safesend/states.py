@@ -2,15 +2,22 @@
 
     pending    -> sending (claimed), cancelled
     sending    -> sent (Gmail said 200), retry_wait (definitely not accepted, retryable),
-                  failed (definitely not accepted, permanent or out of attempts),
-                  unknown (maybe accepted: timeout, 5xx, dropped response, crash)
-    retry_wait -> sending (retry due, mailbox checked first when in doubt), sent / review
-                  (the mailbox check found one / several copies), failed, cancelled
-    unknown    -> unknown (checked again, index lag), sent (exactly one SENT hit),
-                  sending (no hit after the lag window and the channel allows a resend),
+                  failed (definitely not accepted: permanent, or refused past the retry horizon),
+                  unknown (maybe accepted: timeout, 5xx, dropped response, crash),
+                  review (accepted, while another of its attempts is known to have been accepted too)
+    retry_wait -> sending (retry due, mailbox checked first when an earlier attempt may have landed),
+                  sent / review (the mailbox check found one / several copies), failed, cancelled
+    unknown    -> unknown (checked again, index lag), sent (exactly one SENT copy),
+                  sending (no copy after the unknown window and the channel allows a resend),
                   review (duplicate, ambiguous on a review channel, out of attempts)
-    review     -> sent, cancelled, pending (a human settled it)
-    sent, failed, cancelled: terminal.
+    sent       -> review (verification found a second copy, or a second acceptance arrived late)
+    failed     -> review (an attempt we had given up on was accepted after all)
+    review     -> sent, cancelled (a human settled it)
+    cancelled: terminal.
+
+`sent` and `failed` are *settled* (callers get their final answer) but not terminal: a job
+that ended `sent` while more than one of its attempts may have landed stays under verification
+until the mailbox proves a single copy, and any late evidence of a second copy reaches a human.
 """
 
 from __future__ import annotations
@@ -36,20 +43,22 @@ class State(str, Enum):
 
 ALLOWED_TRANSITIONS: dict[State, frozenset[State]] = {
     State.PENDING: frozenset({State.SENDING, State.CANCELLED}),
-    State.SENDING: frozenset({State.SENT, State.RETRY_WAIT, State.FAILED, State.UNKNOWN}),
+    State.SENDING: frozenset({State.SENT, State.RETRY_WAIT, State.FAILED, State.UNKNOWN, State.REVIEW}),
     State.RETRY_WAIT: frozenset({State.SENDING, State.SENT, State.REVIEW, State.FAILED, State.CANCELLED}),
     State.UNKNOWN: frozenset({State.UNKNOWN, State.SENT, State.SENDING, State.REVIEW}),
-    State.REVIEW: frozenset({State.SENT, State.CANCELLED, State.PENDING}),
-    State.SENT: frozenset(),
-    State.FAILED: frozenset(),
+    State.SENT: frozenset({State.REVIEW}),
+    State.FAILED: frozenset({State.REVIEW}),
+    State.REVIEW: frozenset({State.SENT, State.CANCELLED}),
     State.CANCELLED: frozenset(),
 }
 
 TERMINAL_STATES = frozenset(s for s, targets in ALLOWED_TRANSITIONS.items() if not targets)
+# What a caller may treat as the final answer (HTTP 200/422, or 202 for review).
+SETTLED_STATES = frozenset({State.SENT, State.FAILED, State.REVIEW, State.CANCELLED})
 # States that need a human: entering one publishes a review item.
 HUMAN_STATES = frozenset({State.REVIEW, State.FAILED})
-# States the sweeper scans by next_check_at.
-SWEPT_STATES = (State.SENDING, State.UNKNOWN, State.RETRY_WAIT, State.REVIEW, State.FAILED)
+# States the sweeper scans by next_check_at (sent: a verification check is due).
+SWEPT_STATES = (State.SENDING, State.UNKNOWN, State.RETRY_WAIT, State.SENT, State.REVIEW, State.FAILED)
 
 
 def can_transition(source: State, target: State) -> bool:

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from .model import Job
-from .states import State
+from .states import SETTLED_STATES, State
 
 # n8n's Retry On Fail retries every non-2xx: in-flight and reconciling must be 2xx (202).
 _STATUS_BY_STATE = {State.SENT: 200, State.CANCELLED: 200, State.FAILED: 422}
@@ -16,6 +16,17 @@ def http_status_for(job: Job) -> int:
     return _STATUS_BY_STATE.get(job.state, 202)
 
 
+def retry_after_s(job: Job, now: datetime, floor_s: int = 1, ceiling_s: int = 300) -> int | None:
+    """When polling /status is worth it again (a 202 Retry-After): the job's next due time, bounded.
+    None for settled jobs, including review: that one waits for a person, not for time."""
+    if job.state in SETTLED_STATES:
+        return None
+    if job.next_check_at is None:
+        return floor_s * 5
+    seconds = (job.next_check_at - now).total_seconds()
+    return int(min(max(seconds, floor_s), ceiling_s) + 0.999)
+
+
 def job_view(job: Job, *, replayed: bool | None = None, with_events: bool = False) -> dict[str, Any]:
     view: dict[str, Any] = {
         "job_id": job.id,
@@ -23,6 +34,7 @@ def job_view(job: Job, *, replayed: bool | None = None, with_events: bool = Fals
         "state": job.state.value,
         "provider_ref": job.provider_ref,
         "attempts": job.attempts,
+        "verified": job.verified,
         "channel": job.channel,
         "next_check_at": _iso(job.next_check_at),
         "review_reason": job.review_reason,

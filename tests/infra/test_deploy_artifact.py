@@ -81,6 +81,12 @@ def runtime_python() -> str:
     return sys.executable
 
 
+# What the deployed functions get from infra/ at the least (no network is touched at import).
+DEPLOYED_ENV = {"PATH": "/usr/bin:/bin", "GOOGLE_CLOUD_PROJECT": "demo-artifact",
+                "SAFESEND_MESSAGE_ID_DOMAIN": "notifications.mail.example-shop.com",
+                "SAFESEND_DEFAULT_FROM": "Shop <shop@example-shop.com>",
+                "SAFESEND_AUTH_HMAC_SECRET": "0123456789abcdef0123456789abcdef"}
+
 CHECK = """
 import sys
 import functions_framework
@@ -109,8 +115,12 @@ def test_artifact_installs_in_a_fresh_venv_and_exposes_every_entry_point(tmp_pat
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     names = sorted(entry_points())
     # -I: only the venv and the unpacked artifact, nothing from this checkout or PYTHONPATH.
-    run = subprocess.run([str(python), "-I", "-c", f"import sys; sys.path.insert(0, '.'); exec({CHECK!r})",
-                          ",".join(names)], cwd=app_dir, capture_output=True, text=True, timeout=120)
+    command = [str(python), "-I", "-c", f"import sys; sys.path.insert(0, '.'); exec({CHECK!r})", ",".join(names)]
+    run = subprocess.run(command, cwd=app_dir, capture_output=True, text=True, timeout=120, env=DEPLOYED_ENV)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "entry points ok" in run.stdout
+    # The import-time gate: a Message-ID domain that cannot make a valid message stops the revision.
+    broken = subprocess.run(command, cwd=app_dir, capture_output=True, text=True, timeout=120,
+                            env={**DEPLOYED_ENV, "SAFESEND_MESSAGE_ID_DOMAIN": "no_underscores.example.com"})
+    assert broken.returncode != 0 and "refusing to start" in broken.stdout, broken.stdout[-2000:]
     print(run.stdout.strip(), f"(venv + install + import: {time.monotonic() - started:.0f} s)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,48 @@ def test_lease_exceeding_twice_the_send_timeout_is_accepted(lease, send_timeout)
 def test_default_send_timeout_limits_a_short_lease():
     with pytest.raises(ConfigurationError):
         settings(SAFESEND_LEASE_S="40")  # default send timeout 20 s -> lease must exceed 40 s
+
+
+# --------------------------------------------------------------- issue 8.3 and 8.4: refuse to start
+@pytest.mark.parametrize("lag,window", [("90", "89"), ("300", "60")])
+def test_an_unknown_window_shorter_than_the_index_lag_refuses_to_start(lag, window):
+    """"Not found" before the index could have caught up is no evidence: a resend would duplicate."""
+    with pytest.raises(ConfigurationError, match="index lag"):
+        settings(SAFESEND_INDEX_LAG_S=lag, SAFESEND_UNKNOWN_WINDOW_S=window)
+
+
+def test_a_verification_horizon_shorter_than_the_window_refuses_to_start():
+    with pytest.raises(ConfigurationError, match="verification horizon"):
+        settings(SAFESEND_VERIFY_HORIZON_S="120")
+
+
+def test_horizons_are_read_with_their_defaults():
+    s = settings()
+    assert (s.timing.verify_horizon_s, s.timing.retry_horizon_s) == (1800.0, 3600.0)
+    s = settings(SAFESEND_VERIFY_HORIZON_S="600", SAFESEND_RETRY_HORIZON_S="60")
+    assert (s.timing.verify_horizon_s, s.timing.retry_horizon_s) == (600.0, 60.0)
+
+
+@pytest.mark.parametrize("channel", [{"index_lag_s": 400}, {"unknown_window_s": 30}, {"unknown_window_s": 4000}])
+def test_a_channel_whose_timing_breaks_the_guarantee_refuses_to_start(channel):
+    from safesend.runtime import preflight
+
+    with pytest.raises(ConfigurationError, match="channel late"):
+        preflight(settings(SAFESEND_CHANNELS_JSON=json.dumps({"late": {"on_unknown": "retry", **channel}})))
+
+
+@pytest.mark.parametrize("domain", ["notifications.mail.example-shop.com", "a" * 28 + ".example", "b" * 38 + ".io",
+                                    ".".join(["c" * 63] * 3) + ".example.com"])
+def test_long_message_id_domains_pass_the_start_up_probe(domain):
+    """8.4: a Message-ID domain of 28-38 characters used to fold the header: every send answered 500."""
+    from safesend.runtime import preflight
+
+    preflight(settings(SAFESEND_MESSAGE_ID_DOMAIN=domain, SAFESEND_AUTH_DISABLED="1"))
+
+
+def test_a_default_sender_that_cannot_make_a_message_refuses_to_start():
+    from safesend.runtime import preflight
+
+    with pytest.raises(ConfigurationError, match="SAFESEND_DEFAULT_FROM"):
+        preflight(settings(SAFESEND_DEFAULT_FROM='"=?utf-8?q?x=0D=0ABcc:_e@evil.example?=" <shop@example.com>',
+                           SAFESEND_AUTH_DISABLED="1"))

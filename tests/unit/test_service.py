@@ -64,7 +64,7 @@ def test_rate_limit_beyond_the_budget_waits_for_a_task(world):
     final = world.store.get(job.id)
     assert final.state is State.SENT and final.attempts == 2
     assert world.effects(job.id) == 1
-    assert world.mailer.searches == 1  # the mailbox was asked before the resend
+    assert world.mailer.searches == 0  # every attempt was refused: nothing to ask the mailbox about
 
 
 def test_permanent_error_fails_and_publishes_a_review_item(world):
@@ -79,11 +79,16 @@ def test_permanent_error_fails_and_publishes_a_review_item(world):
     assert world.store.get(job.id).review_published_at is not None
 
 
-def test_retryable_errors_stop_at_max_attempts(world):
+def test_three_quick_rate_limits_do_not_burn_the_job(world):
+    """Issue 8.13: three 429s used up max_attempts (3) in under 0.5 s and the key replayed 422 for
+    ever. Refusals prove nothing landed, so they do not count against the attempts."""
     world.mailer.script = [HTTP_429, HTTP_429, HTTP_429, "accept"]
     job, _ = world.service.submit(world.request())
-    assert job.state is State.FAILED and job.review_reason == "max_attempts" and job.attempts == 3
-    assert world.effects(job.id) == 0
+    assert job.state is State.RETRY_WAIT and job.attempts == 3 and job.maybe_landed == 0
+    world.run_until_settled(job.id)
+    final = world.store.get(job.id)
+    assert (final.state, final.attempts, final.verified) == (State.SENT, 4, True)
+    assert world.effects(job.id) == 1 and world.publisher.items == []
 
 
 @pytest.mark.parametrize("failure", [TIMEOUT, HTTP_503])

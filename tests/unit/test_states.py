@@ -9,6 +9,7 @@ import pytest
 from safesend.errors import IllegalTransitionError
 from safesend.states import (
     HUMAN_STATES,
+    SETTLED_STATES,
     SWEPT_STATES,
     TERMINAL_STATES,
     State,
@@ -18,18 +19,22 @@ from safesend.states import (
 
 # Written from the docstring of safesend/states.py, by hand, NOT derived from ALLOWED_TRANSITIONS:
 #   pending    -> sending, cancelled
-#   sending    -> sent, retry_wait, failed, unknown
+#   sending    -> sent, retry_wait, failed, unknown, review
 #   retry_wait -> sending, sent, review, failed, cancelled
 #   unknown    -> unknown, sent, sending, review
-#   review     -> sent, cancelled, pending
-#   sent, failed, cancelled: terminal.
+#   sent       -> review
+#   failed     -> review
+#   review     -> sent, cancelled
+#   cancelled: terminal.
 EXPECTED: set[tuple[str, str]] = {
     ("pending", "sending"), ("pending", "cancelled"),
     ("sending", "sent"), ("sending", "retry_wait"), ("sending", "failed"), ("sending", "unknown"),
+    ("sending", "review"),
     ("retry_wait", "sending"), ("retry_wait", "sent"), ("retry_wait", "review"),
     ("retry_wait", "failed"), ("retry_wait", "cancelled"),
     ("unknown", "unknown"), ("unknown", "sent"), ("unknown", "sending"), ("unknown", "review"),
-    ("review", "sent"), ("review", "cancelled"), ("review", "pending"),
+    ("sent", "review"), ("failed", "review"),
+    ("review", "sent"), ("review", "cancelled"),
 }
 ALL_STATE_NAMES = {"pending", "sending", "sent", "retry_wait", "unknown", "review", "failed", "cancelled"}
 ALL_PAIRS = list(itertools.product(State, State))
@@ -59,10 +64,17 @@ def test_check_transition_raises_exactly_for_undocumented_pairs(source, target):
 
 
 def test_number_of_allowed_transitions_matches_the_documented_list():
-    assert sum(can_transition(s, t) for s, t in ALL_PAIRS) == len(EXPECTED) == 18
+    assert sum(can_transition(s, t) for s, t in ALL_PAIRS) == len(EXPECTED) == 20
 
 
-@pytest.mark.parametrize("terminal", ["sent", "failed", "cancelled"])
+@pytest.mark.parametrize("settled", ["sent", "failed"])
+def test_settled_states_leave_only_for_a_human(settled):
+    """A sent or failed job moves again only when new evidence (a second copy, a late accept)
+    must reach a human: never back into sending."""
+    assert {t.value for t in State if can_transition(State(settled), t)} == {"review"}
+
+
+@pytest.mark.parametrize("terminal", ["cancelled"])
 def test_terminal_states_have_no_exits(terminal):
     source = State(terminal)
     assert not any(can_transition(source, target) for target in State)
@@ -71,18 +83,24 @@ def test_terminal_states_have_no_exits(terminal):
             check_transition(source, target)
 
 
-def test_terminal_states_are_exactly_sent_failed_cancelled():
-    assert {s.value for s in TERMINAL_STATES} == {"sent", "failed", "cancelled"}
+def test_terminal_states_are_exactly_cancelled():
+    assert {s.value for s in TERMINAL_STATES} == {"cancelled"}
+
+
+def test_settled_states_are_the_final_answers_a_caller_gets():
+    assert {s.value for s in SETTLED_STATES} == {"sent", "failed", "review", "cancelled"}
 
 
 def test_every_non_terminal_state_has_an_exit():
     for source in State:
-        if source.value not in {"sent", "failed", "cancelled"}:
+        if source.value != "cancelled":
             assert any(can_transition(source, t) for t in State), source
 
 
-def test_nothing_returns_to_pending_except_a_human_settling_review():
-    assert {s.value for s in State if can_transition(s, State.PENDING)} == {"review"}
+def test_nothing_returns_to_pending():
+    """review -> pending led nowhere (nothing picks a pending job up): a human's resend is a
+    decision on the review job itself, never a silent park in pending."""
+    assert not any(can_transition(s, State.PENDING) for s in State)
 
 
 def test_human_states_are_review_and_failed():
@@ -90,10 +108,10 @@ def test_human_states_are_review_and_failed():
 
 
 def test_swept_states_are_the_ones_with_a_due_time():
-    assert [s.value for s in SWEPT_STATES] == ["sending", "unknown", "retry_wait", "review", "failed"]
+    assert [s.value for s in SWEPT_STATES] == ["sending", "unknown", "retry_wait", "sent", "review", "failed"]
     assert len(set(SWEPT_STATES)) == len(SWEPT_STATES)
-    # Neither a fresh pending job nor a settled sent/cancelled one is ever due.
-    assert not {State.PENDING, State.SENT, State.CANCELLED} & set(SWEPT_STATES)
+    # Neither a fresh pending job nor a cancelled one is ever due (a sent one is, while unverified).
+    assert not {State.PENDING, State.CANCELLED} & set(SWEPT_STATES)
 
 
 def test_state_str_is_its_value():
