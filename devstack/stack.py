@@ -42,6 +42,7 @@ class StackConfig:
         "SAFESEND_LEASE_S": "5",
         "SAFESEND_INDEX_LAG_S": "1",
         "SAFESEND_UNKNOWN_WINDOW_S": "3",
+        "SAFESEND_VERIFY_HORIZON_S": "10",
         "SAFESEND_RECHECK_S": "1",
         "SAFESEND_PUBLISH_LEASE_S": "2",
         "SAFESEND_REQUEST_BUDGET_S": "8",
@@ -165,6 +166,17 @@ class LocalStack:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+    # Added for the fault storm (tests/integration/test_fault_storm.py, devstack/chaos.py).
+    def functions_serving(self) -> bool:
+        """True when the functions server answers HTTP (e.g. again, after its worker was killed)."""
+        return self._functions_ready()
+
+    def process_groups(self) -> dict[str, int | None]:
+        """pgid of each process this stack started in its own group (for freezing one in tests)."""
+        groups = {emulator.name: emulator.pgid for emulator in self.emulators.emulators}
+        groups["functions"] = self.functions.pgid if self.functions else None
+        return groups
 
 
 class SweepTicker:

@@ -1,0 +1,395 @@
+"""Chaos helpers for the fault-storm test (tests/integration/test_fault_storm.py). Local stacks only.
+
+What they do, and why each is safe to use on a developer machine:
+- ``GroupFreezer``: SIGSTOP / SIGCONT one process group (an emulator started by LocalStack). A frozen
+  emulator keeps its data, unlike a restarted one, and its clients see a dependency that hangs.
+  Every group it froze is remembered, so ``thaw_all()`` in a ``finally`` never leaves a JVM stopped.
+- ``kill_gunicorn_worker``: SIGKILL the one worker process of the functions server (the child of the
+  ManagedProcess, which is gunicorn's master); the master keeps the listening socket and respawns it,
+  like a crashed Cloud Run instance replaced by a new one.
+- ``RecordingSweepTicker``: Cloud Scheduler's stand-in calling ``/sweep`` every interval, recording
+  every answer and tolerating connection errors while the worker restarts.
+- ``RelayCycler``: walks the fault relay through every mode in ``relay.MODES`` with small counts and
+  short delays, waiting for each fault to be consumed (bounded) before the next one.
+- ``ChaosRunner``: runs a timeline of process-level actions (kills, freezes) in one thread.
+
+Only processes started by this test session are signalled, always by pid / pgid. Every loop is
+bounded in time and count. Standard library + ``requests``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import requests
+
+__all__ = [
+    "ChaosAction",
+    "ChaosRunner",
+    "GroupFreezer",
+    "RecordingSweepTicker",
+    "RelayCycler",
+    "children_of",
+    "find_gunicorn_worker",
+    "kill_gunicorn_worker",
+    "relay_mode_params",
+]
+
+_PROC = Path("/proc")
+NORMAL_MODE = "forward-and-respond"  # devstack.relay.NORMAL
+MAX_FREEZE_S = 30.0  # no freeze may last longer than this, whatever the caller asks
+
+
+# --------------------------------------------------------------------------- /proc helpers
+def _stat_fields(pid: int) -> Optional[list[str]]:
+    """Fields of /proc/<pid>/stat after the parenthesised comm: state, ppid, pgrp, ..."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[-1].split()
+
+
+def process_state(pid: int) -> Optional[str]:
+    """One-letter state (R, S, T, Z, ...) or None when the process is gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def children_of(pid: int) -> list[int]:
+    """Live (non-zombie) direct children of ``pid``, found by scanning /proc."""
+    found = []
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields and len(fields) >= 2 and fields[0] != "Z" and int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def find_gunicorn_worker(master_pid: int) -> Optional[int]:
+    """The worker of a one-worker gunicorn (functions-framework's default): the master's only child."""
+    children = children_of(master_pid)
+    return children[0] if len(children) == 1 else (max(children) if children else None)
+
+
+def kill_gunicorn_worker(master_pid: int, respawn_timeout_s: float = 20.0,
+                         ready: Optional[Callable[[], bool]] = None) -> dict[str, Any]:
+    """SIGKILL the worker and wait (bounded) until gunicorn has a new one, and ``ready()`` if given.
+
+    Returns what happened: old and new pid, seconds until respawned, or an ``error``.
+    """
+    started = time.monotonic()
+    worker = find_gunicorn_worker(master_pid)
+    if worker is None:
+        return {"action": "kill_worker", "error": f"no worker under gunicorn master {master_pid}"}
+    try:
+        os.kill(worker, signal.SIGKILL)
+    except ProcessLookupError:
+        return {"action": "kill_worker", "error": f"worker {worker} already gone"}
+    deadline = started + respawn_timeout_s
+    new_worker = None
+    while time.monotonic() < deadline:
+        candidate = find_gunicorn_worker(master_pid)
+        if candidate is not None and candidate != worker:
+            new_worker = candidate
+            break
+        time.sleep(0.05)
+    serving = ready is None
+    while new_worker is not None and not serving and time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            serving = bool(ready())
+        if not serving:
+            time.sleep(0.1)
+    result = {"action": "kill_worker", "old_pid": worker, "new_pid": new_worker,
+              "respawn_s": round(time.monotonic() - started, 2)}
+    if new_worker is None:
+        result["error"] = f"no new worker within {respawn_timeout_s}s"
+    elif not serving:
+        result["error"] = f"new worker {new_worker} not serving within {respawn_timeout_s}s"
+    return result
+
+
+# --------------------------------------------------------------------------- freezing
+class GroupFreezer:
+    """SIGSTOP / SIGCONT process groups, remembering which are frozen (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._frozen: dict[int, str] = {}
+        self.history: list[dict[str, Any]] = []
+
+    def freeze(self, pgid: int, name: str = "") -> None:
+        if not isinstance(pgid, int) or pgid <= 1 or pgid == os.getpgid(0):
+            raise ValueError(f"refusing to freeze process group {pgid!r}")
+        with self._lock:
+            os.killpg(pgid, signal.SIGSTOP)
+            self._frozen[pgid] = name
+
+    def thaw(self, pgid: int) -> None:
+        with self._lock:
+            self._frozen.pop(pgid, None)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGCONT)
+
+    def thaw_all(self) -> None:
+        """Resume every group still frozen; safe to call any number of times."""
+        with self._lock:
+            frozen = list(self._frozen)
+        for pgid in frozen:
+            self.thaw(pgid)
+
+    @property
+    def frozen(self) -> dict[int, str]:
+        with self._lock:
+            return dict(self._frozen)
+
+    def freeze_for(self, pgid: int, seconds: float, name: str = "",
+                   stop: Optional[threading.Event] = None) -> dict[str, Any]:
+        """Freeze, hold (cut short by ``stop``), thaw: always thawed, even on an exception."""
+        seconds = min(max(0.0, float(seconds)), MAX_FREEZE_S)
+        started = time.monotonic()
+        self.freeze(pgid, name)
+        try:
+            if stop is not None:
+                stop.wait(seconds)
+            else:
+                time.sleep(seconds)
+        finally:
+            self.thaw(pgid)
+        entry = {"action": f"freeze_{name or pgid}", "pgid": pgid, "frozen_s": round(time.monotonic() - started, 2)}
+        self.history.append(entry)
+        return entry
+
+
+# --------------------------------------------------------------------------- sweeper
+class RecordingSweepTicker:
+    """POST /sweep every ``interval_s`` (one at a time), recording each answer; bounded by ``max_ticks``."""
+
+    def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 60.0, max_ticks: int = 2000):
+        self.url = url.rstrip("/")
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.max_ticks = max_ticks
+        self.statuses: Counter[str] = Counter()
+        self.actions: Counter[str] = Counter()
+        self.five_xx: list[tuple[int, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="storm-sweep-ticker", daemon=True)
+
+    def start(self) -> "RecordingSweepTicker":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        for _ in range(self.max_ticks):
+            started = time.monotonic()
+            try:
+                response = requests.post(f"{self.url}/sweep", json={}, timeout=self.timeout_s)
+                self.statuses[str(response.status_code)] += 1
+                if response.status_code == 200:
+                    with contextlib.suppress(ValueError, AttributeError):
+                        for action, count in (response.json().get("actions") or {}).items():
+                            self.actions[action] += int(count)
+                elif response.status_code >= 500:
+                    self.five_xx.append((response.status_code, response.text[:200]))
+            except requests.RequestException as exc:
+                self.statuses[type(exc).__name__] += 1
+            if self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started))):
+                return
+
+    def stop(self, timeout_s: float = 70.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout=timeout_s)
+
+
+# --------------------------------------------------------------------------- relay
+def relay_mode_params(mode: str, rng: random.Random) -> dict[str, Any]:
+    """Small counts and short delays for each relay mode, so no request hangs for long.
+
+    Delays are chosen around the stack's 2 s send timeout: a longer one makes an accepted send
+    time out (ambiguous), a shorter one is merely slow. Modes this table does not know (added to
+    the relay later) get a count of 1-2 and a 1 s delay.
+    """
+    match = "all" if rng.random() < 0.3 else "send"
+    if mode == NORMAL_MODE:
+        return {"mode": mode, "count": None, "match": "send", "delay_s": 0.0}
+    if mode == "429-before-forward":  # rate limits come in bursts
+        return {"mode": mode, "count": rng.randint(2, 8), "match": match, "delay_s": 0.0}
+    if mode == "slow-response":
+        return {"mode": mode, "count": rng.randint(1, 2), "match": match, "delay_s": rng.choice((0.5, 3.0))}
+    if mode == "forward-then-drop-response":
+        return {"mode": mode, "count": rng.randint(1, 2), "match": match, "delay_s": 3.0}
+    if mode in ("fail-before-forward", "close-after-forward", "forward-then-5xx"):
+        return {"mode": mode, "count": rng.randint(1, 3), "match": match, "delay_s": 0.0}
+    if mode == "trickle-response":  # delay_s is per byte: ~0.1 s keeps every read far inside a socket
+        # timeout, while the whole answer (a few hundred bytes) takes ~30 s; only a wall-clock deadline
+        # on the client ends it sooner. stop() of the relay cuts it short.
+        return {"mode": mode, "count": rng.randint(1, 2), "match": match, "delay_s": 0.1}
+    return {"mode": mode, "count": rng.randint(1, 2), "match": match, "delay_s": 1.0}
+
+
+class RelayCycler:
+    """Walk the relay through every mode in ``modes``, each fault until consumed or ``hold_s`` passed.
+
+    The next fault is the one the relay applied least so far (its own ``faulted`` counters), so every
+    mode is exercised even when traffic is thin; every third step is a calm pause.
+    """
+
+    def __init__(self, relay: Any, modes: Iterable[str], rng: random.Random,
+                 gap_s: tuple[float, float] = (0.3, 0.8), hold_s: float = 4.0, max_steps: int = 1000):
+        self.relay = relay
+        self.modes = list(modes)
+        self.rng = rng
+        self.gap_s = gap_s
+        self.hold_s = hold_s
+        self.max_steps = max_steps
+        self.set_counts: Counter[str] = Counter()
+        self.log: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="storm-relay-cycler", daemon=True)
+
+    def start(self) -> "RelayCycler":
+        self._thread.start()
+        return self
+
+    def _next_mode(self, step: int) -> str:
+        """Every third step is calm; otherwise the fault applied least so far (ties: seeded shuffle)."""
+        faults = [m for m in self.modes if m != NORMAL_MODE]
+        if step % 3 == 2 or not faults:
+            return NORMAL_MODE
+        applied = self.relay.stats().get("faulted", {})
+        self.rng.shuffle(faults)
+        return min(faults, key=lambda m: applied.get(m, 0))
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            for step in range(self.max_steps):
+                if self._stop.is_set():
+                    return
+                params = relay_mode_params(self._next_mode(step), self.rng)
+                try:
+                    self.relay.set_mode(params["mode"], match=params["match"], count=params["count"],
+                                        delay_s=params["delay_s"])
+                except ValueError as exc:
+                    self.errors.append(f"{params}: {exc}")
+                    self._stop.wait(self.gap_s[0])
+                    continue
+                self.set_counts[params["mode"]] += 1
+                self.log.append({"t": round(time.monotonic() - started, 2), **params})
+                if params["count"] is None:  # the calm mode: just a pause
+                    self._stop.wait(self.rng.uniform(*self.gap_s))
+                    continue
+                deadline = time.monotonic() + self.hold_s
+                while not self._stop.is_set() and time.monotonic() < deadline:
+                    if self.relay.stats()["mode"] == NORMAL_MODE:
+                        break  # consumed
+                    self._stop.wait(0.05)
+                self.relay.set_mode(NORMAL_MODE)
+                self._stop.wait(self.rng.uniform(*self.gap_s))
+        finally:
+            with contextlib.suppress(Exception):
+                self.relay.set_mode(NORMAL_MODE)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout=timeout_s)
+        with contextlib.suppress(Exception):
+            self.relay.set_mode(NORMAL_MODE)
+
+
+# --------------------------------------------------------------------------- timeline
+@dataclass(order=True)
+class ChaosAction:
+    at_s: float  # seconds after ChaosRunner.start()
+    kind: str = field(compare=False)  # "kill_worker" | "freeze"
+    target: str = field(compare=False, default="")  # for freeze: a name in ChaosRunner.groups
+    seconds: float = field(compare=False, default=0.0)
+
+
+class ChaosRunner:
+    """Run ``actions`` in time order in one background thread; one at a time, each bounded.
+
+    ``groups`` maps a freeze target name to a callable returning its pgid (looked up when used).
+    ``functions_master_pid`` returns the gunicorn master's pid. An action starts at its time but
+    never less than ``min_gap_s`` after the previous one ended (two crashes 0.1 s apart test
+    nothing more). ``stop()`` cuts a freeze short and thaws everything; no further action starts after it.
+    """
+
+    def __init__(self, actions: Iterable[ChaosAction], *, groups: dict[str, Callable[[], Optional[int]]],
+                 functions_master_pid: Callable[[], Optional[int]],
+                 functions_ready: Optional[Callable[[], bool]] = None, min_gap_s: float = 2.0):
+        self.actions = sorted(actions)
+        self.min_gap_s = min_gap_s
+        self.groups = groups
+        self.functions_master_pid = functions_master_pid
+        self.functions_ready = functions_ready
+        self.freezer = GroupFreezer()
+        self.log: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._started = 0.0
+        self._thread = threading.Thread(target=self._run, name="storm-chaos", daemon=True)
+
+    def start(self) -> "ChaosRunner":
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        last_end = float("-inf")
+        try:
+            for action in self.actions:
+                wait = max(self._started + action.at_s, last_end + self.min_gap_s) - time.monotonic()
+                if wait > 0 and self._stop.wait(wait):
+                    return
+                if self._stop.is_set():
+                    return
+                at = round(time.monotonic() - self._started, 2)
+                try:
+                    entry = self._do(action)
+                except Exception as exc:  # noqa: BLE001 - record, keep the storm going
+                    entry = {"action": action.kind, "target": action.target, "error": repr(exc)}
+                self.log.append({"t": at, **entry})
+                last_end = time.monotonic()
+        finally:
+            self.freezer.thaw_all()
+
+    def _do(self, action: ChaosAction) -> dict[str, Any]:
+        if action.kind == "kill_worker":
+            master = self.functions_master_pid()
+            if master is None:
+                return {"action": "kill_worker", "error": "functions server not running"}
+            return kill_gunicorn_worker(master, ready=self.functions_ready)
+        if action.kind == "freeze":
+            pgid = self.groups[action.target]()
+            if pgid is None:
+                return {"action": f"freeze_{action.target}", "error": "no process group"}
+            return self.freezer.freeze_for(pgid, action.seconds, action.target, self._stop)
+        raise ValueError(f"unknown chaos action {action.kind!r}")
+
+    def join(self, timeout_s: float) -> bool:
+        self._thread.join(timeout=timeout_s)
+        return not self._thread.is_alive()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout=timeout_s)
+        self.freezer.thaw_all()
+
+    def counts(self) -> Counter[str]:
+        done: Counter[str] = Counter()
+        for entry in self.log:
+            done[entry["action"] + (" (error)" if "error" in entry else "")] += 1
+        return done

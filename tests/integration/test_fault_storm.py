@@ -1,0 +1,580 @@
+"""The fault storm: many jobs, duplicate webhooks, every relay fault, worker crashes and frozen
+emulators at once, against the whole local stack (devstack/stack.py), in two phases:
+
+  inside-window   the simulator's search-index lag (0.5 s) is inside SAFESEND_UNKNOWN_WINDOW_S (3 s):
+                  no message may be accepted twice.
+  beyond-window   the index lag (4 s) exceeds the window: a `retry` channel may resend a copy that
+                  already landed, but every such duplicate must end in `review` / `duplicate` with a
+                  review item (SAFESEND_VERIFY_HORIZON_S re-checks `sent` jobs).
+
+In both phases: 0 jobs lost (every job exists and settles; a `sent` job has a copy; no job with a
+copy is `failed`; every `review` / `failed` job has a review item on Pub/Sub), 0 `failed` jobs (the
+storm injects nothing permanent, so a `failed` job means rate limits alone exhausted it), and no 5xx
+from /send except 503 `store_unavailable` before a claim.
+
+Truth is Gmail's side: the simulator's acceptance log (`sim.effects()`), never a counter of ours.
+Random choices are seeded (SAFESEND_STORM_SEED, printed); the assertions are invariants that hold
+for any interleaving, so they do not depend on which fault hit which job. Sizes: SAFESEND_STORM_JOBS.
+A summary table is printed whether the test passes or not; the full report (every job's final view,
+every webhook try, the chaos log) is written to storm-report.json in the stack's log directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterator
+
+import pytest
+import requests
+
+from devstack import relay as relay_module
+from devstack.chaos import (ChaosAction, ChaosRunner, RecordingSweepTicker, RelayCycler)
+from devstack.stack import LocalStack, StackConfig
+
+pytestmark = pytest.mark.integration
+
+DEFAULT_SEED = 20240611
+SETTLED = {"sent", "review", "failed", "cancelled"}
+HUMAN = {"review", "failed"}
+MESSAGE_ID_DOMAIN = "mail.safesend.localhost"  # LocalStack.service_env()
+
+N_JOBS = int(os.environ.get("SAFESEND_STORM_JOBS", "120"))
+ARRIVAL_SPACING_S = 0.3  # one new job every 0.3 s: ~36 s of traffic for 120 jobs
+# Besides the SIGKILLs at random moments, a few jobs' first webhook try asks the worker to die at
+# the two worst points (X-Safesend-Fault, honoured with SAFESEND_ENABLE_FAULT_INJECTION on local
+# stacks): right after the claim, and after Gmail accepted but before the outcome was recorded.
+CRASH_POINTS = ("after_claim", "after_send", "after_send", "after_claim")
+WEBHOOK_TRIES = 5  # n8n HTTP Request node, Retry On Fail: 5 tries in total ...
+WEBHOOK_RETRY_WAIT_S = 1.0  # ... 1 s apart, on any non-2xx or connection error
+WEBHOOK_TIMEOUT_S = 15.0  # per try; the service's request budget is 8 s (StackConfig)
+SWEEP_INTERVAL_S = 1.0  # Cloud Scheduler stand-in
+TRAFFIC_TAIL_S = 90.0  # webhooks still running this long after the last one started: give up waiting
+MAX_PLANNED_FREEZE_S = 3.0  # each emulator freeze lasts 2-3 s
+SETTLE_TIMEOUT_S = 90.0
+REVIEW_PULL_TIMEOUT_S = 30.0
+RATE_LIMIT_MARKERS = ("http_429", "rateLimitExceeded", "userRateLimitExceeded")
+
+# The payments channel gets the same short backoff as the others in StackConfig's defaults.
+SHORT_CHANNELS = {
+    "transactional": {"retry_base_s": 0.2, "retry_cap_s": 1.0},
+    "notifications": {"retry_base_s": 0.2, "retry_cap_s": 1.0},
+    "payments": {"retry_base_s": 0.2, "retry_cap_s": 1.0},
+}
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    sim_index_lag_s: float
+    env: dict[str, str]
+    beyond_window: bool
+
+
+PHASES = [
+    Phase("inside-window", 0.5, {"SAFESEND_UNKNOWN_WINDOW_S": "3"}, beyond_window=False),
+    # SAFESEND_RETRY_HORIZON_S is left at its default (3600 s).
+    Phase("beyond-window", 4.0, {"SAFESEND_UNKNOWN_WINDOW_S": "3", "SAFESEND_VERIFY_HORIZON_S": "10"},
+          beyond_window=True),
+]
+
+
+# --------------------------------------------------------------------------- the traffic
+@dataclass
+class JobSpec:
+    index: int
+    body: dict[str, Any]
+    job_id: str
+    message_id: str
+    channel: str
+    webhooks: int
+    start_at_s: float
+    crash_point: str | None = None  # X-Safesend-Fault on the first try of webhook 1
+
+
+@dataclass
+class Try:
+    job_id: str
+    webhook: int
+    number: int
+    trace: str
+    status: int | None = None  # None: no HTTP answer (connection error or timeout)
+    error: str | None = None
+    body: Any = None
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class Webhook:
+    job_id: str
+    number: int
+    tries: list[Try] = field(default_factory=list)
+
+    @property
+    def final(self) -> Try | None:
+        return self.tries[-1] if self.tries else None
+
+    @property
+    def succeeded(self) -> bool:
+        return bool(self.final and self.final.status is not None and 200 <= self.final.status < 300)
+
+
+def plan_jobs(rng: random.Random, phase: Phase, seed: int) -> list[JobSpec]:
+    from safesend.keys import compose_dedup_key, job_id_for, message_id_for
+
+    jobs = []
+    for i in range(N_JOBS):
+        channel = "transactional" if rng.random() < 0.55 else "payments"
+        body = {"customer_id": f"storm-{seed}-{phase.name}-{i:03d}", "event_type": "order_paid",
+                "order_id": str(1000 + i), "channel": channel, "to": [f"buyer{i}@example.com"],
+                "subject": f"Your receipt {i}", "text": f"Thanks for order {1000 + i}."}
+        key = compose_dedup_key(body["customer_id"], body["event_type"], body["order_id"])
+        jobs.append(JobSpec(i, body, job_id_for(key), message_id_for(key, MESSAGE_ID_DOMAIN), channel,
+                            webhooks=rng.choice((1, 2, 2, 3)),
+                            start_at_s=i * ARRIVAL_SPACING_S + rng.uniform(0.0, 0.1)))
+    spread = N_JOBS // (len(CRASH_POINTS) + 1)
+    for k, point in enumerate(CRASH_POINTS):
+        if spread:
+            jobs[(k + 1) * spread - rng.randint(0, spread // 2)].crash_point = point
+    return jobs
+
+
+def fire_webhook(url: str, job: JobSpec, number: int) -> Webhook:
+    """n8n's HTTP Request node with Retry On Fail (5 tries, 1 s apart) on any non-2xx or error."""
+    hook = Webhook(job.job_id, number)
+    data = json.dumps(job.body).encode()  # the same bytes on every try and every duplicate
+    for n in range(1, WEBHOOK_TRIES + 1):
+        trace = uuid.uuid4().hex
+        attempt = Try(job.job_id, number, n, trace)
+        headers = {"Content-Type": "application/json", "X-Cloud-Trace-Context": f"{trace}/1;o=1"}
+        if job.crash_point and number == 1 and n == 1:
+            headers["X-Safesend-Fault"] = job.crash_point
+        started = time.monotonic()
+        try:
+            response = requests.post(f"{url}/send", data=data, timeout=WEBHOOK_TIMEOUT_S, headers=headers)
+            attempt.status = response.status_code
+            try:
+                attempt.body = response.json()
+            except ValueError:
+                attempt.body = response.text[:300]
+        except requests.RequestException as exc:
+            attempt.error = type(exc).__name__
+        attempt.elapsed_s = round(time.monotonic() - started, 3)
+        hook.tries.append(attempt)
+        if attempt.status is not None and 200 <= attempt.status < 300:
+            break
+        if n < WEBHOOK_TRIES:
+            time.sleep(WEBHOOK_RETRY_WAIT_S)
+    return hook
+
+
+def get_status(url: str, job_id: str, tries: int = 10) -> dict[str, Any] | None:
+    """GET /status; None for 404. Connection errors and 503s are retried (bounded)."""
+    last: str = ""
+    for attempt in range(tries):
+        try:
+            response = requests.get(f"{url}/status", params={"job_id": job_id}, timeout=15)
+            if response.status_code == 200:
+                return response.json()
+            if response.status_code == 404:
+                return None
+            last = f"HTTP {response.status_code}: {response.text[:200]}"
+        except requests.RequestException as exc:
+            last = repr(exc)
+        time.sleep(0.5 * (attempt + 1))
+    raise AssertionError(f"GET /status for {job_id} kept failing: {last}")
+
+
+def is_settled(view: dict[str, Any] | None, phase: Phase) -> bool:
+    if view is None or view.get("state") not in SETTLED:
+        return False
+    if phase.beyond_window and view["state"] == "sent" and view.get("next_check_at") is not None:
+        return False  # a verification check is still pending
+    return True
+
+
+# --------------------------------------------------------------------------- the storm
+class Storm:
+    def __init__(self, stack: LocalStack, phase: Phase, seed: int):
+        self.stack = stack
+        self.phase = phase
+        self.seed = seed
+        self.rng = random.Random(f"{seed}/{phase.name}")
+        self.jobs = plan_jobs(self.rng, phase, seed)
+        self.by_id = {j.job_id: j for j in self.jobs}
+        self.webhooks: list[Webhook] = []
+        self.views: dict[str, dict[str, Any] | None] = {}
+        self.review_items: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.timings: dict[str, float] = {}
+        self.ticker: RecordingSweepTicker | None = None
+        self.cycler: RelayCycler | None = None
+        self.chaos: ChaosRunner | None = None
+        self.unsettled_at_timeout: list[str] = []
+        self.missing_review_items: list[str] = []
+        self.relay_stats: dict[str, Any] = {}
+        self.effects: list[dict[str, Any]] = []
+        self.claimed_traces: dict[str, str] = {}
+
+    # -- chaos plan: process-level actions spread over the traffic window and the start of settling
+    def chaos_actions(self, traffic_s: float) -> list[ChaosAction]:
+        """3 worker kills, 2 Firestore freezes, 2 Pub/Sub freezes (the last one while settling)."""
+        rng = self.rng
+        at = lambda fraction: traffic_s * fraction + rng.uniform(-1.0, 1.0)  # noqa: E731
+        hold = lambda: rng.uniform(2.0, MAX_PLANNED_FREEZE_S)  # noqa: E731
+        actions = [ChaosAction(at(f), "kill_worker") for f in (0.15, 0.45, 0.75)]
+        actions += [ChaosAction(at(f), "freeze", "firestore", hold()) for f in (0.3, 0.6)]
+        actions += [ChaosAction(at(0.9), "freeze", "pubsub", hold()),
+                    ChaosAction(traffic_s + 3.0 + rng.uniform(0.0, 1.0), "freeze", "pubsub", hold())]
+        return actions
+
+    def run(self) -> None:
+        stack = self.stack
+        t0 = time.monotonic()
+        traffic_s = max(j.start_at_s for j in self.jobs)
+        self.ticker = RecordingSweepTicker(stack.url, SWEEP_INTERVAL_S).start()
+        self.cycler = RelayCycler(stack.relay, relay_module.MODES, random.Random(f"{self.seed}/relay")).start()
+        self.chaos = ChaosRunner(
+            self.chaos_actions(traffic_s),
+            groups={"firestore": lambda: stack.process_groups()["firestore"],
+                    "pubsub": lambda: stack.process_groups()["pubsub"]},
+            functions_master_pid=lambda: stack.functions.pid if stack.functions else None,
+            functions_ready=stack.functions_serving,
+        ).start()
+        self._traffic()
+        self.timings["traffic_s"] = time.monotonic() - t0
+        self.cycler.stop()  # the relay is back to forward-and-respond
+        self.chaos.join(timeout_s=30.0)  # the last Pub/Sub freeze runs into the settling
+        self.chaos.stop()
+        t1 = time.monotonic()
+        self._settle()
+        self.timings["settle_s"] = time.monotonic() - t1
+        t2 = time.monotonic()
+        self._collect_review_items()
+        self.timings["review_pull_s"] = time.monotonic() - t2
+        self.ticker.stop()
+        self.relay_stats = stack.relay.stats()
+        self.effects = stack.sim.effects()
+        self.claimed_traces = self._claims_from_log()
+
+    def stop_background(self) -> None:
+        """Idempotent; called in a finally before the stack stops: nothing may stay frozen."""
+        for part in (self.chaos, self.cycler, self.ticker):
+            if part is not None:
+                try:
+                    part.stop()
+                except Exception as exc:  # noqa: BLE001 - keep stopping the rest
+                    print(f"storm stop: {exc!r}", file=sys.stderr)
+
+    def _traffic(self) -> None:
+        url = self.stack.url
+        started = time.monotonic()
+        schedule = sorted(((j.start_at_s, j, n) for j in self.jobs for n in range(1, j.webhooks + 1)),
+                          key=lambda item: (item[0], item[1].index, item[2]))
+        with ThreadPoolExecutor(max_workers=48, thread_name_prefix="n8n") as pool:
+            futures = []
+            for start_at, job, number in schedule:
+                delay = started + start_at - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                futures.append(pool.submit(fire_webhook, url, job, number))
+            done, not_done = wait(futures, timeout=TRAFFIC_TAIL_S)
+            for future in not_done:
+                future.cancel()
+            assert not not_done, f"{len(not_done)} webhooks still running {TRAFFIC_TAIL_S}s after the last start"
+            self.webhooks = [f.result() for f in futures]
+
+    def _fetch_views(self, job_ids: list[str]) -> dict[str, dict[str, Any] | None]:
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="status") as pool:
+            return dict(zip(job_ids, pool.map(lambda jid: get_status(self.stack.url, jid), job_ids)))
+
+    def _settle(self) -> None:
+        pending = [j.job_id for j in self.jobs]
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        for _ in range(int(SETTLE_TIMEOUT_S) * 2):
+            views = self._fetch_views(pending)
+            self.views.update(views)
+            pending = [jid for jid, view in views.items() if not is_settled(view, self.phase)]
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        self.unsettled_at_timeout = pending
+        self.views.update(self._fetch_views([j.job_id for j in self.jobs]))  # final views, with events
+
+    def _collect_review_items(self) -> None:
+        """Pull (and ack) every review item until each review/failed job has one with its reason."""
+        from google.cloud import pubsub_v1
+
+        previous = os.environ.get("PUBSUB_EMULATOR_HOST")
+        os.environ["PUBSUB_EMULATOR_HOST"] = self.stack.emulators.pubsub.host
+        subscriber = pubsub_v1.SubscriberClient()
+        try:
+            deadline = time.monotonic() + REVIEW_PULL_TIMEOUT_S
+            empty_pulls = 0
+            for _ in range(200):
+                response = subscriber.pull(subscription=self.stack.subscription_path, max_messages=500, timeout=2)
+                received = response.received_messages
+                if received:
+                    subscriber.acknowledge(subscription=self.stack.subscription_path,
+                                           ack_ids=[m.ack_id for m in received])
+                for message in received:
+                    attributes = dict(message.message.attributes)
+                    self.review_items[attributes.get("job_id", "?")].append(
+                        {"attributes": attributes, "data": json.loads(message.message.data)})
+                empty_pulls = 0 if received else empty_pulls + 1
+                missing = self._jobs_missing_review_items()
+                if (not missing and empty_pulls >= 2) or time.monotonic() > deadline:
+                    break
+                if missing and not received:
+                    # The outbox may not have published yet: refresh those jobs' views (the sweeper runs).
+                    self.views.update(self._fetch_views(missing))
+                    time.sleep(0.5)
+            self.missing_review_items = self._jobs_missing_review_items()
+        finally:
+            subscriber.close()
+            if previous is None:
+                os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+            else:
+                os.environ["PUBSUB_EMULATOR_HOST"] = previous
+
+    def _jobs_missing_review_items(self) -> list[str]:
+        missing = []
+        for job_id, view in self.views.items():
+            if view and view["state"] in HUMAN:
+                reasons = {item["attributes"].get("reason") for item in self.review_items.get(job_id, [])}
+                if view.get("review_reason") not in reasons:
+                    missing.append(job_id)
+        return missing
+
+    def _claims_from_log(self) -> dict[str, str]:
+        """trace id -> job id for every "job claimed" log line: which request claimed which job."""
+        claims: dict[str, str] = {}
+        path = self.stack.functions.log_path if self.stack.functions else None
+        if path is None or not path.exists():
+            return claims
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if '"job claimed"' not in line:
+                    continue
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                trace = str(entry.get("logging.googleapis.com/trace", "")).rsplit("/", 1)[-1]
+                if trace:
+                    claims[trace] = str(entry.get("job_id"))
+        return claims
+
+    # ------------------------------------------------------------------ verdict
+    def evaluate(self) -> dict[str, list[str]]:
+        """Failure kind -> offending job ids (or descriptions). Empty lists are left out."""
+        failures: dict[str, list[str]] = defaultdict(list)
+        copies = Counter(e["message_id"] for e in self.effects)
+        job_by_mid = {j.message_id: j for j in self.jobs}
+        for mid in copies:
+            if mid not in job_by_mid:
+                failures["copy of a message id no job owns"].append(mid)
+        for job in self.jobs:
+            view = self.views.get(job.job_id)
+            n = copies.get(job.message_id, 0)
+            state = view["state"] if view else None
+            if view is None:
+                failures["lost: job does not exist"].append(job.job_id)
+                continue
+            if job.job_id in self.unsettled_at_timeout:
+                failures[f"lost: not settled after {SETTLE_TIMEOUT_S:.0f}s"].append(job.job_id)
+            if state == "sent" and n == 0:
+                failures["lost: sent but no copy in the acceptance log"].append(job.job_id)
+            if state == "failed" and n > 0:
+                failures["lost: failed although a copy was accepted"].append(job.job_id)
+            if state in HUMAN and job.job_id in self.missing_review_items:
+                failures["lost: review/failed without a review item"].append(job.job_id)
+            if state == "failed":
+                error = json.dumps(view.get("error") or {})
+                kind = "rate limit" if any(m in error for m in RATE_LIMIT_MARKERS) else "other"
+                failures[f"failed ({kind}) although nothing permanent was injected"].append(job.job_id)
+            if n > 1:
+                if not self.phase.beyond_window:
+                    failures["duplicate inside the window"].append(job.job_id)
+                else:
+                    reasons = {i["attributes"].get("reason") for i in self.review_items.get(job.job_id, [])}
+                    if (state, view.get("review_reason")) != ("review", "duplicate"):
+                        failures["duplicate not in review/duplicate"].append(job.job_id)
+                    elif "duplicate" not in reasons:
+                        failures["duplicate without a `duplicate` review item"].append(job.job_id)
+        for hook in self.webhooks:
+            for t in hook.tries:
+                if t.status is None or t.status < 500:
+                    continue
+                code = t.body.get("error") if isinstance(t.body, dict) else None
+                if t.status != 503 or code != "store_unavailable":
+                    failures["5xx from /send"].append(f"{t.job_id} try {t.number}: {t.status} {str(t.body)[:120]}")
+                elif t.trace in self.claimed_traces:
+                    failures["503 after a claim"].append(f"{t.job_id} try {t.number}: {str(t.body)[:120]}")
+        if any(t.status == 503 for h in self.webhooks for t in h.tries) and not self.claimed_traces:
+            failures["harness: no \"job claimed\" log lines, a 503 cannot be placed before/after a claim"].append(
+                str(self.stack.functions.log_path if self.stack.functions else None))
+        faulted = self.relay_stats.get("faulted", {})
+        for mode in relay_module.MODES:
+            if mode != "forward-and-respond" and not faulted.get(mode):
+                failures["harness: relay mode never applied"].append(mode)
+        for entry in (self.chaos.log if self.chaos else []):
+            if "error" in entry:
+                failures["harness: chaos action failed"].append(json.dumps(entry))
+        if self.chaos and len(self.chaos.log) < len(self.chaos.actions):
+            failures["harness: chaos actions not run in time"].append(
+                f"{len(self.chaos.log)} of {len(self.chaos.actions)} ran")
+        return {k: v for k, v in failures.items() if v}
+
+    # ------------------------------------------------------------------ reporting
+    def summary(self, failures: dict[str, list[str]], total_s: float) -> str:
+        tries = [t for h in self.webhooks for t in h.tries]
+        statuses = Counter(str(t.status) if t.status is not None else f"conn:{t.error}" for t in tries)
+        answers = Counter()
+        for t in tries:
+            if t.status is not None and isinstance(t.body, dict):
+                answers[f"{t.status} {t.body.get('state') or t.body.get('error')}"] += 1
+        copies = Counter(e["message_id"] for e in self.effects)
+        copies_hist = Counter(min(copies.get(j.message_id, 0), 3) for j in self.jobs)
+        views = [self.views.get(j.job_id) for j in self.jobs]
+        states = Counter((v["state"] + (f"/{v['review_reason']}" if v.get("review_reason") else "")) if v
+                         else "missing" for v in views)
+        by_channel = Counter(f"{j.channel}:{v['state'] if v else 'missing'}" for j, v in zip(self.jobs, views))
+        review_reasons = Counter(i["attributes"].get("reason") for items in self.review_items.values() for i in items)
+        chaos = self.chaos.counts() if self.chaos else Counter()
+        frozen = [e for e in (self.chaos.log if self.chaos else []) if e.get("action", "").startswith("freeze")]
+        per_job = dict(sorted(Counter(j.webhooks for j in self.jobs).items()))
+        crash_points = Counter(j.crash_point for j in self.jobs if j.crash_point)
+        modes_set = dict(self.cycler.set_counts) if self.cycler else {}
+        lines = [
+            f"=== fault storm: phase {self.phase.name} (sim index lag {self.phase.sim_index_lag_s}s, "
+            f"unknown window 3s{', verify horizon 10s' if self.phase.beyond_window else ''}), seed {self.seed} ===",
+            f"jobs            {len(self.jobs)}  ({Counter(j.channel for j in self.jobs)})",
+            f"webhooks        {len(self.webhooks)}  (per job: {per_job}), tries {len(tries)}, "
+            f"gave up after {WEBHOOK_TRIES} tries: {sum(not h.succeeded for h in self.webhooks)}",
+            f"/send statuses  {dict(sorted(statuses.items()))}",
+            f"/send answers   {dict(sorted(answers.items()))}",
+            f"copies per job  {dict(sorted((('3+' if k == 3 else str(k)), v) for k, v in copies_hist.items()))}"
+            f"  (acceptance log: {len(self.effects)} messages)",
+            f"final states    {dict(sorted(states.items()))}",
+            f"by channel      {dict(sorted(by_channel.items()))}",
+            f"review items    {sum(len(v) for v in self.review_items.values())} {dict(review_reasons)}",
+            f"relay faults    {self.relay_stats.get('faulted')}  (modes set: {modes_set})",
+            f"process chaos   {dict(chaos)}, crash points {dict(crash_points)}; freezes "
+            + ", ".join(f"{e['action'][7:]}@{e['t']}s for {e.get('frozen_s')}s" for e in frozen),
+            f"claims traced   {len(self.claimed_traces)} (from the functions log; places a 503 before/after a claim)",
+            f"sweeps          {dict(self.ticker.statuses) if self.ticker else {}} actions "
+            f"{dict(self.ticker.actions) if self.ticker else {}}",
+            f"time            total {total_s:.1f}s: " + ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()),
+        ]
+        slow = [t for t in tries if t.elapsed_s > WEBHOOK_TIMEOUT_S + 5]
+        long_freezes = [e for e in frozen if (e.get("frozen_s") or 0) > 3 * MAX_PLANNED_FREEZE_S]
+        if slow or long_freezes:  # e.g. the machine swapped or another job hit the OOM killer
+            lines.append(f"NOTE: this machine stalled during the run ({len(slow)} webhook tries took longer than "
+                         f"their {WEBHOOK_TIMEOUT_S:.0f}s timeout; freezes lasted "
+                         f"{[e.get('frozen_s') for e in long_freezes]}s): timings above are not representative")
+        if failures:
+            lines.append("FAILURES")
+            for kind, items in failures.items():
+                lines.append(f"  {kind}: {len(items)}  e.g. {items[:3]}")
+                for job_id in [i for i in items if i in self.by_id][:2]:
+                    lines.append(self.history(job_id))
+        else:
+            lines.append("all storm assertions hold")
+        return "\n".join(lines)
+
+    def history(self, job_id: str) -> str:
+        """One job, compactly: its copies, its webhook tries and its event list."""
+        job = self.by_id[job_id]
+        view = self.views.get(job_id) or {}
+        copies = sum(1 for e in self.effects if e["message_id"] == job.message_id)
+        hooks = "; ".join(
+            f"w{h.number}: " + ",".join(str(t.status) if t.status is not None else t.error or "?" for t in h.tries)
+            for h in self.webhooks if h.job_id == job_id)
+        out = [f"    job {job_id} channel={job.channel} crash_point={job.crash_point} state={view.get('state')} "
+               f"review_reason={view.get('review_reason')} attempts={view.get('attempts')} copies={copies} "
+               f"error={json.dumps(view.get('error'))[:160]}", f"      webhooks {hooks}"]
+        t0 = None
+        for event in view.get("events") or []:
+            at = event.get("at") or ""
+            try:
+                stamp = datetime.fromisoformat(at).timestamp()
+                t0 = stamp if t0 is None else t0
+                rel = f"+{stamp - t0:6.2f}s"
+            except (TypeError, ValueError):
+                rel = at
+            extra = {k: v for k, v in event.items() if k not in ("at", "kind") and v is not None}
+            if "error" in extra and isinstance(extra["error"], dict):
+                extra["error"] = extra["error"].get("code")
+            if "provider_ref" in extra and isinstance(extra["provider_ref"], dict):
+                extra["provider_ref"] = extra["provider_ref"].get("gmail_id")
+            out.append(f"      {rel} {event.get('kind')} {json.dumps(extra, default=str)[:140] if extra else ''}")
+        return "\n".join(out)
+
+    def write_report(self, failures: dict[str, list[str]]) -> str:
+        path = self.stack.log_dir / "storm-report.json"
+        report = {
+            "phase": self.phase.name, "seed": self.seed, "timings": self.timings, "failures": failures,
+            "chaos": self.chaos.log if self.chaos else [], "relay": self.cycler.log if self.cycler else [],
+            "relay_stats": self.relay_stats,
+            "jobs": [{"index": j.index, "job_id": j.job_id, "channel": j.channel, "webhooks": j.webhooks,
+                      "crash_point": j.crash_point,
+                      "copies": sum(1 for e in self.effects if e["message_id"] == j.message_id),
+                      "view": self.views.get(j.job_id), "review_items": self.review_items.get(j.job_id, [])}
+                     for j in self.jobs],
+            "tries": [t.__dict__ for h in self.webhooks for t in h.tries],
+        }
+        path.write_text(json.dumps(report, indent=1, default=str))
+        return str(path)
+
+
+# --------------------------------------------------------------------------- the test
+def storm_config(phase: Phase) -> StackConfig:
+    config = StackConfig(sim_index_lag_s=phase.sim_index_lag_s)
+    config.service_env = {**config.service_env, **phase.env,
+                          "SAFESEND_CHANNELS_JSON": json.dumps(SHORT_CHANNELS)}
+    return config
+
+
+@pytest.fixture
+def storm_seed() -> Iterator[int]:
+    yield int(os.environ.get("SAFESEND_STORM_SEED", DEFAULT_SEED))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("phase", PHASES, ids=[p.name for p in PHASES])
+def test_fault_storm(phase: Phase, storm_seed: int, capsys: pytest.CaptureFixture[str]) -> None:
+    started = time.monotonic()
+    stack = LocalStack(storm_config(phase))
+    storm: Storm | None = None
+    try:
+        stack.start()
+        storm = Storm(stack, phase, storm_seed)
+        storm.timings["stack_start_s"] = time.monotonic() - started
+        storm.run()
+    except BaseException:
+        if storm is not None:  # a harness error: still show what happened so far
+            with capsys.disabled():
+                print(f"\nstorm aborted ({phase.name}, seed {storm_seed}); chaos log: "
+                      f"{storm.chaos.log if storm.chaos else []}; logs: {stack.log_dir}", flush=True)
+        raise
+    finally:
+        if storm is not None:
+            storm.stop_background()  # thaw and calm everything before the stack stops
+        stack.stop()
+    assert storm is not None
+    failures = storm.evaluate()
+    report_path = storm.write_report(failures)
+    summary = storm.summary(failures, time.monotonic() - started) + f"\nfull report: {report_path}"
+    with capsys.disabled():
+        print("\n" + summary, flush=True)
+    assert not failures, "storm assertions failed (summary and job histories printed above): " + "; ".join(
+        f"{kind}: {len(items)}" for kind, items in failures.items())
