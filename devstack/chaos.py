@@ -176,8 +176,10 @@ class GroupFreezer:
 class RecordingSweepTicker:
     """POST /sweep every ``interval_s`` (one at a time), recording each answer; bounded by ``max_ticks``."""
 
-    def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 60.0, max_ticks: int = 2000):
+    def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 60.0, max_ticks: int = 2000,
+                 headers: dict[str, str] | None = None):
         self.url = url.rstrip("/")
+        self.headers = dict(headers or {})
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.max_ticks = max_ticks
@@ -195,7 +197,7 @@ class RecordingSweepTicker:
         for _ in range(self.max_ticks):
             started = time.monotonic()
             try:
-                response = requests.post(f"{self.url}/sweep", json={}, timeout=self.timeout_s)
+                response = requests.post(f"{self.url}/sweep", json={}, timeout=self.timeout_s, headers=self.headers)
                 self.statuses[str(response.status_code)] += 1
                 if response.status_code == 200:
                     with contextlib.suppress(ValueError, AttributeError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 import tempfile
 import threading
@@ -18,6 +19,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from devstack.emulators import EmulatorStack, ManagedProcess, free_port
+
+_FUNCTIONS_DIR = Path(__file__).resolve().parent.parent / "functions"
+if str(_FUNCTIONS_DIR) not in sys.path:
+    sys.path.insert(0, str(_FUNCTIONS_DIR))
+from safesend.api_keys import mint  # noqa: E402
 from devstack.gmail_sim import GmailSimulator
 from devstack.relay import FaultRelay
 
@@ -36,6 +42,10 @@ class StackConfig:
     log_dir: Path | None = None
     use_simulator: bool = True  # False: real Gmail with the credentials in the environment
     sim_index_lag_s: float = 0.5
+    # Auth on, as deployed: an API key for callers (n8n), one for the internal endpoints (the Cloud
+    # Tasks emulator and the sweep ticker send it: they cannot mint OIDC tokens), an HMAC secret,
+    # and signed callbacks to loopback. False: SAFESEND_AUTH_DISABLED (explicitly asked for).
+    auth: bool = True
     service_env: dict[str, str] = field(default_factory=lambda: {
         "SAFESEND_SEND_TIMEOUT_S": "2",
         "SAFESEND_READ_TIMEOUT_S": "5",
@@ -64,6 +74,36 @@ class LocalStack:
         self.functions: ManagedProcess | None = None
         self.port = self.config.port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.api_key, api_key_entry = mint("local-caller")
+        self.internal_api_key, internal_key_entry = mint("local-internal")
+        self._key_entries = (api_key_entry, internal_key_entry)
+        self.hmac_secret = secrets.token_hex(32)
+        self.callback_secret = secrets.token_hex(32)
+
+    def caller_headers(self) -> dict[str, str]:
+        """What an n8n HTTP Request node sends with its Bearer Auth credential."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.config.auth else {}
+
+    def internal_headers(self) -> dict[str, str]:
+        """What Cloud Scheduler / Cloud Tasks stand-ins send to /sweep and /reconcile here."""
+        return {"Authorization": f"Bearer {self.internal_api_key}"} if self.config.auth else {}
+
+    def auth_env(self) -> dict[str, str]:
+        if not self.config.auth:
+            # Explicitly asked for (run-local.sh --no-auth); deployed configs never set this (infra policy test).
+            return {"SAFESEND_AUTH_DISABLED": "1",
+                    "SAFESEND_CALLBACK_HMAC_SECRET": self.callback_secret,
+                    "SAFESEND_CALLBACK_ALLOWED_HOSTS": "127.0.0.1,localhost", "SAFESEND_CALLBACK_ALLOW_HTTP": "1"}
+        caller_entry, internal_entry = self._key_entries
+        return {
+            "SAFESEND_AUTH_API_KEYS": caller_entry,
+            "SAFESEND_AUTH_INTERNAL_API_KEYS": internal_entry,  # local stacks only (infra policy test)
+            "SAFESEND_TASKS_API_KEY": self.internal_api_key,
+            "SAFESEND_AUTH_HMAC_SECRET": self.hmac_secret,
+            "SAFESEND_CALLBACK_HMAC_SECRET": self.callback_secret,
+            "SAFESEND_CALLBACK_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "SAFESEND_CALLBACK_ALLOW_HTTP": "1",  # loopback http callbacks: local stacks only
+        }
 
     @property
     def queue_path(self) -> str:
@@ -86,9 +126,7 @@ class LocalStack:
             "SAFESEND_RECONCILE_URL": f"{self.url}/reconcile",
             "SAFESEND_REVIEW_TOPIC": self.topic_path,
             "SAFESEND_ENABLE_FAULT_INJECTION": "1",
-            # The Cloud Tasks emulator sends no OIDC token, so a local stack runs with auth off
-            # (logged as a warning at start). Deployed configs never set this (infra policy test).
-            "SAFESEND_AUTH_DISABLED": "1",
+            **self.auth_env(),
             **self.emulators.env(),
             **self.config.service_env,
         }
@@ -142,11 +180,13 @@ class LocalStack:
         self.functions.wait_ready(self._functions_ready, timeout=30, what="serving HTTP")
 
     def _functions_ready(self) -> bool:
+        """Serving: any answer from the app itself (404 for the probe id, or 401 if credentials are off)."""
+        request = urllib.request.Request(f"{self.url}/status?job_id=ready-probe", headers=self.caller_headers())
         try:
-            with urllib.request.urlopen(f"{self.url}/status?job_id=ready-probe", timeout=2) as response:
+            with urllib.request.urlopen(request, timeout=2) as response:
                 return response.status in (200, 404)
         except urllib.error.HTTPError as exc:
-            return exc.code == 404
+            return exc.code in (401, 404)
         except OSError:
             return False
 
@@ -182,9 +222,10 @@ class LocalStack:
 class SweepTicker:
     """Cloud Scheduler's stand-in: POST /sweep every `interval_s` until stopped (run-local only)."""
 
-    def __init__(self, url: str, interval_s: float = 10.0):
+    def __init__(self, url: str, interval_s: float = 10.0, headers: Mapping[str, str] | None = None):
         self.url = url
         self.interval_s = interval_s
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sweep-ticker", daemon=True)
 
@@ -196,7 +237,7 @@ class SweepTicker:
         while not self._stop.wait(self.interval_s):
             try:
                 request = urllib.request.Request(f"{self.url}/sweep", data=b"{}", method="POST",
-                                                 headers={"Content-Type": "application/json"})
+                                                 headers=self.headers)
                 with urllib.request.urlopen(request, timeout=120) as response:
                     response.read()
             except OSError as exc:
@@ -207,13 +248,18 @@ class SweepTicker:
         self._thread.join(timeout=5)
 
 
-def run_foreground(env: Mapping[str, str] | None = None) -> int:
-    """`scripts/run-local.sh`: start the stack, print how to use it, sweep periodically until Ctrl-C."""
+def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None = None) -> int:
+    """`scripts/run-local.sh [--no-auth]`: start the stack, print how to use it, sweep until Ctrl-C."""
     import signal
 
     env = dict(os.environ if env is None else env)
+    argv = sys.argv[1:] if argv is None else argv
+    if set(argv) - {"--no-auth"}:
+        print("usage: scripts/run-local.sh [--no-auth]", file=sys.stderr)
+        return 2
     real_gmail = bool(env.get("SAFESEND_GMAIL_CREDENTIALS_FILE") or env.get("SAFESEND_GMAIL_CREDENTIALS_JSON"))
-    config = StackConfig(port=int(env.get("SAFESEND_PORT", "8080")), use_simulator=not real_gmail)
+    config = StackConfig(port=int(env.get("SAFESEND_PORT", "8080")), use_simulator=not real_gmail,
+                         auth="--no-auth" not in argv)
     if real_gmail:  # real mailboxes have real index lag: production timings
         config.service_env = {}
     stack = LocalStack(config)
@@ -223,20 +269,9 @@ def run_foreground(env: Mapping[str, str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001 - print and exit non-zero
         print(f"could not start the local stack: {exc}\nlogs: {stack.log_dir}", file=sys.stderr)
         return 1
-    ticker = SweepTicker(stack.url, float(env.get("SAFESEND_SWEEP_INTERVAL_S", "10"))).start()
-    gmail = "real Gmail (credentials from the environment)" if real_gmail else \
-        f"Gmail simulator {stack.sim.url} behind fault relay {stack.relay.url}"
-    print(f"""safesend is running locally
-  send      POST {stack.url}/send
-  status    GET  {stack.url}/status?job_id=...  (or ?dedup_key=...)
-  reconcile POST {stack.url}/reconcile   (called by the Cloud Tasks emulator)
-  sweep     POST {stack.url}/sweep       (called every {ticker.interval_s:g}s here)
-  gmail     {gmail}
-  effects   {stack.log_dir / 'effects.jsonl'}
-  logs      {stack.log_dir}
-Try:
-  curl -s -XPOST {stack.url}/send -H 'Content-Type: application/json' -d '{{"customer_id":"c1","event_type":"order_paid","order_id":"42","channel":"transactional","to":"ann@example.com","subject":"Receipt","text":"Thanks!"}}'
-Ctrl-C stops everything.""", flush=True)
+    ticker = SweepTicker(stack.url, float(env.get("SAFESEND_SWEEP_INTERVAL_S", "10")),
+                         stack.internal_headers()).start()
+    print(local_banner(stack, real_gmail, ticker.interval_s), flush=True)
     try:
         while stack.functions and stack.functions.is_running():
             time.sleep(1)
@@ -247,6 +282,30 @@ Ctrl-C stops everything.""", flush=True)
     finally:
         ticker.stop()
         stack.stop()
+
+
+def local_banner(stack: LocalStack, real_gmail: bool, sweep_interval_s: float) -> str:
+    """What run-local.sh prints: the URLs, the credentials of this run, and a curl that works."""
+    gmail = "real Gmail (credentials from the environment)" if real_gmail else \
+        f"Gmail simulator {stack.sim.url if stack.sim else '?'} behind fault relay {stack.relay.url if stack.relay else '?'}"
+    auth = (f"""  API key   {stack.api_key}
+            (n8n: a Bearer Auth credential with this token; a new key every run)
+  HMAC      X-Safesend-Signature secret {stack.hmac_secret}
+  callbacks signed with {stack.callback_secret}; http://127.0.0.1 and localhost allowed"""
+            if stack.config.auth else "  auth      OFF (--no-auth): local experiments only")
+    bearer = f" -H 'Authorization: Bearer {stack.api_key}'" if stack.config.auth else ""
+    return f"""safesend is running locally
+  send      POST {stack.url}/send
+  status    GET  {stack.url}/status?job_id=...  (or ?dedup_key=...)
+  reconcile POST {stack.url}/reconcile   (called by the Cloud Tasks emulator)
+  sweep     POST {stack.url}/sweep       (called every {sweep_interval_s:g}s here)
+  gmail     {gmail}
+{auth}
+  effects   {stack.log_dir / 'effects.jsonl'}
+  logs      {stack.log_dir}
+Try:
+  curl -s -XPOST {stack.url}/send -H 'Content-Type: application/json'{bearer} -d '{{"customer_id":"c1","event_type":"order_paid","order_id":"42","channel":"transactional","to":"ann@example.com","subject":"Receipt","text":"Thanks!"}}'
+Ctrl-C stops everything."""
 
 
 if __name__ == "__main__":

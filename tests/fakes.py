@@ -133,3 +133,25 @@ class FakePublisher:
             raise PublishError("injected")
         self.items.append((item, attributes))
         return str(len(self.items))
+
+
+class FakeNotifier:
+    """Records callback POSTs; `script` holds Delivery results to return, then every POST succeeds."""
+
+    def __init__(self) -> None:
+        from safesend.model import Delivery
+
+        self.posts: list[tuple[str, bytes]] = []
+        self.script: list[Delivery] = []
+        self._ok = Delivery(True, 200)
+        self._lock = threading.Lock()
+
+    def post(self, url: str, body: bytes):
+        with self._lock:
+            self.posts.append((url, body))
+            return self.script.pop(0) if self.script else self._ok
+
+    def bodies_for(self, url: str) -> list[dict[str, Any]]:
+        import json
+
+        return [json.loads(body) for posted, body in self.posts if posted == url]

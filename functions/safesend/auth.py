@@ -1,7 +1,8 @@
 """Who may call what. An open send endpoint would be an open mail relay.
 
-- send, status (n8n): an HMAC-SHA256 signature header over timestamp + raw body, or a
-  Google-signed ID token of an allowed caller service account.
+- send, status (n8n): an API key (`Authorization: Bearer ssk_...`, see api_keys.py: n8n's
+  built-in Bearer Auth credential), an HMAC-SHA256 signature header over timestamp + raw body,
+  or a Google-signed ID token of an allowed caller service account.
 - reconcile, sweep (Cloud Tasks, Cloud Scheduler): a Google-signed ID token whose `aud` is
   one of our URLs and whose `email` is a configured invoker service account.
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Mapping, Protocol
 
+from .api_keys import ApiKeyError, ApiKeyRing, looks_like_api_key
 from .errors import SafesendError
 from .logs import log
 
@@ -87,6 +89,11 @@ class AuthPolicy:
     internal_emails: frozenset[str]
     window_s: float = 300.0
     disabled: bool = False
+    caller_keys: ApiKeyRing = ApiKeyRing({})
+    internal_keys: ApiKeyRing = ApiKeyRing({})  # local stacks: the Tasks emulator sends no OIDC token
+
+    def keys_for(self, role: "Role") -> ApiKeyRing:
+        return self.internal_keys if role is Role.INTERNAL else self.caller_keys
 
 
 class Authenticator:
@@ -107,21 +114,33 @@ class Authenticator:
         if self.policy.disabled:
             return "unauthenticated-local"
         # Cloud Run IAM reads X-Serverless-Authorization when present (else Authorization), and
-        # forwards that token with its signature stripped: the header it consumed is the one to read.
-        authorization = headers.get("X-Serverless-Authorization") or headers.get("Authorization") or ""
+        # forwards that token with its signature stripped; an API key may then ride in Authorization.
         signature = headers.get(SIGNATURE_HEADER)
         who = []
-        if authorization.lower().startswith("bearer "):
-            who.append(self._check_id_token(role, authorization[7:].strip()))
+        for token in _bearer_tokens(headers):
+            if looks_like_api_key(token):
+                who.append(self._check_api_key(role, token))
+            else:
+                who.append(self._check_id_token(role, token))
         if signature is not None and role is Role.CALLER:
             if not self.policy.hmac_secret:
                 raise AuthenticationError("HMAC signatures are not enabled on this deployment")
             verify_signature(signature, self.policy.hmac_secret, body, self.clock(), self.policy.window_s)
             who.append("hmac")
         if not who:
-            raise AuthenticationError("missing credentials: send a Google ID token"
-                                      + (f" or an {SIGNATURE_HEADER} header" if role is Role.CALLER else ""))
+            raise AuthenticationError("missing credentials: send Authorization: Bearer <API key or Google "
+                                      "ID token>" + (f", or an {SIGNATURE_HEADER} header" if role is Role.CALLER
+                                                     else ""))
         return "+".join(who)
+
+    def _check_api_key(self, role: Role, key: str) -> str:
+        keys = self.policy.keys_for(role)
+        if not keys:
+            raise AuthenticationError("API keys are not accepted on this endpoint")
+        try:
+            return "key:" + keys.verify(key)
+        except ApiKeyError as exc:  # fixed texts: never the key or a part of it
+            raise AuthenticationError(f"invalid API key: {exc}") from None
 
     def _check_id_token(self, role: Role, token: str) -> str:
         claims = self._verified_claims(token)
@@ -148,3 +167,13 @@ class Authenticator:
         if not isinstance(claims, Mapping):
             raise AuthenticationError("invalid ID token: unverifiable")
         return claims
+
+
+def _bearer_tokens(headers: Mapping[str, str]) -> list[str]:
+    """Every bearer credential presented: each one must verify (a second factor is not optional)."""
+    tokens = []
+    for name in ("X-Serverless-Authorization", "Authorization"):
+        value = headers.get(name) or ""
+        if value[:7].lower() == "bearer ":
+            tokens.append(value[7:].strip())
+    return tokens

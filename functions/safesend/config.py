@@ -9,6 +9,7 @@ from email.utils import parseaddr
 from pathlib import Path
 from typing import Mapping
 
+from .api_keys import ApiKeyRing
 from .errors import ConfigurationError
 from .keys import is_valid_hostname
 from .lifecycle import Timing
@@ -45,6 +46,7 @@ class Settings:
     tasks_emulator_host: str | None = None
     reconcile_url: str | None = None
     tasks_service_account: str | None = None
+    tasks_api_key: str | None = None  # local stacks: the emulator sends no OIDC token, tasks carry this key
     # Pub/Sub
     review_topic: str | None = None
     # Sweeper
@@ -59,6 +61,14 @@ class Settings:
     auth_window_s: float = 300.0
     auth_certs_url: str | None = None
     auth_trust_cloud_run_iam: bool = False  # set by infra/: functions are behind IAM, never public
+    auth_api_keys: str | None = None  # key_id:sha256 entries (api_keys.py), for send and status
+    auth_internal_api_keys: str | None = None  # the same for reconcile/sweep: local stacks only
+    public_invoker: bool = False  # this function is invocable by allUsers: the app is the only gate
+    # Callbacks to the caller's workflow (callbacks.py)
+    callback_hmac_secret: str | None = None
+    callback_allowed_hosts: frozenset[str] = frozenset()
+    callback_allow_http: bool = False  # plain http and loopback targets: local stacks only
+    callback_horizon_s: float = 3600.0
     # Input bounds
     max_request_bytes: int = 1_048_576
     max_body_bytes: int = 400_000
@@ -118,6 +128,7 @@ class Settings:
             tasks_emulator_host=get("SAFESEND_TASKS_EMULATOR_HOST"),
             reconcile_url=get("SAFESEND_RECONCILE_URL"),
             tasks_service_account=get("SAFESEND_TASKS_SERVICE_ACCOUNT"),
+            tasks_api_key=get("SAFESEND_TASKS_API_KEY"),
             review_topic=get("SAFESEND_REVIEW_TOPIC"),
             sweep_batch=int(_float(env, "SAFESEND_SWEEP_BATCH", 50)),
             sweep_budget_s=_float(env, "SAFESEND_SWEEP_BUDGET_S", 90.0),
@@ -129,6 +140,13 @@ class Settings:
             auth_window_s=_float(env, "SAFESEND_AUTH_WINDOW_S", 300.0),
             auth_certs_url=get("SAFESEND_AUTH_GOOGLE_CERTS_URL"),
             auth_trust_cloud_run_iam=_bool(env, "SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM", False),
+            auth_api_keys=get("SAFESEND_AUTH_API_KEYS"),
+            auth_internal_api_keys=get("SAFESEND_AUTH_INTERNAL_API_KEYS"),
+            public_invoker=_bool(env, "SAFESEND_PUBLIC_INVOKER", False),
+            callback_hmac_secret=get("SAFESEND_CALLBACK_HMAC_SECRET"),
+            callback_allowed_hosts=frozenset(h.lower() for h in _list(get("SAFESEND_CALLBACK_ALLOWED_HOSTS"))),
+            callback_allow_http=_bool(env, "SAFESEND_CALLBACK_ALLOW_HTTP", False),
+            callback_horizon_s=_float(env, "SAFESEND_CALLBACK_HORIZON_S", 3600.0),
             max_request_bytes=int(_float(env, "SAFESEND_MAX_REQUEST_BYTES", 1_048_576)),
             max_body_bytes=int(_float(env, "SAFESEND_MAX_BODY_BYTES", 400_000)),
             enable_fault_injection=_bool(env, "SAFESEND_ENABLE_FAULT_INJECTION", False),
@@ -137,17 +155,39 @@ class Settings:
     def check_auth(self) -> None:
         """Fail closed: a deployment must say how somebody authenticates. Each function checks its
         own role per request (a caller endpoint with no caller credentials configured refuses all)."""
+        caller_keys, internal_keys = self.api_key_rings()  # validates the entries
+        if self.public_invoker and (self.auth_disabled or self.auth_trust_cloud_run_iam):
+            raise ConfigurationError("SAFESEND_PUBLIC_INVOKER: a publicly invocable function must check every "
+                                     "credential itself; SAFESEND_AUTH_DISABLED and SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM "
+                                     "(which accepts unsigned ID tokens) must be off")
+        if self.public_invoker and not (caller_keys or self.auth_hmac_secret):
+            raise ConfigurationError("SAFESEND_PUBLIC_INVOKER needs SAFESEND_AUTH_API_KEYS or "
+                                     "SAFESEND_AUTH_HMAC_SECRET: nothing else gates a public function")
         if self.auth_disabled:
             return
-        if not (self.auth_hmac_secret or self.auth_caller_emails or self.auth_internal_emails):
-            raise ConfigurationError("no authentication configured: set SAFESEND_AUTH_HMAC_SECRET and/or "
-                                     "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS (send, status) and "
-                                     "SAFESEND_AUTH_INTERNAL_INVOKERS (reconcile, sweep), "
+        if not (self.auth_hmac_secret or self.auth_caller_emails or self.auth_internal_emails or caller_keys
+                or internal_keys):
+            raise ConfigurationError("no authentication configured: set SAFESEND_AUTH_API_KEYS, "
+                                     "SAFESEND_AUTH_HMAC_SECRET and/or SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS "
+                                     "(send, status) and SAFESEND_AUTH_INTERNAL_INVOKERS (reconcile, sweep), "
                                      "or SAFESEND_AUTH_DISABLED=1 on a local stack")
         if (self.auth_caller_emails or self.auth_internal_emails) and not self.auth_audiences:
             raise ConfigurationError("SAFESEND_AUTH_AUDIENCES is not set: ID tokens cannot be checked")
         if self.auth_hmac_secret is not None and len(self.auth_hmac_secret.encode()) < 32:
             raise ConfigurationError("SAFESEND_AUTH_HMAC_SECRET must be at least 32 bytes")
+
+    def api_key_rings(self) -> tuple[ApiKeyRing, ApiKeyRing]:
+        """(caller keys, internal keys); raises ConfigurationError on a malformed entry."""
+        return (ApiKeyRing.parse(self.auth_api_keys, "SAFESEND_AUTH_API_KEYS"),
+                ApiKeyRing.parse(self.auth_internal_api_keys, "SAFESEND_AUTH_INTERNAL_API_KEYS"))
+
+    def check_callbacks(self) -> None:
+        """Callbacks are signed, so accepting a callback_url needs the secret they are signed with."""
+        if self.callback_allowed_hosts and not self.callback_hmac_secret:
+            raise ConfigurationError("SAFESEND_CALLBACK_ALLOWED_HOSTS is set but SAFESEND_CALLBACK_HMAC_SECRET "
+                                     "is not: callbacks are always signed")
+        if self.callback_hmac_secret is not None and len(self.callback_hmac_secret.encode()) < 32:
+            raise ConfigurationError("SAFESEND_CALLBACK_HMAC_SECRET must be at least 32 bytes")
 
 
 def _list(raw: str | None) -> frozenset[str]:

@@ -46,7 +46,8 @@ class _Refused(Exception):
 
 
 def _too_large(limit: int) -> _Refused:
-    return _Refused(_error(413, "too_large", f"request body over {limit} bytes"))
+    return _Refused(_error(413, "too_large", f"the request body is over {limit} bytes: send a smaller one "
+                                             "(text and html are limited too); retrying it unchanged fails again"))
 
 
 class HttpApi:
@@ -86,12 +87,15 @@ class HttpApi:
             caller = runtime.authenticator.check(role, request.headers, signed)
         except AuthenticationError as exc:  # fixed texts (auth.py): never a token or part of one
             log(logging.WARNING, "unauthenticated request refused", role=role.value, reason=str(exc))
-            raise _Refused(({"error": "unauthenticated", "message": str(exc)}, 401,
+            raise _Refused(({"error": "unauthenticated", "reason": str(exc),
+                             "message": f"{exc}: check the API key (n8n: the Bearer Auth credential) or the "
+                                        "signature, and do not retry until it is fixed"}, 401,
                             {**JSON, "WWW-Authenticate": 'Bearer realm="safesend"'})) from exc
         except PermissionDeniedError as exc:  # the verified caller goes to the log (masked), not the body
             log(logging.WARNING, "caller not allowed", role=role.value, reason=str(exc),
                 caller=mask_emails(exc.caller))
-            raise _Refused(_error(403, "forbidden", str(exc))) from exc
+            raise _Refused(_error(403, "forbidden", f"{exc}: ask the operator to allow this caller; "
+                                  "do not retry")) from exc
         log(logging.DEBUG, "authenticated", role=role.value, caller=caller)
         return runtime, body
 
@@ -100,11 +104,12 @@ class HttpApi:
         if not body and not required:
             return {}
         if request.mimetype != "application/json":
-            raise _Refused(_error(415, "unsupported_media_type", "send Content-Type: application/json"))
+            raise _Refused(_error(415, "unsupported_media_type", "send the job as JSON with "
+                                  "Content-Type: application/json"))
         try:
             return json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            raise _Refused(_error(400, "malformed_json", "the body is not valid JSON",
+            raise _Refused(_error(400, "malformed_json", "the body is not valid JSON: fix it and send again",
                                   fields={"body": "malformed JSON"})) from None
 
     def send(self, request: Request) -> Response:
@@ -115,15 +120,19 @@ class HttpApi:
             return refused.response
         try:
             parsed = parse_send_request(body, runtime.settings.default_from,
-                                        frozenset(runtime.policies.names()), runtime.settings.max_body_bytes)
+                                        frozenset(runtime.policies.names()), runtime.settings.max_body_bytes,
+                                        runtime.callbacks)
             job, replayed = runtime.service.submit(parsed, self._faults(request, runtime))
         except RequestValidationError as exc:
-            return _error(400, "invalid_request", "the request has invalid fields", fields=exc.fields)
+            return _error(400, "invalid_request", "fix the fields listed under `fields` and send again; "
+                          "the same request fails the same way", fields=exc.fields)
         except PayloadMismatchError as exc:
-            return _error(422, "payload_mismatch", str(exc), job_id=exc.job_id)
+            return _error(422, "payload_mismatch", f"{exc}: resend the original payload, or give a different "
+                          "email its own dedup key; do not retry", job_id=exc.job_id)
         except StoreUnavailableError as exc:  # raised only before a claim (service.submit)
             log(logging.ERROR, "job store unavailable before claim", error=str(exc))
-            return _error(503, "store_unavailable", "nothing was sent; retry later")
+            return _error(503, "store_unavailable", "nothing was sent: retry after Retry-After seconds "
+                          "(n8n's Retry On Fail does)")
         except SimulatedCrashError:
             log(logging.CRITICAL, "fault injection: terminating the instance")
             os._exit(70)

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Sequence
 
+from urllib.parse import urlsplit
+
 from .backoff import backoff_delay
+from .callbacks import DELIVERY_DELAYS_S, MAX_NOTICES, next_try_at, notice_payload
 from .classify import crash_failure
-from .model import Accepted, Bucket, Failure, Job, MailboxHit
+from .model import Accepted, Bucket, Delivery, Failure, Job, MailboxHit
 from .policy import ChannelPolicy, OnUnknown
-from .states import HUMAN_STATES, State, check_transition
+from .states import HUMAN_STATES, SETTLED_STATES, State, check_transition
 
 Uniform = Callable[[float, float], float]
 # Safety bound on "definitely not accepted" retries of one job; the retry horizon is the real limit.
@@ -367,3 +370,78 @@ def _enter_human(job: Job, target: State, reason: str, now: datetime, failure: F
     changed.add_event(now, f"entered_{target.value}", reason=reason,
                       error=failure.as_dict() if failure else None)
     return changed
+
+
+# ----------------------------------------------------------------------------- callbacks
+def register_callback(job: Job, url: str, now: datetime) -> Job | None:
+    """Add a request's callback URL (None: already there). A job already settled owes it a notice now."""
+    if url in job.callbacks:
+        return None
+    changed = job.copy()
+    changed.callbacks.append(url)
+    changed.add_event(now, "callback_registered", host=urlsplit(url).hostname)
+    if changed.state in SETTLED_STATES:
+        _add_notice(changed, url, now)
+    return changed
+
+
+def queue_notices(before: Job, after: Job, now: datetime) -> Job:
+    """Every write goes through here: a job that settles, or re-enters review with news, owes each
+    callback a notice (stored with its exact content, so every retry sends the same bytes)."""
+    if after.state not in SETTLED_STATES or not after.callbacks:
+        return after
+    if before.state is after.state and before.review_entries == after.review_entries:
+        return after
+    changed = after.copy()
+    for url in changed.callbacks:
+        _add_notice(changed, url, now)
+    return changed
+
+
+def due_notices(job: Job, now: datetime) -> list[dict[str, Any]]:
+    return [n for n in job.notices if _pending(n) and n["due_at"] <= now]
+
+
+def record_deliveries(job: Job, results: dict[str, Delivery], now: datetime, horizon_s: float) -> Job:
+    """Apply delivery results (by notice id): delivered, tried again later, or given up at the horizon."""
+    changed = job.copy()
+    for notice in changed.notices:
+        result = results.get(notice["id"])
+        if result is None or not _pending(notice):
+            continue
+        notice["tries"] += 1
+        if result.ok:
+            notice["delivered_at"] = now
+            changed.add_event(now, "notice_delivered", notice_id=notice["id"], status=result.status)
+            continue
+        notice["last_error"] = (f"HTTP {result.status}" if result.status else "") + (
+            f" {result.detail}" if result.detail else "")
+        retry_at = next_try_at(notice["tries"], now, notice["created_at"], horizon_s)
+        if retry_at is None:
+            notice["gave_up_at"] = now
+            changed.add_event(now, "notice_given_up", notice_id=notice["id"], error=notice["last_error"])
+        else:
+            notice["due_at"] = retry_at
+    _refresh_notice_due(changed)
+    return changed
+
+
+def _add_notice(job: Job, url: str, now: datetime) -> None:
+    notice_id = f"{job.id}:n{job.notice_seq}"
+    job.notice_seq += 1
+    job.notices.append({"id": notice_id, "url": url, "payload": notice_payload(job, notice_id, now),
+                        "created_at": now, "due_at": now + timedelta(seconds=DELIVERY_DELAYS_S[0]),
+                        "tries": 0, "delivered_at": None, "gave_up_at": None, "last_error": None})
+    settled = [i for i, n in enumerate(job.notices) if not _pending(n)]
+    for index in reversed(settled[:max(0, len(job.notices) - MAX_NOTICES)]):
+        del job.notices[index]  # the oldest delivered or abandoned ones go first
+    _refresh_notice_due(job)
+
+
+def _pending(notice: dict[str, Any]) -> bool:
+    return notice.get("delivered_at") is None and notice.get("gave_up_at") is None
+
+
+def _refresh_notice_due(job: Job) -> None:
+    due = [n["due_at"] for n in job.notices if _pending(n)]
+    job.notice_due_at = min(due) if due else None

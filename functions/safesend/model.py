@@ -53,6 +53,15 @@ class Accepted:
 
 
 @dataclass(frozen=True)
+class Delivery:
+    """What became of one callback POST: a 2xx, or why not (status and/or a short, safe detail)."""
+
+    ok: bool
+    status: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class MailboxHit:
     """A message found by rfc822msgid search."""
 
@@ -117,6 +126,10 @@ class Job:
     review_reason: str | None = None
     review_entries: int = 0
     review_published_at: datetime | None = None
+    callbacks: list[str] = field(default_factory=list)  # callback URLs the requests brought
+    notices: list[dict[str, Any]] = field(default_factory=list)  # callback outbox (lifecycle)
+    notice_seq: int = 0
+    notice_due_at: datetime | None = None  # earliest undelivered notice: the sweeper scans it
     events: list[dict[str, Any]] = field(default_factory=list)
     events_dropped: int = 0
     version: int = 0
@@ -130,6 +143,8 @@ class Job:
             payload=dict(self.payload),
             mailbox_hits=[dict(h) for h in self.mailbox_hits],
             known_copies=list(self.known_copies),
+            callbacks=list(self.callbacks),
+            notices=[dict(n) for n in self.notices],
             events=[dict(e) for e in self.events],
             provider_ref=dict(self.provider_ref) if self.provider_ref else None,
             last_error=dict(self.last_error) if self.last_error else None,
@@ -157,10 +172,15 @@ class Job:
         values = {k: v for k, v in data.items() if k in known}
         values["state"] = State(values.get("state", State.PENDING.value))
         for name in ("created_at", "updated_at", "claimed_at", "lease_until", "last_attempt_at",
-                     "next_check_at", "review_published_at", "retrying_since", "verify_until"):
+                     "next_check_at", "review_published_at", "retrying_since", "verify_until",
+                     "notice_due_at"):
             values[name] = as_utc(values.get(name))
         values["events"] = [
             {**e, "at": as_utc(e.get("at"))} for e in (values.get("events") or [])
+        ]
+        values["notices"] = [
+            {**n, **{k: as_utc(n.get(k)) for k in ("created_at", "due_at", "delivered_at", "gave_up_at")}}
+            for n in (values.get("notices") or [])
         ]
         return cls(**values)
 

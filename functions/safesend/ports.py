@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol, Sequence
 
-from .model import Accepted, Failure, Job, MailboxHit
+from .model import Accepted, Delivery, Failure, Job, MailboxHit
 from .states import State
 
 
@@ -31,6 +31,10 @@ class JobStore(Protocol):
     def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
         """Jobs in `state` with next_check_at <= now, oldest first, at most `limit`. A stored
         document that cannot be read as a job is logged and left out, never raised."""
+
+
+    def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
+        """Jobs with a callback notice due (notice_due_at <= now), oldest first, at most `limit`."""
 
 
 class Mailer(Protocol):
@@ -63,3 +67,9 @@ class ReviewPublisher(Protocol):
     """Pub/Sub: hand a job to humans. Returns the published message id."""
 
     def publish(self, item: dict[str, Any], attributes: dict[str, str]) -> str: ...
+
+
+class Notifier(Protocol):
+    """Callbacks to the caller's workflow (n8n's Wait node). One POST, signed, bounded in time."""
+
+    def post(self, url: str, body: bytes) -> Delivery: ...

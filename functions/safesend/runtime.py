@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from .auth import AuthPolicy, Authenticator
+from .callbacks import CallbackPolicy
 from .config import Settings
 from .errors import ConfigurationError
 from .logs import log
@@ -25,6 +26,7 @@ class Runtime:
     policies: ChannelPolicies
     service: SafeSendService
     authenticator: Authenticator
+    callbacks: CallbackPolicy = CallbackPolicy()
 
 
 def build_authenticator(settings: Settings) -> Authenticator:
@@ -33,10 +35,12 @@ def build_authenticator(settings: Settings) -> Authenticator:
     settings.check_auth()
     if settings.auth_disabled:
         log(logging.WARNING, "AUTHENTICATION IS DISABLED (SAFESEND_AUTH_DISABLED): local use only")
+    caller_keys, internal_keys = settings.api_key_rings()
     policy = AuthPolicy(
         hmac_secret=settings.auth_hmac_secret.encode() if settings.auth_hmac_secret else None,
         caller_emails=settings.auth_caller_emails, internal_emails=settings.auth_internal_emails,
-        window_s=settings.auth_window_s, disabled=settings.auth_disabled)
+        window_s=settings.auth_window_s, disabled=settings.auth_disabled,
+        caller_keys=caller_keys, internal_keys=internal_keys)
     verifier = GoogleIdTokenVerifier(settings.auth_audiences, settings.auth_certs_url or GOOGLE_CERTS_URL,
                                      trust_cloud_run_iam=settings.auth_trust_cloud_run_iam)
     return Authenticator(policy, verifier, time.time)
@@ -58,6 +62,7 @@ def preflight(settings: Settings) -> ChannelPolicies:
         raise ConfigurationError(f"a message cannot be built with SAFESEND_MESSAGE_ID_DOMAIN="
                                  f"{settings.message_id_domain!r} and SAFESEND_DEFAULT_FROM: {exc}") from None
     settings.check_auth()
+    settings.check_callbacks()
     return policies
 
 
@@ -67,6 +72,7 @@ def build_runtime(settings: Settings) -> Runtime:
     from .adapters.firestore_store import FirestoreJobStore
     from .adapters.gmail_auth import load_gmail_credentials
     from .adapters.gmail_mailer import GmailMailer
+    from .adapters.callback_http import HttpNotifier
     from .adapters.pubsub_review import PubSubReviewPublisher
 
     policies = preflight(settings)
@@ -80,19 +86,25 @@ def build_runtime(settings: Settings) -> Runtime:
     scheduler = None
     if settings.tasks_queue and settings.reconcile_url:
         scheduler = CloudTasksScheduler(settings.tasks_queue, settings.reconcile_url,
-                                        settings.tasks_service_account, settings.tasks_emulator_host)
+                                        settings.tasks_service_account, settings.tasks_emulator_host,
+                                        api_key=settings.tasks_api_key)
     publisher = None
     if settings.review_topic:
         topic = settings.review_topic
         if "/" not in topic:
             topic = f"projects/{settings.project}/topics/{topic}"
         publisher = PubSubReviewPublisher(topic)
+    callbacks = CallbackPolicy(settings.callback_allowed_hosts, settings.callback_allow_http)
+    notifier = None
+    if callbacks.enabled and settings.callback_hmac_secret:
+        notifier = HttpNotifier(callbacks, settings.callback_hmac_secret.encode())
     service = SafeSendService(
         FirestoreJobStore(settings.project, settings.jobs_collection), mailer, scheduler, publisher, policies,
         message_id_domain=settings.message_id_domain, timing=settings.timing,
         request_budget_s=settings.request_budget_s, send_timeout_s=settings.send_timeout_s,
-        read_timeout_s=settings.read_timeout_s, verify_message_id_every=settings.verify_message_id_every)
-    return Runtime(settings, policies, service, build_authenticator(settings))
+        read_timeout_s=settings.read_timeout_s, verify_message_id_every=settings.verify_message_id_every,
+        notifier=notifier, callback_horizon_s=settings.callback_horizon_s)
+    return Runtime(settings, policies, service, build_authenticator(settings), callbacks)
 
 
 def check_configuration() -> None:

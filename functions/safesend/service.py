@@ -16,6 +16,7 @@ Invariants kept here:
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import random
 import time
@@ -25,6 +26,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from . import lifecycle
+from .callbacks import MAX_CALLBACKS
 from .classify import unbuildable_failure
 from .errors import (ConcurrentUpdateError, MailboxUnavailableError, PayloadMismatchError,
                      PublishError, RequestValidationError, SchedulerError, SimulatedCrashError,
@@ -35,13 +37,14 @@ from .logs import log
 from .mime import build_mime
 from .model import Accepted, Failure, Job
 from .policy import ChannelPolicies, ChannelPolicy
-from .ports import CheckScheduler, JobStore, Mailer, ReviewPublisher
+from .ports import CheckScheduler, JobStore, Mailer, Notifier, ReviewPublisher
 from .review import review_attributes, review_item
 from .states import SWEPT_STATES, State
 from .validation import SendRequest, message_from_payload
 
 MAX_RECORD_TRIES = 8  # compare-and-set retries when recording an outcome we must not lose
 MAX_SWEEP_BATCHES = 20  # per state and sweep; the time budget bounds it too
+MAX_NOTICES_PER_ADVANCE = 10  # callback POSTs in one reconcile call (each bounded by its deadline)
 
 
 def utcnow() -> datetime:
@@ -77,6 +80,7 @@ class SafeSendService:
                  message_id_domain: str, timing: Timing = Timing(), request_budget_s: float = 40.0,
                  send_timeout_s: float = 20.0, read_timeout_s: float = 15.0,
                  verify_message_id_every: int = 100,
+                 notifier: Notifier | None = None, callback_horizon_s: float = 3600.0,
                  clock: Callable[[], datetime] = utcnow, monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
                  uniform: Callable[[float, float], float] = random.uniform,
@@ -92,6 +96,8 @@ class SafeSendService:
         self.send_timeout_s = send_timeout_s
         self.read_timeout_s = read_timeout_s
         self.verify_message_id_every = verify_message_id_every
+        self.notifier = notifier
+        self.callback_horizon_s = callback_horizon_s
         self._accepted_sends = itertools.count()
         self.clock = clock
         self.monotonic = monotonic
@@ -114,16 +120,20 @@ class SafeSendService:
         raw = self._build_or_refuse(request, message_id, job_id, now)
         draft = lifecycle.new_job(job_id, request.dedup_key, message_id, request.channel,
                                   request.payload, request.payload_hash, now)
+        if request.callback_url:
+            draft.callbacks.append(request.callback_url)
         job, created = self.store.claim_or_get(lifecycle.start_attempt(draft, now, owner, self.timing))
         if not created:
             if job.payload_hash != request.payload_hash:
                 raise PayloadMismatchError(job.id)
             log(logging.INFO, "duplicate send request", job_id=job.id, state=job.state.value)
-            if lifecycle.lease_expired(job, self.clock()):
-                try:
+            try:
+                if request.callback_url:
+                    job = self._register_callback(job, request.callback_url)
+                if lifecycle.lease_expired(job, self.clock()):
                     job = self._recover_expired(job, policy)
-                except StoreUnavailableError:
-                    pass  # the sweeper recovers it; this caller gets the state it can see
+            except StoreUnavailableError:
+                pass  # the sweeper recovers it; this caller gets the state it can see
             return job, True
         log(logging.INFO, "job claimed", job_id=job.id, channel=job.channel, attempt=job.attempts)
         (faults or FaultPlan()).hit("after_claim")
@@ -253,6 +263,25 @@ class SafeSendService:
             log(logging.WARNING, "could not verify the stored Message-ID", job_id=job.id, error=str(exc))
             return None
 
+    def _register_callback(self, job: Job, url: str) -> Job:
+        """A duplicate webhook (another execution) gets its own callback: added with a compare-and-set."""
+        for _ in range(MAX_RECORD_TRIES):
+            if len(job.callbacks) >= MAX_CALLBACKS and url not in job.callbacks:
+                raise RequestValidationError({"callback_url": f"this dedup key already has {MAX_CALLBACKS} "
+                                              "callbacks registered; poll /status instead"})
+            changed = lifecycle.register_callback(job, url, self.clock())
+            if changed is None:
+                return job
+            try:
+                stored = self._cas(job, changed)
+            except ConcurrentUpdateError:
+                job = self._reload(job)
+                continue
+            self._follow_up(stored)
+            return stored
+        log(logging.ERROR, "callback not registered after repeated conflicts", job_id=job.id)
+        return job
+
     # ------------------------------------------------------------ reconcile
     def advance(self, job_id: str, faults: FaultPlan | None = None,
                 known: Job | None = None) -> tuple[Job | None, str]:
@@ -266,6 +295,7 @@ class SafeSendService:
         job = known if known is not None else self.store.get(job_id)
         if job is None:
             return None, "not_found"
+        job, delivered = self._deliver_notices(job)
         policy = self.policies.for_job(job.channel)
         now = self.clock()
         if lifecycle.lease_expired(job, now):
@@ -275,7 +305,7 @@ class SafeSendService:
         if lifecycle.needs_publish(job):
             return job, self._publish_review(job)
         if not (job.state in (State.UNKNOWN, State.RETRY_WAIT) or lifecycle.needs_verification(job)):
-            return job, "nothing_to_do"
+            return job, "notices_delivered" if delivered else "nothing_to_do"
         if not lifecycle.is_due(job, now):
             self._follow_up(job)  # make sure a task exists for the real due time
             return job, "not_due"
@@ -320,6 +350,34 @@ class SafeSendService:
         self._follow_up(stored)
         return stored, "verified" if stored.verified else f"verification_{stored.state.value}"
 
+    def _deliver_notices(self, job: Job) -> tuple[Job, int]:
+        """POST the due callback notices, then record what happened (re-applied over a lost race).
+        At least once: a crash between the POST and the record sends the same body again."""
+        due = lifecycle.due_notices(job, self.clock()) if self.notifier else []
+        if not due:
+            return job, 0
+        results = {}
+        for notice in due[:MAX_NOTICES_PER_ADVANCE]:
+            body = json.dumps(notice["payload"], sort_keys=True, separators=(",", ":"), default=str).encode()
+            results[notice["id"]] = delivery = self.notifier.post(notice["url"], body)  # type: ignore[union-attr]
+            log(logging.INFO if delivery.ok else logging.WARNING, "callback notice", job_id=job.id,
+                notice_id=notice["id"], ok=delivery.ok, status=delivery.status, detail=delivery.detail)
+        current = job
+        for _ in range(MAX_RECORD_TRIES):
+            updated = lifecycle.record_deliveries(current, results, self.clock(), self.callback_horizon_s)
+            try:
+                stored = self._cas(current, updated)
+            except ConcurrentUpdateError:
+                current = self._reload(current)
+                continue
+            for notice in stored.notices:
+                if notice["id"] in results and notice.get("gave_up_at") is not None:
+                    log(logging.ERROR, "callback notice given up after the callback horizon", job_id=job.id,
+                        notice_id=notice["id"], error=notice.get("last_error"))
+            self._follow_up(stored)
+            return stored, len(results)
+        return current, len(results)
+
     def _recover_expired(self, job: Job, policy: ChannelPolicy, schedule: bool = True) -> Job:
         """The instance that claimed this job died around the send: treat the attempt as unknown."""
         try:
@@ -349,9 +407,26 @@ class SafeSendService:
                 report.errors += 1
                 unqueried.append(exc)
                 log(logging.WARNING, "sweep could not query a state", state=state.value, error=str(exc))
-        if len(unqueried) == len(SWEPT_STATES):
+        try:
+            self._sweep_notices(batch, deadline, report)
+        except StoreUnavailableError as exc:
+            report.errors += 1
+            unqueried.append(exc)
+            log(logging.WARNING, "sweep could not query due callback notices", error=str(exc))
+        if len(unqueried) == len(SWEPT_STATES) + 1:
             raise unqueried[-1]
         return report
+
+    def _sweep_notices(self, batch: int, deadline: float, report: SweepReport) -> None:
+        """Callback notices whose task was lost: one bounded batch per sweep."""
+        if self.notifier is None:
+            return
+        for job in self.store.find_notices_due(self.clock(), batch):
+            if self.monotonic() >= deadline:
+                report.stopped_early = True
+                return
+            report.examined += 1
+            report.count(self._advance_isolated(job, report))
 
     def _sweep_state(self, state: State, batch: int, deadline: float, report: SweepReport) -> bool:
         """Advance the due jobs of one state; False when the time budget ran out."""
@@ -387,19 +462,26 @@ class SafeSendService:
     def _follow_up(self, job: Job) -> None:
         """After a change: make sure a reconcile task is queued, or the review item is out."""
         checking = job.state in (State.UNKNOWN, State.RETRY_WAIT) or lifecycle.needs_verification(job)
-        if checking and job.next_check_at and self.scheduler:
-            step = f"a{job.attempts}-c{job.checks}" + ("-v" if job.state is State.SENT else "")
-            try:
-                self.scheduler.schedule_check(job.id, step, job.next_check_at)
-            except SchedulerError as exc:
-                log(logging.WARNING, "could not enqueue the reconcile task; the sweeper will pick the job up",
-                    job_id=job.id, error=str(exc))
-        elif lifecycle.needs_publish(job):
+        if checking and job.next_check_at:
+            self._schedule(job, f"a{job.attempts}-c{job.checks}" + ("-v" if job.state is State.SENT else ""),
+                           job.next_check_at)
+        if job.notice_due_at and self.notifier:
+            self._schedule(job, f"n{job.notice_seq}-{int(job.notice_due_at.timestamp() * 1000)}", job.notice_due_at)
+        if lifecycle.needs_publish(job):
             try:
                 self._publish_review(job)
             except (PublishError, StoreUnavailableError) as exc:
                 log(logging.WARNING, "review item not published yet; the sweeper will retry",
                     job_id=job.id, error=str(exc))
+
+    def _schedule(self, job: Job, step: str, at: datetime) -> None:
+        if self.scheduler is None:
+            return
+        try:
+            self.scheduler.schedule_check(job.id, step, at)
+        except SchedulerError as exc:
+            log(logging.WARNING, "could not enqueue the reconcile task; the sweeper will pick the job up",
+                job_id=job.id, error=str(exc))
 
     def _publish_review(self, job: Job) -> str:
         """Outbox: claim the publish (one sweeper wins), publish, then mark it done."""
@@ -423,6 +505,8 @@ class SafeSendService:
         return "review_published"
 
     def _cas(self, before: Job, after: Job) -> Job:
+        """Every write: a job that settles queues its callback notices in the same write."""
+        after = lifecycle.queue_notices(before, after, self.clock())
         return self.store.compare_and_set(after, expected_version=before.version)
 
     def _reload(self, job: Job) -> Job:

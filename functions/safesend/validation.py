@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from email.headerregistry import Address
 from typing import Any, Mapping
 
+from .callbacks import CallbackPolicy, CallbackUrlError
 from .errors import RequestValidationError
 from .keys import KEY_PART_FIELDS, MAX_KEY_LENGTH, compose_dedup_key
 from .mime import OutgoingMessage
@@ -21,7 +22,7 @@ MAX_LOCAL_PART_CHARS = 64
 MAX_DOMAIN_LABEL_CHARS = 63
 ALLOWED_FIELDS = frozenset({
     "dedup_key", *KEY_PART_FIELDS, "channel", "to", "cc", "bcc", "reply_to", "from",
-    "subject", "text", "html",
+    "subject", "text", "html", "callback_url",
 })
 # C0/C1 controls and the Unicode line/paragraph separators: the email package treats the latter as
 # line breaks, so they would make a header unbuildable after the job was already claimed.
@@ -53,11 +54,13 @@ class SendRequest:
     message: OutgoingMessage
     payload: dict[str, Any]  # the normalised message fields, as stored in the job
     payload_hash: str  # sha256 of the canonical payload: same key + other payload -> 422
+    callback_url: str | None = None  # not part of the payload: each webhook execution brings its own
 
 
 def parse_send_request(body: Any, default_sender: str | None,
                        known_channels: frozenset[str] | None = None,
-                       max_body_bytes: int = MAX_BODY_BYTES) -> SendRequest:
+                       max_body_bytes: int = MAX_BODY_BYTES,
+                       callbacks: CallbackPolicy | None = None) -> SendRequest:
     """Validate the JSON body of a send call. Raises RequestValidationError naming each bad field."""
     if not isinstance(body, Mapping):
         raise RequestValidationError({"body": "must be a JSON object"})
@@ -88,6 +91,7 @@ def parse_send_request(body: Any, default_sender: str | None,
     size = len((text or "").encode()) + len((html or "").encode())
     if size > max_body_bytes:
         errors["text"] = f"text and html together exceed {max_body_bytes} bytes"
+    callback_url = _callback_url(body, errors, callbacks or CallbackPolicy())
     if errors:
         raise RequestValidationError(errors)
 
@@ -99,7 +103,22 @@ def parse_send_request(body: Any, default_sender: str | None,
         "subject": message.subject, "text": message.text, "html": message.html,
     }
     return SendRequest(dedup_key=dedup_key or "", channel=channel or "", message=message,
-                       payload=payload, payload_hash=payload_hash(channel or "", payload))
+                       payload=payload, payload_hash=payload_hash(channel or "", payload),
+                       callback_url=callback_url)
+
+
+def _callback_url(body: Mapping[str, Any], errors: dict[str, str], policy: CallbackPolicy) -> str | None:
+    value = body.get("callback_url")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        errors["callback_url"] = "must be a string (an https URL)"
+        return None
+    try:
+        return policy.check_url(value)
+    except CallbackUrlError as exc:
+        errors["callback_url"] = str(exc)
+        return None
 
 
 def payload_hash(channel: str, payload: Mapping[str, Any]) -> str:

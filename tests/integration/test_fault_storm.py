@@ -148,14 +148,14 @@ def plan_jobs(rng: random.Random, phase: Phase, seed: int) -> list[JobSpec]:
     return jobs
 
 
-def fire_webhook(url: str, job: JobSpec, number: int) -> Webhook:
+def fire_webhook(url: str, job: JobSpec, number: int, auth: dict[str, str]) -> Webhook:
     """n8n's HTTP Request node with Retry On Fail (5 tries, 1 s apart) on any non-2xx or error."""
     hook = Webhook(job.job_id, number)
     data = json.dumps(job.body).encode()  # the same bytes on every try and every duplicate
     for n in range(1, WEBHOOK_TRIES + 1):
         trace = uuid.uuid4().hex
         attempt = Try(job.job_id, number, n, trace)
-        headers = {"Content-Type": "application/json", "X-Cloud-Trace-Context": f"{trace}/1;o=1"}
+        headers = {"Content-Type": "application/json", "X-Cloud-Trace-Context": f"{trace}/1;o=1", **auth}
         if job.crash_point and number == 1 and n == 1:
             headers["X-Safesend-Fault"] = job.crash_point
         started = time.monotonic()
@@ -177,12 +177,12 @@ def fire_webhook(url: str, job: JobSpec, number: int) -> Webhook:
     return hook
 
 
-def get_status(url: str, job_id: str, tries: int = 10) -> dict[str, Any] | None:
+def get_status(url: str, job_id: str, auth: dict[str, str], tries: int = 10) -> dict[str, Any] | None:
     """GET /status; None for 404. Connection errors and 503s are retried (bounded)."""
     last: str = ""
     for attempt in range(tries):
         try:
-            response = requests.get(f"{url}/status", params={"job_id": job_id}, timeout=15)
+            response = requests.get(f"{url}/status", params={"job_id": job_id}, timeout=15, headers=auth)
             if response.status_code == 200:
                 return response.json()
             if response.status_code == 404:
@@ -240,7 +240,7 @@ class Storm:
         stack = self.stack
         t0 = time.monotonic()
         traffic_s = max(j.start_at_s for j in self.jobs)
-        self.ticker = RecordingSweepTicker(stack.url, SWEEP_INTERVAL_S).start()
+        self.ticker = RecordingSweepTicker(stack.url, SWEEP_INTERVAL_S, headers=stack.internal_headers()).start()
         self.cycler = RelayCycler(stack.relay, relay_module.MODES, random.Random(f"{self.seed}/relay")).start()
         self.chaos = ChaosRunner(
             self.chaos_actions(traffic_s),
@@ -285,7 +285,7 @@ class Storm:
                 delay = started + start_at - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                futures.append(pool.submit(fire_webhook, url, job, number))
+                futures.append(pool.submit(fire_webhook, url, job, number, self.stack.caller_headers()))
             done, not_done = wait(futures, timeout=TRAFFIC_TAIL_S)
             for future in not_done:
                 future.cancel()
@@ -294,7 +294,8 @@ class Storm:
 
     def _fetch_views(self, job_ids: list[str]) -> dict[str, dict[str, Any] | None]:
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix="status") as pool:
-            return dict(zip(job_ids, pool.map(lambda jid: get_status(self.stack.url, jid), job_ids)))
+            auth = self.stack.caller_headers()
+            return dict(zip(job_ids, pool.map(lambda jid: get_status(self.stack.url, jid, auth), job_ids)))
 
     def _settle(self) -> None:
         pending = [j.job_id for j in self.jobs]

@@ -12,7 +12,6 @@ import time
 from typing import Any, Iterator
 
 import pytest
-import requests
 from google.cloud import pubsub_v1
 
 from devstack.stack import LocalStack, StackConfig
@@ -139,6 +138,6 @@ def test_encoded_word_injection_is_400_and_nothing_is_stored_or_sent(n8n, field,
     response = n8n.send(body)
     assert response.status_code == 400 and field in response.json()["fields"], response.text
     from tests.integration.test_stack import job_id_of
-    missing = requests.get(f"{n8n.url}/status", params={"job_id": job_id_of(body)}, timeout=10)
+    missing = n8n.get("/status", {"job_id": job_id_of(body)})
     assert missing.status_code == 404
     assert len(n8n.stack.sim.effects()) == before

@@ -68,9 +68,7 @@ def after_call(context, case, response) -> None:  # noqa: ANN001 - schemathesis 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[LocalStack]:
-    config = StackConfig()
-    config.service_env = {**config.service_env, "SAFESEND_AUTH_DISABLED": "1"}
-    with LocalStack(config) as running:
+    with LocalStack(StackConfig(auth=False)) as running:
         yield running
 
 

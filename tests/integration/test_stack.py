@@ -52,16 +52,20 @@ class Client:
                 "text": "Thanks for your order.", **overrides}
 
     def send(self, body: dict[str, Any], fault: str | None = None, timeout: float = 30) -> requests.Response:
-        headers = {"X-Safesend-Fault": fault} if fault else {}
+        headers = {**self.stack.caller_headers(), **({"X-Safesend-Fault": fault} if fault else {})}
         return requests.post(f"{self.url}/send", json=body, headers=headers, timeout=timeout)
 
+    def get(self, path: str, params: dict[str, Any]) -> requests.Response:
+        return requests.get(f"{self.url}{path}", params=params, headers=self.stack.caller_headers(), timeout=10)
+
     def status(self, job_id: str) -> dict[str, Any]:
-        response = requests.get(f"{self.url}/status", params={"job_id": job_id}, timeout=10)
+        response = self.get("/status", {"job_id": job_id})
         assert response.status_code == 200, response.text
         return response.json()
 
     def sweep(self) -> dict[str, Any]:
-        response = self._retrying(lambda: requests.post(f"{self.url}/sweep", json={}, timeout=60))
+        response = self._retrying(lambda: requests.post(f"{self.url}/sweep", json={}, timeout=60,
+                                                        headers=self.stack.internal_headers()))
         assert response.status_code == 200, response.text
         return response.json()
 
@@ -70,8 +74,7 @@ class Client:
         while True:
             if sweep:
                 self.sweep()
-            current = self._retrying(lambda: requests.get(f"{self.url}/status", params={"job_id": job_id},
-                                                          timeout=10))
+            current = self._retrying(lambda: self.get("/status", {"job_id": job_id}))
             view = current.json() if current.status_code == 200 else {"state": None}
             if view["state"] in states:
                 return view
@@ -244,7 +247,8 @@ def test_duplicated_cloud_tasks_delivery_changes_nothing(n8n, stack):
     job_id = response.json()["job_id"]
     settled = n8n.wait_for(job_id, SETTLED)
     for step in ("a1-c0", "a1-c0", "a1-c1"):  # at-least-once delivery, and a late stale task
-        redelivered = requests.post(f"{stack.url}/reconcile", json={"job_id": job_id, "step": step}, timeout=30)
+        redelivered = requests.post(f"{stack.url}/reconcile", json={"job_id": job_id, "step": step}, timeout=30,
+                                    headers=stack.internal_headers())
         assert redelivered.status_code == 200 and redelivered.json()["action"] == "nothing_to_do"
     after = n8n.status(job_id)
     assert after["updated_at"] == settled["updated_at"] and after["events"] == settled["events"]
@@ -294,9 +298,8 @@ def test_same_key_with_a_different_payload_is_422(n8n):
 def test_status_by_dedup_key_and_unknown_job(n8n, stack):
     body = n8n.job()
     sent = n8n.send(body).json()
-    by_key = requests.get(f"{stack.url}/status", params={k: body[k] for k in ("customer_id", "event_type", "order_id")},
-                          timeout=10)
+    by_key = n8n.get("/status", {k: body[k] for k in ("customer_id", "event_type", "order_id")})
     assert by_key.status_code == 200 and by_key.json()["job_id"] == sent["job_id"]
     assert [e["kind"] for e in by_key.json()["events"]][:2] == ["created", "attempt_started"]
-    missing = requests.get(f"{stack.url}/status", params={"job_id": "0" * 32}, timeout=10)
+    missing = n8n.get("/status", {"job_id": "0" * 32})
     assert missing.status_code == 404

@@ -8,16 +8,18 @@ from typing import Any
 import pytest
 
 from safesend.adapters.memory_store import InMemoryJobStore
+from safesend.callbacks import CallbackPolicy
 from safesend.lifecycle import Timing
 from safesend.policy import ChannelPolicies
 from safesend.service import SafeSendService
 from safesend.validation import parse_send_request
-from tests.fakes import FakeClock, FakeMailbox, FakeMailer, FakePublisher, FakeScheduler
+from tests.fakes import FakeClock, FakeMailbox, FakeMailer, FakeNotifier, FakePublisher, FakeScheduler
 
 POLICIES = {
     "defaults": {"max_attempts": 3, "quick_retries": 2, "retry_base_s": 1.0, "retry_cap_s": 30.0},
     "channels": {"receipts": {"on_unknown": "retry"}, "payments": {"on_unknown": "review"}, "plain": {}},
 }
+CALLBACKS = CallbackPolicy(frozenset({"n8n.example.com", "*.app.n8n.cloud"}))
 TIMING = Timing(lease_s=120, index_lag_s=90, unknown_window_s=300, recheck_s=60, publish_lease_s=60)
 
 
@@ -30,11 +32,12 @@ class World:
     scheduler: FakeScheduler
     publisher: FakePublisher
     service: SafeSendService
+    notifier: FakeNotifier
 
     def request(self, key: str = "cust-1:order_paid:42", channel: str = "receipts", **overrides: Any):
         body = {"dedup_key": key, "channel": channel, "to": "ann@example.com", "subject": "Receipt",
                 "text": "Thanks for your order.", **overrides}
-        return parse_send_request(body, "Shop <shop@example.com>")
+        return parse_send_request(body, "Shop <shop@example.com>", callbacks=CALLBACKS)
 
     def effects(self, job_id_or_msgid: str) -> int:
         job = self.store.get(job_id_or_msgid)
@@ -44,9 +47,10 @@ class World:
         """Play Cloud Tasks: jump to the next due time and reconcile, a bounded number of times."""
         for _ in range(max_steps):
             job = self.store.get(job_id)
-            if job.next_check_at is None:
+            due = [at for at in (job.next_check_at, job.notice_due_at) if at is not None]
+            if not due:
                 return
-            wait = (job.next_check_at - self.clock()).total_seconds()
+            wait = (min(due) - self.clock()).total_seconds()
             self.clock.advance(max(wait, 0) + 0.001)
             self.service.advance(job_id)
         raise AssertionError(f"job {job_id} not settled after {max_steps} steps")
@@ -60,12 +64,14 @@ def make_world(script: list | None = None, index_lag_s: float = 30.0, policies: 
     store = InMemoryJobStore()
     scheduler = FakeScheduler()
     publisher = FakePublisher()
+    notifier = FakeNotifier()
     service = SafeSendService(store, mailer, scheduler, publisher,
                               ChannelPolicies.from_mapping(policies or POLICIES),
                               message_id_domain="mail.example.com", timing=TIMING, request_budget_s=40,
                               send_timeout_s=10, verify_message_id_every=1 if verify else 0, clock=clock,
-                              monotonic=clock.monotonic, sleep=clock.sleep, uniform=lambda a, b: b)
-    return World(clock, mailbox, mailer, store, scheduler, publisher, service)
+                              monotonic=clock.monotonic, sleep=clock.sleep, uniform=lambda a, b: b,
+                              notifier=notifier)
+    return World(clock, mailbox, mailer, store, scheduler, publisher, service, notifier)
 
 
 @pytest.fixture

@@ -22,8 +22,10 @@ DISPATCH_DEADLINE_S = 180  # reconcile may resend: send timeout plus the mailbox
 
 class CloudTasksScheduler:
     def __init__(self, queue_path: str, reconcile_url: str, service_account_email: str | None = None,
-                 emulator_host: str | None = None, client: Any = None, timeout_s: float = 10.0):
+                 emulator_host: str | None = None, client: Any = None, timeout_s: float = 10.0,
+                 api_key: str | None = None):
         self.queue_path = queue_path
+        self._api_key = api_key  # local stacks only: the emulator cannot mint OIDC tokens
         self.reconcile_url = reconcile_url
         self.service_account_email = service_account_email
         self._emulator_host = emulator_host
@@ -53,7 +55,8 @@ class CloudTasksScheduler:
         http_request: dict[str, Any] = {
             "http_method": tasks_v2.HttpMethod.POST,
             "url": self.reconcile_url,
-            "headers": {"Content-Type": "application/json"},
+            "headers": {"Content-Type": "application/json",
+                        **({"Authorization": f"Bearer {self._api_key}"} if self._api_key else {})},
             "body": json.dumps({"job_id": job_id, "step": step}).encode("utf-8"),
         }
         if self.service_account_email:

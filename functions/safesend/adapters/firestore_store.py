@@ -130,6 +130,15 @@ class FirestoreJobStore:
         docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
         return [job for job in map(_readable_job, docs) if job is not None]
 
+    def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
+        """One field, so Firestore's automatic single-field index serves it (no composite index)."""
+        query = (self.client.collection(self._collection)
+                 .where(filter=FieldFilter("notice_due_at", "<=", now))
+                 .order_by("notice_due_at")
+                 .limit(limit))
+        docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
+        return [job for job in map(_readable_job, docs) if job is not None]
+
     def _read(self, ref: firestore.DocumentReference) -> Snapshot:
         return _reading(lambda: ref.get(retry=self._read_retry, timeout=self._timeout_s))
 

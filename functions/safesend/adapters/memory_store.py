@@ -50,6 +50,12 @@ class InMemoryJobStore:
         due.sort(key=lambda j: j.next_check_at)  # type: ignore[arg-type, return-value]
         return [j.copy() for j in due[:limit]]
 
+    def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
+        with self._lock:
+            due = [j for j in self._jobs.values() if j.notice_due_at is not None and j.notice_due_at <= now]
+        due.sort(key=lambda j: j.notice_due_at)  # type: ignore[arg-type, return-value]
+        return [j.copy() for j in due[:limit]]
+
     def all(self) -> list[Job]:
         with self._lock:
             return [j.copy() for j in self._jobs.values()]

@@ -26,7 +26,7 @@ import ssl
 import threading
 import time
 import zlib
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 from urllib.parse import urlsplit
 
 import httplib2
@@ -56,9 +56,12 @@ class OneShotHttp:
     """
 
     def __init__(self, timeout: float = 20.0, ssl_context: ssl.SSLContext | None = None,
-                 deadline: float | None = None):
+                 deadline: float | None = None, allow_address: Callable[[str], bool] | None = None):
         self.timeout = timeout
         self.deadline = deadline
+        # Callers' URLs (callbacks): only resolved addresses this accepts are connected to, and the
+        # connection goes to the very address that was checked (no second lookup to rebind).
+        self.allow_address = allow_address
         self._ssl_context = ssl_context
         # Attributes google_auth_httplib2.AuthorizedHttp proxies; unused here.
         self.connections: dict[str, Any] = {}
@@ -104,7 +107,7 @@ class OneShotHttp:
         # http.client's socket factory hook (used by connect() for http and https alike): ours
         # resolves and connects within the deadline and arms the watchdog before any TLS byte.
         conn._create_connection = functools.partial(_open_socket, deadline=deadline,  # type: ignore[attr-defined]
-                                                    watchdog=watchdog)
+                                                    watchdog=watchdog, allow_address=self.allow_address)
         return conn
 
     @staticmethod
@@ -205,7 +208,8 @@ def _require_time_left(deadline: float, where: str) -> None:
 
 
 def _open_socket(address: tuple[str, int], timeout: Any = None, source_address: Any = None, *,
-                 deadline: float, watchdog: _Watchdog) -> socket.socket:
+                 deadline: float, watchdog: _Watchdog,
+                 allow_address: Callable[[str], bool] | None = None) -> socket.socket:
     """socket.create_connection within the deadline: each address gets the time left, not a fresh timeout.
 
     Signature of http.client's `_create_connection` hook; its `timeout` is ignored for the deadline.
@@ -213,6 +217,9 @@ def _open_socket(address: tuple[str, int], timeout: Any = None, source_address: 
     host, port = address
     last: OSError = OSError(f"no address for {host!r}")
     for family, kind, proto, _name, sockaddr in _resolve(host, port, deadline):
+        if allow_address is not None and not allow_address(sockaddr[0]):
+            last = PermissionError(f"{host} resolves to an address that is not allowed")
+            continue
         left = _time_left(deadline)
         if left <= 0:
             raise socket.timeout(f"attempt deadline passed while connecting to {host}")

@@ -1,0 +1,107 @@
+"""A loopback HTTP endpoint that records what it is sent: the stand-in for an n8n Wait node's resume
+URL (callbacks) and, later, for chat webhooks. Can refuse the next N requests to test retries.
+
+Standard library only; binds 127.0.0.1 only; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+LOOPBACK = "127.0.0.1"
+MAX_BODY_BYTES = 1 << 20
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float = field(default_factory=time.time)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class RecordingReceiver:
+    """Answers 200 `{"ok": true}` to everything, except the refusals queued with `refuse_next`."""
+
+    def __init__(self) -> None:
+        self.received: list[Received] = []  # answered 2xx
+        self.refused: list[Received] = []
+        self._refusals: list[int] = []
+        self._lock = threading.Condition()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+                length = min(int(self.headers.get("Content-Length") or 0), MAX_BODY_BYTES)
+                item = Received("POST", self.path, {k: v for k, v in self.headers.items()}, self.rfile.read(length))
+                status = receiver._record(item)
+                body = b'{"ok": true}' if status < 300 else b'{"error": "refused by the test"}'
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+                pass
+
+        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="recording-receiver", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self._server.server_address[1]}"
+
+    def start(self) -> "RecordingReceiver":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> "RecordingReceiver":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def refuse_next(self, count: int, status: int = 404) -> None:
+        """The next `count` requests get `status` (n8n answers 404 before its Wait node is reached)."""
+        with self._lock:
+            self._refusals.extend([status] * count)
+
+    def _record(self, item: Received) -> int:
+        with self._lock:
+            status = self._refusals.pop(0) if self._refusals else 200
+            (self.refused if status >= 300 else self.received).append(item)
+            self._lock.notify_all()
+            return status
+
+    def for_path(self, path: str) -> list[Received]:
+        with self._lock:
+            return [r for r in self.received if r.path == path]
+
+    def wait_for(self, predicate: Callable[[list[Received]], bool], timeout_s: float = 30.0) -> list[Received]:
+        """Block until `predicate(received)` holds (bounded); returns what was received."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while not predicate(list(self.received)):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"receiver: condition not met in {timeout_s}s; got {len(self.received)} "
+                                       f"requests, refused {len(self.refused)}")
+                self._lock.wait(min(left, 0.5))
+            return list(self.received)

@@ -1,0 +1,42 @@
+"""Notifier over HTTP: one signed POST per call, to an address the callback policy allows.
+
+The URL was checked when the request brought it; here the host is resolved and only addresses
+the policy accepts are connected to, the very ones checked (no second lookup for DNS rebinding).
+OneShotHttp gives the wall-clock deadline, no redirects and no retries: our own backoff retries.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ..auth import SIGNATURE_HEADER, sign
+from ..callbacks import CallbackPolicy, CallbackUrlError
+from ..model import Delivery
+from .one_shot_http import OneShotHttp, TransportError
+
+NOTICE_TIMEOUT_S = 5.0
+
+
+class HttpNotifier:
+    def __init__(self, policy: CallbackPolicy, secret: bytes, timeout_s: float = NOTICE_TIMEOUT_S,
+                 clock: Callable[[], float] = time.time):
+        self.policy = policy
+        self._secret = secret
+        self._timeout_s = timeout_s
+        self._clock = clock
+
+    def post(self, url: str, body: bytes) -> Delivery:
+        try:
+            self.policy.check_url(url)  # the policy may have changed since the request brought it
+        except CallbackUrlError as exc:
+            return Delivery(False, None, f"refused by policy: {exc}")
+        headers = {"Content-Type": "application/json", "User-Agent": "safesend-callback",
+                   SIGNATURE_HEADER: sign(self._secret, int(self._clock()), body)}
+        http = OneShotHttp(timeout=self._timeout_s, allow_address=self.policy.address_allowed)
+        try:
+            response, _ = http.request(url, "POST", body=body, headers=headers)
+        except TransportError as exc:
+            return Delivery(False, None, exc.fault.value)
+        status = int(response.status)
+        return Delivery(200 <= status < 300, status)

@@ -1,0 +1,97 @@
+"""Callbacks to the caller's workflow: which URLs may be called, and what each notice says.
+
+An n8n workflow passes `callback_url` (its Wait node's `$execution.resumeUrl`) and learns the
+outcome when the job settles. A callback URL is caller input that makes us send requests, so it
+is held to a server-side policy (SSRF): https only, a host on SAFESEND_CALLBACK_ALLOWED_HOSTS,
+no credentials in the URL, and at delivery every resolved address must be public (checked on
+the address actually connected to). Local stacks may allow plain http and loopback.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+MAX_URL_LENGTH = 2048
+MAX_CALLBACKS = 10  # per job: each webhook execution may bring its own
+MAX_NOTICES = 60  # per job, delivered ones included (audit); bounded like the events
+# Delay before each delivery try: the first waits for the caller to reach its Wait node.
+DELIVERY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class CallbackUrlError(ValueError):
+    """A callback_url the policy refuses; the text says why (it reaches the caller as a 400)."""
+
+
+@dataclass(frozen=True)
+class CallbackPolicy:
+    allowed_hosts: frozenset[str] = frozenset()  # exact names, or "*.suffix"
+    allow_http: bool = False  # local stacks: plain http and loopback/private targets
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.allowed_hosts)
+
+    def check_url(self, url: str) -> str:
+        """The URL if it may be called; raises CallbackUrlError saying what to change."""
+        if not self.enabled:
+            raise CallbackUrlError("callbacks are not enabled on this server (SAFESEND_CALLBACK_ALLOWED_HOSTS)")
+        if len(url) > MAX_URL_LENGTH or any(ord(c) < 0x21 or ord(c) > 0x7e for c in url):
+            raise CallbackUrlError(f"must be a printable ASCII URL of at most {MAX_URL_LENGTH} characters")
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            raise CallbackUrlError("not a valid URL") from None
+        if parts.scheme != "https" and not (self.allow_http and parts.scheme == "http"):
+            raise CallbackUrlError("must be an https URL")
+        if parts.username is not None or parts.password is not None:
+            raise CallbackUrlError("must not carry credentials")
+        host = (parts.hostname or "").lower()
+        if not host or not self.host_allowed(host):
+            raise CallbackUrlError(f"host {host!r} is not on this server's callback allowlist")
+        if port == 0:
+            raise CallbackUrlError("port 0 is not a port")
+        return url
+
+    def host_allowed(self, host: str) -> bool:
+        for entry in self.allowed_hosts:
+            if entry == host or (entry.startswith("*.") and host.endswith(entry[1:]) and len(host) > len(entry) - 1):
+                return True
+        return False
+
+    def address_allowed(self, address: str) -> bool:
+        """A resolved address we may connect to: public unicast only, unless local http is allowed."""
+        if self.allow_http:
+            return True
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return False
+        return ip.is_global and not ip.is_multicast
+
+
+def notice_payload(job: Any, notice_id: str, now: datetime) -> dict[str, Any]:
+    """What the caller's workflow receives: enough to branch on, nothing it must not see (no body)."""
+    return {
+        "notice_id": notice_id,
+        "job_id": job.id,
+        "dedup_key": job.dedup_key,
+        "state": job.state.value,
+        "message_id": job.message_id,
+        "verified": job.verified,
+        "review_reason": job.review_reason,
+        "error": job.last_error if job.state.value != "sent" else None,
+        "attempts": job.attempts,
+        "provider_ref": job.provider_ref,
+        "at": now.isoformat(),
+    }
+
+
+def next_try_at(failed_tries: int, now: datetime, created_at: datetime, horizon_s: float) -> datetime | None:
+    """After `failed_tries` failed tries: when to try again, or None once that passes the horizon."""
+    at = now + timedelta(seconds=DELIVERY_DELAYS_S[min(failed_tries, len(DELIVERY_DELAYS_S) - 1)])
+    return at if at <= created_at + timedelta(seconds=horizon_s) else None

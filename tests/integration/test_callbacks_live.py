@@ -1,0 +1,126 @@
+"""Issue 9: callbacks and API keys on the real entry points (local stack with auth on), and the HTTP
+notifier against real sockets: only allowed addresses are ever connected to, every POST is signed."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Iterator
+
+import pytest
+import requests
+
+from devstack.receiver import RecordingReceiver
+from devstack.stack import LocalStack
+from safesend.adapters.callback_http import HttpNotifier
+from safesend.auth import SIGNATURE_HEADER, verify_signature
+from safesend.callbacks import CallbackPolicy
+from tests.integration.test_stack import SETTLED, Client
+
+pytestmark = pytest.mark.integration
+
+
+# --------------------------------------------------------------------------- the notifier alone
+@pytest.fixture
+def receiver() -> Iterator[RecordingReceiver]:
+    with RecordingReceiver() as running:
+        yield running
+
+
+def test_a_notice_is_one_signed_post_with_the_exact_body(receiver):
+    secret = b"s" * 32
+    notifier = HttpNotifier(CallbackPolicy(frozenset({"127.0.0.1"}), allow_http=True), secret)
+    body = json.dumps({"state": "sent", "job_id": "j"}).encode()
+    result = notifier.post(f"{receiver.url}/webhook-waiting/7", body)
+    assert result.ok and result.status == 200
+    (got,) = receiver.received
+    assert got.body == body and got.path == "/webhook-waiting/7"
+    verify_signature(got.headers[SIGNATURE_HEADER], secret, got.body, time.time(), 60)
+
+
+def test_a_host_that_resolves_to_a_private_address_is_never_connected_to(receiver):
+    """SSRF: `localhost` is on the allowlist here, but its address is loopback: refused before connecting."""
+    port = receiver.url.rsplit(":", 1)[1]
+    notifier = HttpNotifier(CallbackPolicy(frozenset({"localhost"})), b"s" * 32)
+    result = notifier.post(f"https://localhost:{port}/x", b"{}")
+    assert not result.ok and result.status is None
+    assert receiver.received == [] and receiver.refused == []
+
+
+def test_a_refusal_is_reported_with_its_status(receiver):
+    receiver.refuse_next(1, 404)
+    notifier = HttpNotifier(CallbackPolicy(frozenset({"127.0.0.1"}), allow_http=True), b"s" * 32)
+    result = notifier.post(f"{receiver.url}/x", b"{}")
+    assert (result.ok, result.status) == (False, 404)
+
+
+# --------------------------------------------------------------------------- on the stack
+@pytest.fixture(scope="module")
+def stack() -> Iterator[LocalStack]:
+    with LocalStack() as running:  # auth on: the API key of this run
+        yield running
+
+
+@pytest.fixture
+def n8n(stack) -> Client:
+    return Client(stack)
+
+
+def notices(receiver: RecordingReceiver, path: str, count: int = 1, timeout_s: float = 30) -> list[dict]:
+    got = receiver.wait_for(lambda items: len([r for r in items if r.path == path]) >= count, timeout_s)
+    return [r.json() for r in got if r.path == path]
+
+
+def test_without_the_api_key_the_local_stack_answers_401(stack, n8n):
+    """Issue 9.6: the local stack runs with auth on by default, so a missing key shows up locally."""
+    response = requests.post(f"{stack.url}/send", json=n8n.job(), timeout=10)
+    assert response.status_code == 401 and "API key" in response.json()["message"]
+    wrong = requests.post(f"{stack.url}/send", json=n8n.job(), timeout=10,
+                          headers={"Authorization": f"Bearer {stack.api_key[:-1]}x"})
+    assert wrong.status_code == 401
+
+
+def test_the_workflow_hears_sent_after_a_dropped_gmail_response(stack, n8n, receiver):
+    stack.relay.set_mode("forward-then-drop-response", count=1, delay_s=4)
+    response = n8n.send(n8n.job(callback_url=f"{receiver.url}/wait/1"))
+    assert response.status_code == 202 and response.json()["dedup_key"]
+    assert "callback" in response.json()["message"]
+    (notice,) = notices(receiver, "/wait/1")
+    assert notice["state"] == "sent" and notice["job_id"] == response.json()["job_id"]
+    got = receiver.for_path("/wait/1")[0]
+    verify_signature(got.headers[SIGNATURE_HEADER], stack.callback_secret.encode(), got.body, time.time(), 120)
+    assert n8n.effects(notice["message_id"]) == 1
+
+
+def test_a_payments_job_in_doubt_tells_the_workflow_review(stack, n8n, receiver):
+    stack.relay.set_mode("fail-before-forward", count=1)
+    response = n8n.send(n8n.job(channel="payments", callback_url=f"{receiver.url}/wait/2"))
+    (notice,) = notices(receiver, "/wait/2")
+    assert (notice["state"], notice["review_reason"]) == ("review", "ambiguous")
+    assert n8n.effects(response.json()["message_id"]) == 0
+
+
+def test_a_callback_refused_until_the_workflow_waits_is_retried(stack, n8n, receiver):
+    receiver.refuse_next(2, 404)
+    response = n8n.send(n8n.job(callback_url=f"{receiver.url}/wait/3"))
+    assert response.status_code == 200
+    (notice,) = notices(receiver, "/wait/3", timeout_s=40)
+    assert notice["state"] == "sent" and len(receiver.refused) == 2
+    assert len({r.body for r in receiver.refused} | {receiver.for_path("/wait/3")[0].body}) == 1  # identical
+    view = n8n.wait_for(response.json()["job_id"], SETTLED)
+    assert [c["state"] for c in n8n.status(view["job_id"])["callbacks"]] == ["delivered"]
+
+
+def test_two_executions_of_one_key_both_resume_and_one_email_goes_out(stack, n8n, receiver):
+    body = n8n.job()
+    stack.relay.set_mode("forward-then-drop-response", count=1, delay_s=4)
+    first = n8n.send({**body, "callback_url": f"{receiver.url}/wait/4a"})
+    second = n8n.send({**body, "callback_url": f"{receiver.url}/wait/4b"})
+    assert second.json()["replayed"] is True
+    assert notices(receiver, "/wait/4a")[0]["state"] == notices(receiver, "/wait/4b")[0]["state"] == "sent"
+    assert n8n.effects(first.json()["message_id"]) == 1
+
+
+def test_a_callback_to_a_host_off_the_allowlist_is_a_400(stack, n8n):
+    response = n8n.send(n8n.job(callback_url="https://attacker.example/x"))
+    assert response.status_code == 400 and "allowlist" in response.json()["fields"]["callback_url"]
