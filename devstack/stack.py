@@ -25,13 +25,16 @@ if str(_FUNCTIONS_DIR) not in sys.path:
     sys.path.insert(0, str(_FUNCTIONS_DIR))
 from safesend.api_keys import mint  # noqa: E402
 from devstack.gmail_sim import GmailSimulator
+from devstack.push_relay import PushRelay
+from devstack.receiver import RecordingReceiver
 from devstack.relay import FaultRelay
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "demo-safesend"
 QUEUE_ID = "safesend-reconcile"
 TOPIC_ID = "safesend-review"
-SUBSCRIPTION_ID = "safesend-review-inbox"
+SUBSCRIPTION_ID = "safesend-review-inbox"  # pulled by tests: every review item
+NOTIFY_SUBSCRIPTION_ID = "safesend-review-notify"  # pushed to /notify (devstack/push_relay.py)
 
 
 @dataclass
@@ -46,6 +49,9 @@ class StackConfig:
     # Tasks emulator and the sweep ticker send it: they cannot mint OIDC tokens), an HMAC secret,
     # and signed callbacks to loopback. False: SAFESEND_AUTH_DISABLED (explicitly asked for).
     auth: bool = True
+    # Reviewers: notify runs (push relay), with fake Google Chat and Slack webhooks that record what
+    # they get (stack.chat, stack.slack); items not notified in 5 s are published again.
+    reviewers: bool = True
     service_env: dict[str, str] = field(default_factory=lambda: {
         "SAFESEND_SEND_TIMEOUT_S": "2",
         "SAFESEND_READ_TIMEOUT_S": "5",
@@ -71,6 +77,9 @@ class LocalStack:
                                        tasks_max_retries=5)
         self.sim: GmailSimulator | None = None
         self.relay: FaultRelay | None = None
+        self.chat: RecordingReceiver | None = None
+        self.slack: RecordingReceiver | None = None
+        self.push_relay: PushRelay | None = None
         self.functions: ManagedProcess | None = None
         self.port = self.config.port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -78,7 +87,9 @@ class LocalStack:
         self.internal_api_key, internal_key_entry = mint("local-internal")
         self._key_entries = (api_key_entry, internal_key_entry)
         self.hmac_secret = secrets.token_hex(32)
+        self.review_identity = "dev@localhost"  # the console's development identity (red banner)
         self.callback_secret = secrets.token_hex(32)
+        self.review_csrf_secret = secrets.token_hex(32)
 
     def caller_headers(self) -> dict[str, str]:
         """What an n8n HTTP Request node sends with its Bearer Auth credential."""
@@ -117,6 +128,22 @@ class LocalStack:
     def subscription_path(self) -> str:
         return f"projects/{PROJECT}/subscriptions/{SUBSCRIPTION_ID}"
 
+    @property
+    def notify_subscription_path(self) -> str:
+        return f"projects/{PROJECT}/subscriptions/{NOTIFY_SUBSCRIPTION_ID}"
+
+    def reviewer_env(self) -> dict[str, str]:
+        console = {"SAFESEND_REVIEW_CONSOLE_URL": self.url, "SAFESEND_REVIEW_DEV_IDENTITY": self.review_identity,
+                   "SAFESEND_REVIEW_CSRF_SECRET": self.review_csrf_secret}
+        if not (self.config.reviewers and self.chat and self.slack):
+            return console
+        return {**console,
+            # Shaped like real webhook URLs (the credential is in the query string).
+            "SAFESEND_NOTIFY_CHAT_WEBHOOK_URL": f"{self.chat.url}/v1/spaces/LOCAL/messages?key=k&token=t",
+            "SAFESEND_NOTIFY_SLACK_WEBHOOK_URL": f"{self.slack.url}/services/T0/B0/local",
+            "SAFESEND_REVIEW_NOTIFY_TIMEOUT_S": "5",
+        }
+
     def service_env(self) -> dict[str, str]:
         env = {
             "GOOGLE_CLOUD_PROJECT": PROJECT,
@@ -127,6 +154,7 @@ class LocalStack:
             "SAFESEND_REVIEW_TOPIC": self.topic_path,
             "SAFESEND_ENABLE_FAULT_INJECTION": "1",
             **self.auth_env(),
+            **self.reviewer_env(),
             **self.emulators.env(),
             **self.config.service_env,
         }
@@ -142,7 +170,13 @@ class LocalStack:
                 self.sim = GmailSimulator(index_lag_s=self.config.sim_index_lag_s,
                                           effects_path=str(self.log_dir / "effects.jsonl")).start()
                 self.relay = FaultRelay(self.sim.url).start()
+            if self.config.reviewers:
+                self.chat = RecordingReceiver().start()
+                self.slack = RecordingReceiver().start()
             self._start_functions()
+            if self.config.reviewers:
+                self.push_relay = PushRelay(self.notify_subscription_path, f"{self.url}/notify",
+                                            self.internal_headers(), self.emulators.pubsub.host).start()
         except BaseException:
             self.stop()
             raise
@@ -159,6 +193,8 @@ class LocalStack:
             subscriber = pubsub_v1.SubscriberClient()
             for create in (lambda: publisher.create_topic(name=self.topic_path),
                            lambda: subscriber.create_subscription(name=self.subscription_path,
+                                                                  topic=self.topic_path),
+                           lambda: subscriber.create_subscription(name=self.notify_subscription_path,
                                                                   topic=self.topic_path)):
                 try:
                     create()
@@ -192,7 +228,10 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop everything we started, each by its own handle; keep going past failures."""
-        for stop in (lambda: self.functions and self.functions.stop(),
+        for stop in (lambda: self.push_relay and self.push_relay.stop(),
+                     lambda: self.functions and self.functions.stop(),
+                     lambda: self.chat and self.chat.stop(),
+                     lambda: self.slack and self.slack.stop(),
                      lambda: self.relay and self.relay.stop(),
                      lambda: self.sim and self.sim.stop(),
                      self.emulators.stop):
@@ -294,6 +333,8 @@ def local_banner(stack: LocalStack, real_gmail: bool, sweep_interval_s: float) -
   callbacks signed with {stack.callback_secret}; http://127.0.0.1 and localhost allowed"""
             if stack.config.auth else "  auth      OFF (--no-auth): local experiments only")
     bearer = f" -H 'Authorization: Bearer {stack.api_key}'" if stack.config.auth else ""
+    reviewers = (f"  notify    review items are pushed to /notify; fake Google Chat {stack.chat.url}, "
+                 f"fake Slack {stack.slack.url}\n" if stack.chat and stack.slack else "")
     return f"""safesend is running locally
   send      POST {stack.url}/send
   status    GET  {stack.url}/status?job_id=...  (or ?dedup_key=...)
@@ -301,7 +342,8 @@ def local_banner(stack: LocalStack, real_gmail: bool, sweep_interval_s: float) -
   sweep     POST {stack.url}/sweep       (called every {sweep_interval_s:g}s here)
   gmail     {gmail}
 {auth}
-  effects   {stack.log_dir / 'effects.jsonl'}
+  review    GET  {stack.url}/review   (the reviewers' console; development identity {stack.review_identity})
+{reviewers}  effects   {stack.log_dir / 'effects.jsonl'}
   logs      {stack.log_dir}
 Try:
   curl -s -XPOST {stack.url}/send -H 'Content-Type: application/json'{bearer} -d '{{"customer_id":"c1","event_type":"order_paid","order_id":"42","channel":"transactional","to":"ann@example.com","subject":"Receipt","text":"Thanks!"}}'

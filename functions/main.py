@@ -1,19 +1,24 @@
 """Cloud Functions entry points. Thin on purpose: everything lives in the `safesend` package.
 
-Deployed as four HTTP functions from this directory (see infra/):
+Deployed as HTTP functions from this directory (see infra/):
   send       POST, called by n8n with a job
   reconcile  POST, called by Cloud Tasks to settle an ambiguous or delayed job
   sweep      POST, called by Cloud Scheduler to find stale or lost jobs
   status     GET,  job state and events by job_id or dedup key
+  notify     POST, Pub/Sub push of a review item: tell the reviewers (chat, email)
+  review     GET/POST, the reviewers' console behind Identity-Aware Proxy: evidence and decisions
 """
 
 import functions_framework
 
+from safesend.console import ReviewConsole
 from safesend.http_api import HttpApi
+from safesend.reviewer_auth import get_reviewer_auth
 from safesend.runtime import check_configuration, get_runtime
 
 check_configuration()  # a bad setting stops the deployment here, not the mail later
 _api = HttpApi(get_runtime)
+_console = ReviewConsole(lambda: get_runtime().service, get_reviewer_auth)
 
 
 @functions_framework.http
@@ -34,3 +39,13 @@ def sweep(request):
 @functions_framework.http
 def status(request):
     return _api.status(request)
+
+
+@functions_framework.http
+def notify(request):
+    return _api.notify(request)
+
+
+@functions_framework.http
+def review(request):
+    return _console.handle(request)

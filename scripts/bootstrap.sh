@@ -7,6 +7,7 @@
 #   .venv-infra  checkov and check-jsonschema from requirements-infra.txt, plus python-hcl2 in
 #                .venv-infra/python-hcl2 (pip --target: checkov's fork installs the same module)
 #   java + the Firestore and Pub/Sub emulators of the Google Cloud CLI
+#   Debian's chromium for the review console's browser tests (scripts/install-browser.sh)
 #
 # A stamp file in each venv holds the sha256 of what was installed, so a second
 # run with unchanged requirements does no pip work at all.
@@ -203,4 +204,7 @@ java_ok || die "java not found or not runnable: the emulators need Java 11+ (apt
     install: apt-get install -y google-cloud-cli-pubsub-emulator (or: gcloud components install pubsub-emulator)
     or set SAFESEND_GCLOUD_SDK_ROOT to the Google Cloud SDK directory"
 
-log "ok (.venv, .venv-tasks, .venv-infra, java, Firestore and Pub/Sub emulators)"
+# ---------------------------------------------------------------- chromium (the console's browser tests)
+bash "$ROOT/scripts/install-browser.sh"
+
+log "ok (.venv, .venv-tasks, .venv-infra, java, Firestore and Pub/Sub emulators, chromium)"

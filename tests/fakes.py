@@ -146,9 +146,11 @@ class FakeNotifier:
         self._ok = Delivery(True, 200)
         self._lock = threading.Lock()
 
-    def post(self, url: str, body: bytes):
+    def deliver(self, notice):
+        from safesend.callbacks import notice_body
+
         with self._lock:
-            self.posts.append((url, body))
+            self.posts.append((notice.get("url") or notice["kind"], notice_body(notice)))
             return self.script.pop(0) if self.script else self._ok
 
     def bodies_for(self, url: str) -> list[dict[str, Any]]:

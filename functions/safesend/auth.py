@@ -30,7 +30,7 @@ SIGNATURE_HEADER = "X-Safesend-Signature"
 
 class Role(str, Enum):
     CALLER = "caller"  # send, status
-    INTERNAL = "internal"  # reconcile, sweep
+    INTERNAL = "internal"  # reconcile, sweep, notify (Cloud Tasks, Scheduler, the Pub/Sub push)
 
 
 class AuthenticationError(SafesendError):

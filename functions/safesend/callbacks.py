@@ -10,6 +10,7 @@ the address actually connected to). Local stacks may allow plain http and loopba
 from __future__ import annotations
 
 import ipaddress
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -95,3 +96,9 @@ def next_try_at(failed_tries: int, now: datetime, created_at: datetime, horizon_
     """After `failed_tries` failed tries: when to try again, or None once that passes the horizon."""
     at = now + timedelta(seconds=DELIVERY_DELAYS_S[min(failed_tries, len(DELIVERY_DELAYS_S) - 1)])
     return at if at <= created_at + timedelta(seconds=horizon_s) else None
+
+
+def notice_body(notice: dict[str, Any]) -> bytes:
+    """The exact bytes of a notice: canonical JSON of its stored payload, the same on every try."""
+    return json.dumps(notice["payload"], sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str).encode("utf-8")

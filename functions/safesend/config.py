@@ -11,6 +11,7 @@ from typing import Mapping
 
 from .api_keys import ApiKeyRing
 from .errors import ConfigurationError
+from .notify import ReviewerTargets
 from .keys import is_valid_hostname
 from .lifecycle import Timing
 
@@ -69,6 +70,13 @@ class Settings:
     callback_allowed_hosts: frozenset[str] = frozenset()
     callback_allow_http: bool = False  # plain http and loopback targets: local stacks only
     callback_horizon_s: float = 3600.0
+    # Reviewers (notify.py): where review items are posted, and the console's address for links
+    notify_chat_webhook_url: str | None = None  # secret: the URL is the credential
+    notify_slack_webhook_url: str | None = None  # secret
+    notify_email_to: str | None = None
+    notify_email_channel: str = "review-notifications"
+    review_console_url: str | None = None
+    review_notify_timeout_s: float = 600.0
     # Input bounds
     max_request_bytes: int = 1_048_576
     max_body_bytes: int = 400_000
@@ -147,6 +155,12 @@ class Settings:
             callback_allowed_hosts=frozenset(h.lower() for h in _list(get("SAFESEND_CALLBACK_ALLOWED_HOSTS"))),
             callback_allow_http=_bool(env, "SAFESEND_CALLBACK_ALLOW_HTTP", False),
             callback_horizon_s=_float(env, "SAFESEND_CALLBACK_HORIZON_S", 3600.0),
+            notify_chat_webhook_url=get("SAFESEND_NOTIFY_CHAT_WEBHOOK_URL"),
+            notify_slack_webhook_url=get("SAFESEND_NOTIFY_SLACK_WEBHOOK_URL"),
+            notify_email_to=get("SAFESEND_NOTIFY_EMAIL_TO"),
+            notify_email_channel=get("SAFESEND_NOTIFY_EMAIL_CHANNEL", "review-notifications"),
+            review_console_url=get("SAFESEND_REVIEW_CONSOLE_URL"),
+            review_notify_timeout_s=_float(env, "SAFESEND_REVIEW_NOTIFY_TIMEOUT_S", 600.0),
             max_request_bytes=int(_float(env, "SAFESEND_MAX_REQUEST_BYTES", 1_048_576)),
             max_body_bytes=int(_float(env, "SAFESEND_MAX_BODY_BYTES", 400_000)),
             enable_fault_injection=_bool(env, "SAFESEND_ENABLE_FAULT_INJECTION", False),
@@ -180,6 +194,13 @@ class Settings:
         """(caller keys, internal keys); raises ConfigurationError on a malformed entry."""
         return (ApiKeyRing.parse(self.auth_api_keys, "SAFESEND_AUTH_API_KEYS"),
                 ApiKeyRing.parse(self.auth_internal_api_keys, "SAFESEND_AUTH_INTERNAL_API_KEYS"))
+
+    def reviewer_targets(self) -> "ReviewerTargets":
+        configured = {name for name, value in (("chat", self.notify_chat_webhook_url),
+                                               ("slack", self.notify_slack_webhook_url),
+                                               ("email", self.notify_email_to)) if value}
+        return ReviewerTargets(frozenset(configured), self.notify_email_to, self.notify_email_channel,
+                               self.review_console_url, self.review_notify_timeout_s)
 
     def check_callbacks(self) -> None:
         """Callbacks are signed, so accepting a callback_url needs the secret they are signed with."""

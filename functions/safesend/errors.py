@@ -65,6 +65,23 @@ class PublishError(SafesendError):
     """A review item could not be published; it stays due in the outbox and the sweeper tries again."""
 
 
+class StaleReviewError(SafesendError):
+    """A decision answers a review entry that is no longer the job's current one (HTTP 409)."""
+
+    def __init__(self, job_id: str, review_id: str, current: str | None):
+        super().__init__(f"review {review_id} is no longer current for job {job_id}"
+                         + (f" (now {current})" if current else " (the job is no longer in review)"))
+        self.current = current
+
+
+class DecisionConflictError(SafesendError):
+    """Another decision was already made for this review entry (HTTP 409)."""
+
+
+class DecisionNotAllowedError(SafesendError):
+    """This decision does not apply to this job now, e.g. acknowledge on a non-duplicate (HTTP 409)."""
+
+
 class SimulatedCrashError(BaseException):
     """Raised only by test fault injection to stop a handler dead, like a killed instance.
 

@@ -45,6 +45,13 @@ class _Refused(Exception):
         self.response = response
 
 
+def _push_attributes(body: Any) -> dict[str, Any]:
+    """The attributes of a Pub/Sub push envelope; {} for anything shaped otherwise (attacker input)."""
+    message = body.get("message") if isinstance(body, dict) else None
+    attributes = message.get("attributes") if isinstance(message, dict) else None
+    return attributes if isinstance(attributes, dict) else {}
+
+
 def _too_large(limit: int) -> _Refused:
     return _Refused(_error(413, "too_large", f"the request body is over {limit} bytes: send a smaller one "
                                              "(text and html are limited too); retrying it unchanged fails again"))
@@ -168,6 +175,31 @@ class HttpApi:
             task=request.headers.get("X-CloudTasks-TaskName"),
             retry=request.headers.get("X-CloudTasks-TaskRetryCount"))
         return {"job_id": job_id, "action": action, "state": job.state.value if job else None}, 200, dict(JSON)
+
+    def notify(self, request: Request) -> Response:
+        """Pub/Sub push (OIDC-authenticated) of a review item: queue and post the reviewers' notices.
+        2xx acknowledges; anything else is redelivered with backoff, then dead-lettered."""
+        try:
+            runtime, raw = self._guard(request, Role.INTERNAL, ("POST",))
+            body = self._json_body(request, raw)
+        except _Refused as refused:
+            return refused.response
+        attributes = _push_attributes(body)
+        job_id, review_id = attributes.get("job_id"), attributes.get("review_id")
+        if not (isinstance(job_id, str) and is_job_id(job_id) and isinstance(review_id, str)):
+            log(logging.ERROR, "notify: not a review item push (no job_id/review_id attributes)")
+            return _error(400, "invalid_request", "expected a Pub/Sub push of a safesend review item")
+        try:
+            job, action = runtime.service.notify(job_id, review_id)
+        except (MailboxUnavailableError, StoreUnavailableError, PublishError) as exc:
+            log(logging.WARNING, "notify deferred", job_id=job_id, error=str(exc))
+            return _error(503, "try_again", "a dependency is unavailable; Pub/Sub will redeliver")
+        except Exception as exc:  # noqa: BLE001 - redelivered, then dead-lettered; never a crashed worker
+            log(logging.ERROR, "notify hit an unexpected error", job_id=job_id, error_type=type(exc).__name__,
+                exc_info=True)
+            return _error(503, "try_again", "unexpected error; Pub/Sub will redeliver")
+        return {"job_id": job_id, "review_id": review_id, "action": action,
+                "state": job.state.value if job else None}, 200, dict(JSON)
 
     def sweep(self, request: Request) -> Response:
         try:

@@ -19,11 +19,13 @@ from urllib.parse import urlsplit
 from .backoff import backoff_delay
 from .callbacks import DELIVERY_DELAYS_S, MAX_NOTICES, next_try_at, notice_payload
 from .classify import crash_failure
+from .errors import DecisionConflictError, DecisionNotAllowedError, StaleReviewError
 from .model import Accepted, Bucket, Delivery, Failure, Job, MailboxHit
 from .policy import ChannelPolicy, OnUnknown
 from .states import HUMAN_STATES, SETTLED_STATES, State, check_transition
 
 Uniform = Callable[[float, float], float]
+NOTICE_LEASE_S = 30.0  # a deliverer's hold on the notices it is posting
 # Safety bound on "definitely not accepted" retries of one job; the retry horizon is the real limit.
 MAX_REFUSALS = 500
 
@@ -275,14 +277,38 @@ def claim_review_publish(job: Job, now: datetime, timing: Timing) -> Job:
     return changed
 
 
-def mark_review_published(job: Job, now: datetime, message_id: str) -> Job:
-    """Outbox step 2: published; nothing is due any more."""
+def mark_review_published(job: Job, now: datetime, message_id: str, notify_timeout_s: float | None = None) -> Job:
+    """Outbox step 2: published. With reviewer targets configured, the notify function must take it up
+    within `notify_timeout_s`, else it is published again (an item Pub/Sub dead-lettered)."""
     changed = job.copy()
     changed.review_published_at = now
-    changed.next_check_at = None
+    changed.next_check_at = now + timedelta(seconds=notify_timeout_s) if notify_timeout_s else None
     changed.updated_at = now
     changed.add_event(now, "review_published", pubsub_message_id=message_id, reason=job.review_reason)
     return changed
+
+
+def needs_republish(job: Job, now: datetime) -> bool:
+    return (job.state in HUMAN_STATES and job.review_published_at is not None
+            and job.review_notified_entry != job.review_entries and is_due(job, now))
+
+
+def republish_unnotified(job: Job, now: datetime) -> Job:
+    """The review item was published but never reached the reviewers' channels: publish it again
+    (same review id: consumers dedupe on it)."""
+    changed = job.copy()
+    changed.review_published_at = None
+    changed.next_check_at = now
+    changed.updated_at = now
+    changed.add_event(now, "review_republished", review_id=current_review_id(job))
+    return changed
+
+
+def add_decision_notices(job: Job, review_id: str, payloads: dict[str, dict[str, Any]], now: datetime) -> Job:
+    """The decision's answer in each chat the item went to (once per review entry and decision)."""
+    if not payloads:
+        return job
+    return add_review_notices(job, review_id, payloads, now, suffix=":decision") or job
 
 
 def lease_expired(job: Job, now: datetime) -> bool:
@@ -426,12 +452,50 @@ def record_deliveries(job: Job, results: dict[str, Delivery], now: datetime, hor
     return changed
 
 
+def claim_notices(job: Job, notice_ids: Iterable[str], now: datetime, lease_s: float = NOTICE_LEASE_S) -> Job:
+    """Hold due notices for one deliverer (two notify instances, a task and a sweep): the others see
+    them due later. A deliverer that dies after posting lets the hold lapse: at least once."""
+    changed = job.copy()
+    wanted = set(notice_ids)
+    for notice in changed.notices:
+        if notice["id"] in wanted and _pending(notice):
+            notice["due_at"] = now + timedelta(seconds=lease_s)
+    _refresh_notice_due(changed)
+    return changed
+
+
+def add_review_notices(job: Job, review_id: str, payloads: dict[str, dict[str, Any]], now: datetime,
+                       suffix: str = "") -> Job | None:
+    """Queue one notice per reviewer channel (chat, slack...) for this review entry, once: the id is
+    the review id and the target, so a redelivered Pub/Sub message or a second notify adds nothing.
+    Returns None when every one is already queued."""
+    changed = job.copy()
+    known = {n["id"] for n in changed.notices}
+    added = False
+    for target, payload in payloads.items():
+        notice_id = f"{review_id}:{target}{suffix}"
+        if notice_id not in known:
+            _append_notice(changed, {"id": notice_id, "kind": target, "url": None, "thread": job.id,
+                                     "payload": payload}, now, due_at=now)
+            added = True
+    if not suffix and changed.review_notified_entry != job.review_entries:
+        changed.review_notified_entry = job.review_entries
+        changed.next_check_at = None  # nothing left due for this review entry (see republish_unnotified)
+        added = True
+    return changed if added else None
+
+
 def _add_notice(job: Job, url: str, now: datetime) -> None:
     notice_id = f"{job.id}:n{job.notice_seq}"
     job.notice_seq += 1
-    job.notices.append({"id": notice_id, "url": url, "payload": notice_payload(job, notice_id, now),
-                        "created_at": now, "due_at": now + timedelta(seconds=DELIVERY_DELAYS_S[0]),
-                        "tries": 0, "delivered_at": None, "gave_up_at": None, "last_error": None})
+    _append_notice(job, {"id": notice_id, "kind": "callback", "url": url,
+                         "payload": notice_payload(job, notice_id, now)},
+                   now, due_at=now + timedelta(seconds=DELIVERY_DELAYS_S[0]))
+
+
+def _append_notice(job: Job, notice: dict[str, Any], now: datetime, due_at: datetime) -> None:
+    job.notices.append({**notice, "created_at": now, "due_at": due_at, "tries": 0, "delivered_at": None,
+                        "gave_up_at": None, "last_error": None})
     settled = [i for i, n in enumerate(job.notices) if not _pending(n)]
     for index in reversed(settled[:max(0, len(job.notices) - MAX_NOTICES)]):
         del job.notices[index]  # the oldest delivered or abandoned ones go first
@@ -445,3 +509,90 @@ def _pending(notice: dict[str, Any]) -> bool:
 def _refresh_notice_due(job: Job) -> None:
     due = [n["due_at"] for n in job.notices if _pending(n)]
     job.notice_due_at = min(due) if due else None
+
+
+# ----------------------------------------------------------------------------- reviewer decisions
+class Decision:
+    RESEND = "resend"  # a fresh mailbox check first; refused if any copy exists
+    MARK_SENT = "mark_sent"  # the reviewer's word, with whatever copy the mailbox shows
+    CANCEL = "cancel"  # terminal: nothing more is sent
+    ACKNOWLEDGE = "acknowledge"  # a duplicate went out: the reviewer has seen it
+
+    ALL = (RESEND, MARK_SENT, CANCEL, ACKNOWLEDGE)
+
+
+MAX_NOTE_CHARS = 2000
+
+
+def current_review_id(job: Job) -> str | None:
+    """The review entry a decision must answer; None when the job waits for nobody."""
+    return f"{job.id}:{job.review_entries}" if job.state in HUMAN_STATES else None
+
+
+def allowed_decisions(job: Job) -> list[str]:
+    if job.state not in HUMAN_STATES:
+        return []
+    if job.review_reason == ReviewReason.DUPLICATE:
+        return [Decision.ACKNOWLEDGE]  # the copies are out: resending or cancelling changes nothing
+    return [Decision.RESEND, Decision.MARK_SENT, Decision.CANCEL]
+
+
+def prior_decision(job: Job, review_id: str, decision: str) -> dict[str, Any] | None:
+    """The recorded answer to replay when the same decision comes again (a double click, a retry);
+    raises when the decision does not apply: stale review id, another decision already taken."""
+    recorded = [d for d in job.decisions if d["review_id"] == review_id]
+    same = [d for d in recorded if d["decision"] == decision]
+    if same:
+        return same[-1]
+    current = current_review_id(job)
+    if review_id != current:
+        raise StaleReviewError(job.id, review_id, current)
+    taken = [d for d in recorded if d.get("applied")]
+    if taken:
+        raise DecisionConflictError(f"review {review_id} was already answered: {taken[-1]['decision']} by "
+                                    f"{taken[-1]['reviewer']}")
+    if decision not in allowed_decisions(job):
+        raise DecisionNotAllowedError(f"{decision} does not apply to this job now "
+                                      f"(allowed: {', '.join(allowed_decisions(job)) or 'none'})")
+    return None
+
+
+def decide(job: Job, review_id: str, decision: str, reviewer: str, note: str, hits: Sequence[MailboxHit],
+           now: datetime, owner: str, timing: Timing) -> tuple[Job, str]:
+    """Apply a reviewer's decision (already checked by prior_decision) with the mailbox as it is now.
+
+    Returns the changed job and the result. A resend that finds a copy is refused and leaves the job
+    in review: the reviewer sees the copy and can mark the job sent instead.
+    """
+    checked, sent = _checked(job, hits, now, "mailbox_checked")
+    copies = list(checked.known_copies)
+    if decision == Decision.RESEND and copies:
+        return _recorded(checked, review_id, decision, reviewer, note, now, "refused_copy_found", False), \
+            "refused_copy_found"
+    if decision == Decision.RESEND:
+        decided = _recorded(checked, review_id, decision, reviewer, note, now, "resent", True)
+        decided.refusals, decided.retrying_since = 0, None  # a person's resend gets a fresh retry horizon
+        return start_attempt(decided, now, owner, timing), "resent"
+    if decision == Decision.CANCEL:
+        decided = _moved(_recorded(checked, review_id, decision, reviewer, note, now, "cancelled", True),
+                         State.CANCELLED, now)
+        decided.next_check_at = None
+        return decided, "cancelled"
+    result = "acknowledged" if decision == Decision.ACKNOWLEDGE else "marked_sent"
+    decided = _moved(_recorded(checked, review_id, decision, reviewer, note, now, result, True), State.SENT, now)
+    if len(sent) == 1:
+        decided.provider_ref = sent[0].as_dict()
+    decided.verified = len(copies) == 1 and len(sent) == 1  # one copy, and the mailbox shows it
+    decided.next_check_at = None
+    decided.lease_owner = decided.lease_until = None
+    return decided, result
+
+
+def _recorded(job: Job, review_id: str, decision: str, reviewer: str, note: str, now: datetime,
+              result: str, applied: bool) -> Job:
+    changed = job.copy()
+    record = {"review_id": review_id, "decision": decision, "reviewer": reviewer, "note": note[:MAX_NOTE_CHARS],
+              "at": now, "result": result, "applied": applied, "copies": list(job.known_copies)}
+    changed.decisions.append(record)
+    changed.add_event(now, "decision", decision=decision, reviewer=reviewer, result=result, review_id=review_id)
+    return changed

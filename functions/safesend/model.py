@@ -126,6 +126,8 @@ class Job:
     review_reason: str | None = None
     review_entries: int = 0
     review_published_at: datetime | None = None
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # reviewers' decisions (lifecycle.decide)
+    review_notified_entry: int = 0  # the review entry whose notifications are queued (notify)
     callbacks: list[str] = field(default_factory=list)  # callback URLs the requests brought
     notices: list[dict[str, Any]] = field(default_factory=list)  # callback outbox (lifecycle)
     notice_seq: int = 0
@@ -144,6 +146,7 @@ class Job:
             mailbox_hits=[dict(h) for h in self.mailbox_hits],
             known_copies=list(self.known_copies),
             callbacks=list(self.callbacks),
+            decisions=[dict(d) for d in self.decisions],
             notices=[dict(n) for n in self.notices],
             events=[dict(e) for e in self.events],
             provider_ref=dict(self.provider_ref) if self.provider_ref else None,
@@ -178,6 +181,7 @@ class Job:
         values["events"] = [
             {**e, "at": as_utc(e.get("at"))} for e in (values.get("events") or [])
         ]
+        values["decisions"] = [{**d, "at": as_utc(d.get("at"))} for d in (values.get("decisions") or [])]
         values["notices"] = [
             {**n, **{k: as_utc(n.get(k)) for k in ("created_at", "due_at", "delivered_at", "gave_up_at")}}
             for n in (values.get("notices") or [])

@@ -19,6 +19,9 @@ from typing import Any, Mapping
 from .errors import ConfigurationError, UnknownChannelError
 
 
+NOTIFY_TARGETS = ("chat", "slack", "email")
+
+
 class OnUnknown(str, Enum):
     RETRY = "retry"
     REVIEW = "review"
@@ -35,6 +38,7 @@ class ChannelPolicy:
     index_lag_s: float | None = None  # first mailbox check after an ambiguous attempt (None: global)
     unknown_window_s: float | None = None  # how long "not found" stays inconclusive (None: global)
     review_includes_body: bool = False  # review items carry text/html only if a channel opts in
+    notify: tuple[str, ...] | None = None  # reviewer targets for its review items; None: all configured
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -44,6 +48,10 @@ class ChannelPolicy:
         for value in (self.index_lag_s, self.unknown_window_s):
             if value is not None and value < 0:
                 raise ConfigurationError(f"channel {self.name}: delays must be >= 0")
+        unknown_targets = set(self.notify or ()) - set(NOTIFY_TARGETS)
+        if unknown_targets:
+            raise ConfigurationError(f"channel {self.name}: notify takes {list(NOTIFY_TARGETS)}, "
+                                     f"not {sorted(unknown_targets)}")
 
 
 _FIELD_NAMES = {f.name for f in fields(ChannelPolicy)} - {"name"}
@@ -54,6 +62,8 @@ def _policy_from(name: str, values: Mapping[str, Any], base: ChannelPolicy | Non
     if unknown:
         raise ConfigurationError(f"channel {name}: unknown settings {sorted(unknown)}")
     data = dict(values)
+    if isinstance(data.get("notify"), list):
+        data["notify"] = tuple(data["notify"])
     if "on_unknown" in data:
         try:
             data["on_unknown"] = OnUnknown(data["on_unknown"])

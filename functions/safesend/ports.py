@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from .model import Accepted, Delivery, Failure, Job, MailboxHit
 from .states import State
@@ -32,6 +32,9 @@ class JobStore(Protocol):
         """Jobs in `state` with next_check_at <= now, oldest first, at most `limit`. A stored
         document that cannot be read as a job is logged and left out, never raised."""
 
+
+    def find_open_reviews(self, limit: int) -> Sequence[Job]:
+        """Jobs in review or failed, oldest update first, at most `limit`: what reviewers work through."""
 
     def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
         """Jobs with a callback notice due (notice_due_at <= now), oldest first, at most `limit`."""
@@ -70,6 +73,7 @@ class ReviewPublisher(Protocol):
 
 
 class Notifier(Protocol):
-    """Callbacks to the caller's workflow (n8n's Wait node). One POST, signed, bounded in time."""
+    """The outbox's deliverer: a callback to the caller's workflow (n8n's Wait node), or a message to
+    the reviewers' chat (Google Chat, Slack), by the notice's `kind`. One POST, bounded in time."""
 
-    def post(self, url: str, body: bytes) -> Delivery: ...
+    def deliver(self, notice: Mapping[str, Any]) -> Delivery: ...

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import Mapping
 
 from .auth import AuthPolicy, Authenticator
 from .callbacks import CallbackPolicy
@@ -14,6 +16,8 @@ from .errors import ConfigurationError
 from .logs import log
 from .mime import probe_mime
 from .policy import ChannelPolicies
+from .ports import Notifier
+from .reviewer_auth import ReviewerSettings
 from .service import SafeSendService
 
 _lock = threading.Lock()
@@ -63,7 +67,22 @@ def preflight(settings: Settings) -> ChannelPolicies:
                                  f"{settings.message_id_domain!r} and SAFESEND_DEFAULT_FROM: {exc}") from None
     settings.check_auth()
     settings.check_callbacks()
+    _check_reviewer_email(settings, policies)
     return policies
+
+
+def _check_reviewer_email(settings: Settings, policies: ChannelPolicies) -> None:
+    """Notification emails are safesend jobs on their own channel: it must exist and retry."""
+    if not settings.notify_email_to:
+        return
+    try:
+        policy = policies.get(settings.notify_email_channel)
+    except ValueError:
+        raise ConfigurationError(f"SAFESEND_NOTIFY_EMAIL_TO is set but the channel "
+                                 f"{settings.notify_email_channel!r} (SAFESEND_NOTIFY_EMAIL_CHANNEL) is not "
+                                 "configured") from None
+    if policy.on_unknown.value != "retry":
+        raise ConfigurationError(f"channel {policy.name}: reviewer emails need on_unknown = \"retry\"")
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -73,6 +92,7 @@ def build_runtime(settings: Settings) -> Runtime:
     from .adapters.gmail_auth import load_gmail_credentials
     from .adapters.gmail_mailer import GmailMailer
     from .adapters.callback_http import HttpNotifier
+    from .adapters.chat_webhooks import RoutingNotifier, chat_webhook, slack_webhook
     from .adapters.pubsub_review import PubSubReviewPublisher
 
     policies = preflight(settings)
@@ -95,22 +115,36 @@ def build_runtime(settings: Settings) -> Runtime:
             topic = f"projects/{settings.project}/topics/{topic}"
         publisher = PubSubReviewPublisher(topic)
     callbacks = CallbackPolicy(settings.callback_allowed_hosts, settings.callback_allow_http)
-    notifier = None
+    routes: dict[str, Notifier] = {}
     if callbacks.enabled and settings.callback_hmac_secret:
-        notifier = HttpNotifier(callbacks, settings.callback_hmac_secret.encode())
+        routes["callback"] = HttpNotifier(callbacks, settings.callback_hmac_secret.encode())
+    if settings.notify_chat_webhook_url:
+        routes["chat"] = chat_webhook(settings.notify_chat_webhook_url)
+    if settings.notify_slack_webhook_url:
+        routes["slack"] = slack_webhook(settings.notify_slack_webhook_url)
+    notifier = RoutingNotifier(routes) if routes else None
     service = SafeSendService(
         FirestoreJobStore(settings.project, settings.jobs_collection), mailer, scheduler, publisher, policies,
         message_id_domain=settings.message_id_domain, timing=settings.timing,
         request_budget_s=settings.request_budget_s, send_timeout_s=settings.send_timeout_s,
         read_timeout_s=settings.read_timeout_s, verify_message_id_every=settings.verify_message_id_every,
-        notifier=notifier, callback_horizon_s=settings.callback_horizon_s)
+        notifier=notifier, callback_horizon_s=settings.callback_horizon_s,
+        reviewers=settings.reviewer_targets(), default_from=settings.default_from)
     return Runtime(settings, policies, service, build_authenticator(settings), callbacks)
 
 
-def check_configuration() -> None:
-    """The import-time gate of functions/main.py: log the reason, then refuse to start."""
+REVIEW_TARGETS = ("review", "router")  # the console's entry point, and the local stack's router
+
+
+def check_configuration(env: Mapping[str, str] | None = None) -> None:
+    """The import-time gate of functions/main.py: log the reason, then refuse to start. The review
+    function (GOOGLE_FUNCTION_TARGET / FUNCTION_TARGET) also checks its reviewer sign-in settings."""
+    env = os.environ if env is None else env
+    target = env.get("GOOGLE_FUNCTION_TARGET") or env.get("FUNCTION_TARGET") or ""
     try:
-        preflight(Settings.from_env())
+        preflight(Settings.from_env(env))
+        if target in REVIEW_TARGETS or env.get("SAFESEND_REVIEW_IAP_AUDIENCE") or env.get("SAFESEND_REVIEW_DEV_IDENTITY"):
+            ReviewerSettings.from_env(env)
     except ConfigurationError as exc:
         log(logging.CRITICAL, "refusing to start: configuration error", error=str(exc))
         raise

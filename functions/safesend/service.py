@@ -16,31 +16,32 @@ Invariants kept here:
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import random
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Any, Callable
 
 from . import lifecycle
 from .callbacks import MAX_CALLBACKS
 from .classify import unbuildable_failure
 from .errors import (ConcurrentUpdateError, MailboxUnavailableError, PayloadMismatchError,
                      PublishError, RequestValidationError, SchedulerError, SimulatedCrashError,
-                     StoreUnavailableError)
+                     StaleReviewError, StoreUnavailableError)
 from .keys import job_id_for, message_id_for
 from .lifecycle import Timing
 from .logs import log
 from .mime import build_mime
 from .model import Accepted, Failure, Job
 from .policy import ChannelPolicies, ChannelPolicy
+from .notify import REVIEW_EMAIL_KEY_PREFIX, ReviewerTargets
 from .ports import CheckScheduler, JobStore, Mailer, Notifier, ReviewPublisher
+from .review_messages import decision_update, reviewer_email
 from .review import review_attributes, review_item
 from .states import SWEPT_STATES, State
-from .validation import SendRequest, message_from_payload
+from .validation import SendRequest, message_from_payload, parse_send_request
 
 MAX_RECORD_TRIES = 8  # compare-and-set retries when recording an outcome we must not lose
 MAX_SWEEP_BATCHES = 20  # per state and sweep; the time budget bounds it too
@@ -63,6 +64,16 @@ class FaultPlan:
             raise SimulatedCrashError(point)
 
 
+@dataclass(frozen=True)
+class DecisionOutcome:
+    """What a reviewer's decision did. `applied` is False when it replays an earlier identical one."""
+
+    job: Job
+    applied: bool
+    result: str  # resent, marked_sent, cancelled, acknowledged, refused_copy_found
+    copies: list[dict[str, Any]]  # what the mailbox showed for the Message-ID
+
+
 @dataclass
 class SweepReport:
     examined: int = 0
@@ -81,6 +92,7 @@ class SafeSendService:
                  send_timeout_s: float = 20.0, read_timeout_s: float = 15.0,
                  verify_message_id_every: int = 100,
                  notifier: Notifier | None = None, callback_horizon_s: float = 3600.0,
+                 reviewers: ReviewerTargets = ReviewerTargets(), default_from: str | None = None,
                  clock: Callable[[], datetime] = utcnow, monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
                  uniform: Callable[[float, float], float] = random.uniform,
@@ -98,6 +110,8 @@ class SafeSendService:
         self.verify_message_id_every = verify_message_id_every
         self.notifier = notifier
         self.callback_horizon_s = callback_horizon_s
+        self.reviewers = reviewers
+        self.default_from = default_from
         self._accepted_sends = itertools.count()
         self.clock = clock
         self.monotonic = monotonic
@@ -302,6 +316,10 @@ class SafeSendService:
             job = self._recover_expired(job, policy, schedule=False)
             if job.state is not State.UNKNOWN:
                 return job, "conflict"
+        if lifecycle.needs_republish(job, now):
+            job = self._cas(job, lifecycle.republish_unnotified(job, now))
+            log(logging.WARNING, "review item never reached the reviewers' channels: publishing it again",
+                job_id=job.id, review_id=lifecycle.current_review_id(job))
         if lifecycle.needs_publish(job):
             return job, self._publish_review(job)
         if not (job.state in (State.UNKNOWN, State.RETRY_WAIT) or lifecycle.needs_verification(job)):
@@ -353,14 +371,17 @@ class SafeSendService:
     def _deliver_notices(self, job: Job) -> tuple[Job, int]:
         """POST the due callback notices, then record what happened (re-applied over a lost race).
         At least once: a crash between the POST and the record sends the same body again."""
-        due = lifecycle.due_notices(job, self.clock()) if self.notifier else []
+        due = lifecycle.due_notices(job, self.clock())[:MAX_NOTICES_PER_ADVANCE] if self.notifier else []
         if not due:
             return job, 0
+        try:  # hold them first, so a second deliverer (task, sweep, notify instance) posts nothing
+            job = self._cas(job, lifecycle.claim_notices(job, [n["id"] for n in due], self.clock()))
+        except ConcurrentUpdateError:
+            return self._reload(job), 0  # someone else moved the job: the next task or sweep delivers
         results = {}
-        for notice in due[:MAX_NOTICES_PER_ADVANCE]:
-            body = json.dumps(notice["payload"], sort_keys=True, separators=(",", ":"), default=str).encode()
-            results[notice["id"]] = delivery = self.notifier.post(notice["url"], body)  # type: ignore[union-attr]
-            log(logging.INFO if delivery.ok else logging.WARNING, "callback notice", job_id=job.id,
+        for notice in due:
+            results[notice["id"]] = delivery = self.notifier.deliver(notice)  # type: ignore[union-attr]
+            log(logging.INFO if delivery.ok else logging.WARNING, "notice", job_id=job.id, kind=notice["kind"],
                 notice_id=notice["id"], ok=delivery.ok, status=delivery.status, detail=delivery.detail)
         current = job
         for _ in range(MAX_RECORD_TRIES):
@@ -388,6 +409,96 @@ class SafeSendService:
         if schedule:
             self._follow_up(recovered)
         return recovered
+
+    # ---------------------------------------------------------------- reviewers
+    def open_reviews(self, limit: int = 200) -> list[Job]:
+        """Jobs waiting for a person (review, failed), oldest first: the console's list."""
+        return list(self.store.find_open_reviews(limit))
+
+    def notify(self, job_id: str, review_id: str) -> tuple[Job | None, str]:
+        """A review item arrived from Pub/Sub (at least once): queue one notice per reviewer target
+        for this review entry, once, and deliver them. Queued notices are retried by the outbox, so
+        the Pub/Sub message can be acknowledged as soon as they are stored."""
+        job = self.store.get(job_id)
+        if job is None:
+            return None, "not_found"
+        if lifecycle.current_review_id(job) != review_id:
+            return job, "stale"  # decided, or a newer review entry whose own item follows
+        targets = self.reviewers.for_job(self.policies.for_job(job.channel), job.dedup_key)
+        item = review_item(job, include_body=False)
+        for _ in range(MAX_RECORD_TRIES):
+            changed = lifecycle.add_review_notices(job, review_id, self.reviewers.chat_payloads(targets, item),
+                                                   self.clock())
+            if changed is None:
+                break
+            try:
+                job = self._cas(job, changed)
+                break
+            except ConcurrentUpdateError:
+                job = self._reload(job)
+                if lifecycle.current_review_id(job) != review_id:
+                    return job, "stale"
+        if "email" in targets:
+            self._email_reviewers(item, review_id)
+        job, _ = self._deliver_notices(job)
+        log(logging.INFO, "reviewers notified", job_id=job.id, review_id=review_id, targets=targets)
+        return job, "notified"
+
+    def _email_reviewers(self, item: dict[str, Any], review_id: str) -> None:
+        """Through safesend's own send path, keyed by the review id: safe to repeat, like any send."""
+        subject, text = reviewer_email(item, self.reviewers.console_url)
+        request = parse_send_request({"dedup_key": f"{REVIEW_EMAIL_KEY_PREFIX}{review_id}",
+                                      "channel": self.reviewers.email_channel, "to": self.reviewers.email_to,
+                                      "subject": subject, "text": text}, self.default_from)
+        self.submit(request)
+
+    def decide(self, job_id: str, review_id: str, decision: str, reviewer: str, note: str = "",
+               faults: FaultPlan | None = None) -> DecisionOutcome:
+        """A person's decision on a job in review or failed. Checked against the review entry it
+        answers (stale: StaleReviewError); the same decision again replays its first result; a
+        resend asks the mailbox first and goes through the same attempt path as any send."""
+        if decision not in lifecycle.Decision.ALL:
+            raise RequestValidationError({"decision": f"one of {', '.join(lifecycle.Decision.ALL)}"})
+        if len(note) > lifecycle.MAX_NOTE_CHARS:
+            raise RequestValidationError({"note": f"at most {lifecycle.MAX_NOTE_CHARS} characters"})
+        for _ in range(MAX_RECORD_TRIES):
+            job = self.store.get(job_id)
+            if job is None:
+                raise StaleReviewError(job_id, review_id, None)
+            prior = lifecycle.prior_decision(job, review_id, decision)
+            if prior is not None:
+                return DecisionOutcome(job, False, prior["result"], self._copies(job))
+            hits = self.mailer.find_by_message_id(job.message_id)  # MailboxUnavailableError -> retry later
+            owner = self.new_owner()
+            decided, result = lifecycle.decide(job, review_id, decision, reviewer, note, hits, self.clock(),
+                                               owner, self.timing)
+            try:
+                stored = self._cas(job, lifecycle.add_decision_notices(decided, review_id, self._update_payloads(
+                    decided), self.clock()))
+            except ConcurrentUpdateError:
+                continue  # re-read: a double click or another reviewer; replay or conflict decides
+            log(logging.WARNING, "reviewer decision", job_id=job_id, review_id=review_id, decision=decision,
+                result=result, reviewer=reviewer)
+            if stored.state is State.SENDING:
+                policy = self.policies.for_job(stored.channel)
+                stored = self._attempt_loop(stored, owner, policy, self.monotonic() + self.request_budget_s,
+                                            faults)
+            else:
+                self._follow_up(stored)
+            return DecisionOutcome(stored, result != "refused_copy_found", result, self._copies(stored))
+        raise StoreUnavailableError(f"job {job_id}: decision not recorded after repeated conflicts")
+
+    def _update_payloads(self, job: Job) -> dict[str, dict[str, Any]]:
+        """The thread answer for every chat target the item went to."""
+        record = job.decisions[-1]
+        targets = {n["kind"] for n in job.notices if n["id"].startswith(f"{record['review_id']}:")
+                   and n["kind"] in ("chat", "slack")}
+        return {t: decision_update(t, record, job.id) for t in sorted(targets)}
+
+    @staticmethod
+    def _copies(job: Job) -> list[dict[str, Any]]:
+        return [h for h in job.mailbox_hits if "SENT" in (h.get("label_ids") or [])] or \
+            [{"gmail_id": gmail_id} for gmail_id in job.known_copies]
 
     # ---------------------------------------------------------------- sweep
     def sweep(self, batch: int = 50, budget_s: float = 90.0) -> SweepReport:
@@ -498,8 +609,9 @@ class SafeSendService:
         pubsub_id = self.publisher.publish(review_item(held, include_body), review_attributes(held))
         log(logging.WARNING, "job needs a human", job_id=job.id, state=job.state.value,
             reason=job.review_reason, pubsub_message_id=pubsub_id)
+        timeout = self.reviewers.notify_timeout_s if self.reviewers.enabled else None
         try:
-            self._cas(held, lifecycle.mark_review_published(held, self.clock(), pubsub_id))
+            self._cas(held, lifecycle.mark_review_published(held, self.clock(), pubsub_id, timeout))
         except ConcurrentUpdateError:
             pass  # published; at worst it is published again after the hold, with the same review_id
         return "review_published"

@@ -11,8 +11,10 @@
                   sending (no copy after the unknown window and the channel allows a resend),
                   review (duplicate, ambiguous on a review channel, out of attempts)
     sent       -> review (verification found a second copy, or a second acceptance arrived late)
-    failed     -> review (an attempt we had given up on was accepted after all)
-    review     -> sent, cancelled (a human settled it)
+    failed     -> review (an attempt we had given up on was accepted after all),
+                  sending / sent / cancelled (a reviewer decided: resend, mark sent, cancel)
+    review     -> sending (a reviewer resends, after a fresh mailbox check found no copy),
+                  sent (a reviewer marks it sent or acknowledges a duplicate), cancelled
     cancelled: terminal.
 
 `sent` and `failed` are *settled* (callers get their final answer) but not terminal: a job
@@ -47,8 +49,8 @@ ALLOWED_TRANSITIONS: dict[State, frozenset[State]] = {
     State.RETRY_WAIT: frozenset({State.SENDING, State.SENT, State.REVIEW, State.FAILED, State.CANCELLED}),
     State.UNKNOWN: frozenset({State.UNKNOWN, State.SENT, State.SENDING, State.REVIEW}),
     State.SENT: frozenset({State.REVIEW}),
-    State.FAILED: frozenset({State.REVIEW}),
-    State.REVIEW: frozenset({State.SENT, State.CANCELLED}),
+    State.FAILED: frozenset({State.REVIEW, State.SENDING, State.SENT, State.CANCELLED}),
+    State.REVIEW: frozenset({State.SENDING, State.SENT, State.CANCELLED}),
     State.CANCELLED: frozenset(),
 }
 

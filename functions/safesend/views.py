@@ -76,7 +76,8 @@ def job_view(job: Job, *, replayed: bool | None = None, with_events: bool = Fals
 def _notice_view(notice: dict[str, Any]) -> dict[str, Any]:
     """A callback notice without its URL (an n8n resume URL is a capability): the host only."""
     state = ("delivered" if notice.get("delivered_at") else "given_up" if notice.get("gave_up_at") else "pending")
-    return {"notice_id": notice["id"], "host": urlsplit(notice["url"]).hostname, "state": state,
+    return {"notice_id": notice["id"], "kind": notice.get("kind") or "callback",
+            "host": urlsplit(notice["url"]).hostname if notice.get("url") else None, "state": state,
             "outcome": notice["payload"].get("state"), "tries": notice.get("tries", 0),
             "last_error": notice.get("last_error"), "due_at": _iso(notice.get("due_at"))}
 

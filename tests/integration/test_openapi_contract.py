@@ -1,7 +1,7 @@
 """Contract test: openapi.yaml against the running local stack, with schemathesis 4.
 
 The stack (devstack.stack.LocalStack: Firestore, Pub/Sub and Cloud Tasks emulators, the Gmail
-simulator behind the fault relay, and the four functions under functions-framework) is started
+simulator behind the fault relay, and the functions under functions-framework) is started
 once for this module and stopped at the end. Sends to configured channels really go through the
 simulator.
 
@@ -79,7 +79,7 @@ def http(stack: LocalStack) -> Iterator[requests.Session]:
 
 
 # ------------------------------------------------------------------------------ the spec itself
-def test_spec_is_valid_openapi_3_and_covers_exactly_the_four_routes():
+def test_spec_is_valid_openapi_3_and_covers_exactly_the_routes():
     raw = openapi_hooks.load_spec()
     assert str(raw["openapi"]).startswith("3.")
     loaded = schemathesis.openapi.from_path(openapi_hooks.SPEC_PATH)
@@ -87,7 +87,7 @@ def test_spec_is_valid_openapi_3_and_covers_exactly_the_four_routes():
     operations = [result.ok() for result in loaded.get_all_operations()]  # .ok() raises on a broken operation
     assert {op.path for op in operations} == openapi_hooks.ROUTES
     assert {(op.method.upper(), op.path) for op in operations} == {
-        ("POST", "/send"), ("GET", "/status"), ("POST", "/reconcile"), ("POST", "/sweep")}
+        ("POST", "/send"), ("GET", "/status"), ("POST", "/reconcile"), ("POST", "/sweep"), ("POST", "/notify")}
     # The hook's copy of the server-side channel list and the spec's enum must agree.
     assert tuple(raw["components"]["schemas"]["Channel"]["enum"]) == openapi_hooks.CHANNELS
     # The fixed bodies the hook replays are valid by the spec.

@@ -10,6 +10,7 @@ import pytest
 from safesend.adapters.memory_store import InMemoryJobStore
 from safesend.callbacks import CallbackPolicy
 from safesend.lifecycle import Timing
+from safesend.notify import ReviewerTargets
 from safesend.policy import ChannelPolicies
 from safesend.service import SafeSendService
 from safesend.validation import parse_send_request
@@ -17,7 +18,8 @@ from tests.fakes import FakeClock, FakeMailbox, FakeMailer, FakeNotifier, FakePu
 
 POLICIES = {
     "defaults": {"max_attempts": 3, "quick_retries": 2, "retry_base_s": 1.0, "retry_cap_s": 30.0},
-    "channels": {"receipts": {"on_unknown": "retry"}, "payments": {"on_unknown": "review"}, "plain": {}},
+    "channels": {"receipts": {"on_unknown": "retry"}, "payments": {"on_unknown": "review"}, "plain": {},
+                 "review-notifications": {"on_unknown": "retry", "notify": ["chat", "slack"]}},
 }
 CALLBACKS = CallbackPolicy(frozenset({"n8n.example.com", "*.app.n8n.cloud"}))
 TIMING = Timing(lease_s=120, index_lag_s=90, unknown_window_s=300, recheck_s=60, publish_lease_s=60)
@@ -33,6 +35,7 @@ class World:
     publisher: FakePublisher
     service: SafeSendService
     notifier: FakeNotifier
+    pushed: int = 0
 
     def request(self, key: str = "cust-1:order_paid:42", channel: str = "receipts", **overrides: Any):
         body = {"dedup_key": key, "channel": channel, "to": "ann@example.com", "subject": "Receipt",
@@ -53,11 +56,21 @@ class World:
             wait = (min(due) - self.clock()).total_seconds()
             self.clock.advance(max(wait, 0) + 0.001)
             self.service.advance(job_id)
+            self.push_review_items()
         raise AssertionError(f"job {job_id} not settled after {max_steps} steps")
+
+    def push_review_items(self) -> None:
+        """Play the Pub/Sub push subscription: hand each newly published review item to notify."""
+        if not self.service.reviewers.enabled:
+            return
+        while self.pushed < len(self.publisher.items):
+            _, attributes = self.publisher.items[self.pushed]
+            self.pushed += 1
+            self.service.notify(attributes["job_id"], attributes["review_id"])
 
 
 def make_world(script: list | None = None, index_lag_s: float = 30.0, policies: dict | None = None,
-               verify: bool = True) -> World:
+               verify: bool = True, reviewers: ReviewerTargets = ReviewerTargets()) -> World:
     clock = FakeClock()
     mailbox = FakeMailbox(clock, index_lag_s=index_lag_s)
     mailer = FakeMailer(mailbox, script)
@@ -70,7 +83,7 @@ def make_world(script: list | None = None, index_lag_s: float = 30.0, policies: 
                               message_id_domain="mail.example.com", timing=TIMING, request_budget_s=40,
                               send_timeout_s=10, verify_message_id_every=1 if verify else 0, clock=clock,
                               monotonic=clock.monotonic, sleep=clock.sleep, uniform=lambda a, b: b,
-                              notifier=notifier)
+                              notifier=notifier, reviewers=reviewers, default_from="Shop <shop@example.com>")
     return World(clock, mailbox, mailer, store, scheduler, publisher, service, notifier)
 
 

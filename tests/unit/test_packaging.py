@@ -65,7 +65,7 @@ def test_every_third_party_import_is_a_declared_requirement():
 def test_entry_points_and_policy_file_ship_inside_functions():
     main = ast.parse((FUNCTIONS / "main.py").read_text())
     entry_points = {n.name for n in main.body if isinstance(n, ast.FunctionDef)}
-    assert entry_points == {"send", "reconcile", "sweep", "status"}
+    assert entry_points == {"send", "reconcile", "sweep", "status", "notify", "review"}
     assert (FUNCTIONS / "channels.toml").is_file()
     from safesend.config import DEFAULT_CHANNELS_FILE
     assert DEFAULT_CHANNELS_FILE == FUNCTIONS / "channels.toml"

@@ -23,8 +23,8 @@ from safesend.states import (
 #   retry_wait -> sending, sent, review, failed, cancelled
 #   unknown    -> unknown, sent, sending, review
 #   sent       -> review
-#   failed     -> review
-#   review     -> sent, cancelled
+#   failed     -> review, sending, sent, cancelled
+#   review     -> sending, sent, cancelled
 #   cancelled: terminal.
 EXPECTED: set[tuple[str, str]] = {
     ("pending", "sending"), ("pending", "cancelled"),
@@ -33,8 +33,8 @@ EXPECTED: set[tuple[str, str]] = {
     ("retry_wait", "sending"), ("retry_wait", "sent"), ("retry_wait", "review"),
     ("retry_wait", "failed"), ("retry_wait", "cancelled"),
     ("unknown", "unknown"), ("unknown", "sent"), ("unknown", "sending"), ("unknown", "review"),
-    ("sent", "review"), ("failed", "review"),
-    ("review", "sent"), ("review", "cancelled"),
+    ("sent", "review"), ("failed", "review"), ("failed", "sending"), ("failed", "sent"), ("failed", "cancelled"),
+    ("review", "sending"), ("review", "sent"), ("review", "cancelled"),
 }
 ALL_STATE_NAMES = {"pending", "sending", "sent", "retry_wait", "unknown", "review", "failed", "cancelled"}
 ALL_PAIRS = list(itertools.product(State, State))
@@ -64,14 +64,18 @@ def test_check_transition_raises_exactly_for_undocumented_pairs(source, target):
 
 
 def test_number_of_allowed_transitions_matches_the_documented_list():
-    assert sum(can_transition(s, t) for s, t in ALL_PAIRS) == len(EXPECTED) == 20
+    assert sum(can_transition(s, t) for s, t in ALL_PAIRS) == len(EXPECTED) == 24
 
 
-@pytest.mark.parametrize("settled", ["sent", "failed"])
-def test_settled_states_leave_only_for_a_human(settled):
-    """A sent or failed job moves again only when new evidence (a second copy, a late accept)
-    must reach a human: never back into sending."""
-    assert {t.value for t in State if can_transition(State(settled), t)} == {"review"}
+def test_a_sent_job_moves_again_only_to_reach_a_human():
+    """New evidence (a second copy, a late accept) goes to review; a sent job is never resent."""
+    assert {t.value for t in State if can_transition(State.SENT, t)} == {"review"}
+
+
+def test_only_a_reviewer_decision_sends_a_job_that_needed_a_human():
+    """review/failed -> sending exists for the reviewer's `resend` (after a fresh mailbox check)."""
+    assert {s.value for s in State if can_transition(s, State.SENDING)} == {
+        "pending", "retry_wait", "unknown", "review", "failed"}
 
 
 @pytest.mark.parametrize("terminal", ["cancelled"])

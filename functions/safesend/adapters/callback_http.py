@@ -8,10 +8,10 @@ OneShotHttp gives the wall-clock deadline, no redirects and no retries: our own 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from ..auth import SIGNATURE_HEADER, sign
-from ..callbacks import CallbackPolicy, CallbackUrlError
+from ..callbacks import CallbackPolicy, CallbackUrlError, notice_body
 from ..model import Delivery
 from .one_shot_http import OneShotHttp, TransportError
 
@@ -25,6 +25,9 @@ class HttpNotifier:
         self._secret = secret
         self._timeout_s = timeout_s
         self._clock = clock
+
+    def deliver(self, notice: dict[str, Any]) -> Delivery:
+        return self.post(notice["url"], notice_body(notice))
 
     def post(self, url: str, body: bytes) -> Delivery:
         try:

@@ -130,6 +130,15 @@ class FirestoreJobStore:
         docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
         return [job for job in map(_readable_job, docs) if job is not None]
 
+    def find_open_reviews(self, limit: int) -> Sequence[Job]:
+        """Needs the composite index (state ASC, updated_at ASC): see infra/."""
+        query = (self.client.collection(self._collection)
+                 .where(filter=FieldFilter("state", "in", [State.REVIEW.value, State.FAILED.value]))
+                 .order_by("updated_at")
+                 .limit(limit))
+        docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
+        return [job for job in map(_readable_job, docs) if job is not None]
+
     def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
         """One field, so Firestore's automatic single-field index serves it (no composite index)."""
         query = (self.client.collection(self._collection)

@@ -11,10 +11,8 @@ quote the token (its segments, decoded header, audience) and would end up in log
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import math
 import threading
 import time
 import urllib.request
@@ -23,6 +21,7 @@ from typing import Any, Callable, Mapping
 from google.auth import jwt
 
 from ..auth import AuthenticationError
+from ..jwt_parts import MalformedTokenError, json_object, numeric_date
 from ..logs import log
 
 GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
@@ -58,33 +57,10 @@ def decode_unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     parts = token.split(".")
     if len(parts) != 3 or len(token) > MAX_TOKEN_CHARS:
         raise refused("malformed")
-    return _json_object(parts[0]), _json_object(parts[1])
-
-
-def _json_object(segment: str) -> dict[str, Any]:
     try:
-        raw = base64.b64decode(segment + "=" * (-len(segment) % 4), altchars=b"-_", validate=True)
-        value = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-    except (ValueError, RecursionError):  # binascii.Error, UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return json_object(parts[0]), json_object(parts[1])
+    except MalformedTokenError:
         raise refused("malformed") from None
-    if not isinstance(value, dict):
-        raise refused("malformed")
-    return value
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError("NaN and Infinity are not JSON")
-
-
-def _numeric_date(value: object) -> float | None:
-    """A NumericDate as seconds, or None unless a finite int or float (bool is an int in Python)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        seconds = float(value)
-    except OverflowError:  # an int beyond any float: no date
-        return None
-    return seconds if math.isfinite(seconds) else None
 
 
 class GoogleIdTokenVerifier:
@@ -148,7 +124,7 @@ class GoogleIdTokenVerifier:
             raise refused("issuer")
         if not isinstance(audience, str) or audience not in self.audiences:
             raise refused("audience")
-        self._check_times(_numeric_date(claims.get("iat")), _numeric_date(claims.get("exp")), skew_s)
+        self._check_times(numeric_date(claims.get("iat")), numeric_date(claims.get("exp")), skew_s)
 
     def _check_times(self, issued: float | None, expires: float | None, skew_s: float) -> None:
         if issued is None or expires is None:

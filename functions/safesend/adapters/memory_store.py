@@ -50,6 +50,12 @@ class InMemoryJobStore:
         due.sort(key=lambda j: j.next_check_at)  # type: ignore[arg-type, return-value]
         return [j.copy() for j in due[:limit]]
 
+    def find_open_reviews(self, limit: int) -> Sequence[Job]:
+        with self._lock:
+            open_jobs = [j for j in self._jobs.values() if j.state in (State.REVIEW, State.FAILED)]
+        open_jobs.sort(key=lambda j: j.updated_at)
+        return [j.copy() for j in open_jobs[:limit]]
+
     def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
         with self._lock:
             due = [j for j in self._jobs.values() if j.notice_due_at is not None and j.notice_due_at <= now]

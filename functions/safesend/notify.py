@@ -1,0 +1,40 @@
+"""Who hears of a job that needs a person: the reviewer targets configured on the server, per
+safesend channel, and what each of them is sent for one review entry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .policy import ChannelPolicy
+from .review_messages import chat_card, slack_message
+
+# Notification emails go out as safesend jobs themselves; their own review items must never email
+# again (a job about a job about a job...): their dedup keys carry this prefix.
+REVIEW_EMAIL_KEY_PREFIX = "review:"
+
+
+@dataclass(frozen=True)
+class ReviewerTargets:
+    """What the deployment configured: chat/slack webhooks exist, an email address, the console."""
+
+    configured: frozenset[str] = frozenset()  # subset of policy.NOTIFY_TARGETS
+    email_to: str | None = None
+    email_channel: str | None = None
+    console_url: str | None = None
+    notify_timeout_s: float = 600.0  # a review item not notified by then is published again
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.configured)
+
+    def for_job(self, policy: ChannelPolicy, dedup_key: str) -> list[str]:
+        wanted = self.configured if policy.notify is None else self.configured & set(policy.notify)
+        if dedup_key.startswith(REVIEW_EMAIL_KEY_PREFIX):
+            wanted = wanted - {"email"}
+        return sorted(wanted)
+
+    def chat_payloads(self, targets: list[str], item: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The notices of one review entry for the webhook targets (email goes through send)."""
+        render = {"chat": chat_card, "slack": slack_message}
+        return {t: render[t](item, self.console_url) for t in targets if t in render}

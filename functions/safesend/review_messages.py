@@ -1,0 +1,108 @@
+"""What reviewers read in their chat: a Google Chat card and a Slack message per review entry, and
+the line that answers it once someone decided. Built from the review item (review.py), so they
+carry the same evidence and the same privacy: masked recipients, never a body unless the channel
+opted in (and even then not in chat: bodies stay in the console)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+from .logs import mask_emails
+
+MAX_FIELD_CHARS = 300  # chat cards truncate long values anyway; keep the payload small and stable
+
+
+def console_link(console_url: str | None, job_id: str) -> str | None:
+    return f"{console_url.rstrip('/')}/review/items/{quote(job_id)}" if console_url else None
+
+
+def _recipients(item: dict[str, Any]) -> str:
+    recipients = item.get("recipients") or {}
+    parts = [f"{kind}: {', '.join(mask_emails(list(recipients.get(kind) or [])))}"
+             for kind in ("to", "cc", "bcc") if recipients.get(kind)]
+    return "; ".join(parts) or "(none)"
+
+
+def _short(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text if len(text) <= MAX_FIELD_CHARS else text[:MAX_FIELD_CHARS - 1] + "…"
+
+
+def _facts(item: dict[str, Any]) -> list[tuple[str, str]]:
+    error = item.get("last_error") or {}
+    copies = item.get("known_copies") or []
+    return [
+        ("Reason", _short(item.get("reason"))),
+        ("Channel", _short(item.get("channel"))),
+        ("Recipients", _short(_recipients(item))),
+        ("Subject", _short(item.get("subject"))),
+        ("Attempts", str(item.get("attempts"))),
+        ("Last error", _short(f"{error.get('code')} ({error.get('bucket')})" if error else "none")),
+        ("Copies in the mailbox", _short(", ".join(copies) if copies else "none found")),
+        ("Message-ID", _short(item.get("message_id"))),
+    ]
+
+
+def chat_card(item: dict[str, Any], console_url: str | None) -> dict[str, Any]:
+    """Google Chat incoming-webhook message (cardsV2), one per review entry (cardId = review id)."""
+    buttons = [{"text": "Search the mailbox", "onClick": {"openLink": {"url": item["gmail_search_url"]}}}]
+    link = console_link(console_url, item["job_id"])
+    if link:
+        buttons.insert(0, {"text": "Open in the console", "onClick": {"openLink": {"url": link}}})
+    widgets: list[dict[str, Any]] = [{"decoratedText": {"topLabel": label, "text": value, "wrapText": True}}
+                                     for label, value in _facts(item)]
+    widgets.append({"buttonList": {"buttons": buttons}})
+    return {
+        "text": f"safesend: job {item['job_id']} needs a person ({item.get('reason')})",
+        "cardsV2": [{"cardId": item["review_id"].replace(":", "-"), "card": {
+            "header": {"title": f"Review: {_short(item.get('reason'))}",
+                       "subtitle": f"{item.get('channel')} · {item.get('dedup_key')}"},
+            "sections": [{"widgets": widgets}]}}],
+    }
+
+
+def slack_message(item: dict[str, Any], console_url: str | None) -> dict[str, Any]:
+    """Slack incoming-webhook message (Block Kit)."""
+    link = console_link(console_url, item["job_id"])
+    fields = [{"type": "mrkdwn", "text": f"*{label}*\n{_slack_escape(value)}"} for label, value in _facts(item)]
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": f"safesend review: {_short(item.get('reason'))}"}},
+        {"type": "section", "fields": fields[:10]},
+        {"type": "actions", "elements": [
+            *([{"type": "button", "text": {"type": "plain_text", "text": "Open in the console"}, "url": link}]
+              if link else []),
+            {"type": "button", "text": {"type": "plain_text", "text": "Search the mailbox"},
+             "url": item["gmail_search_url"]}]},
+    ]
+    return {"text": f"safesend: job {item['job_id']} needs a person ({item.get('reason')})", "blocks": blocks}
+
+
+def decision_line(record: dict[str, Any]) -> str:
+    at = record.get("at")
+    when = at.strftime("%Y-%m-%d %H:%M UTC") if isinstance(at, datetime) else str(at)
+    verb = {"resent": "resent", "marked_sent": "marked sent", "cancelled": "cancelled",
+            "acknowledged": "acknowledged", "refused_copy_found": "resend refused (a copy was found)"}
+    return (f"{verb.get(record['result'], record['result'])} by {mask_emails(record['reviewer'])}, {when}"
+            + (f": {_short(record.get('note'))}" if record.get("note") else ""))
+
+
+def decision_update(target: str, record: dict[str, Any], job_id: str) -> dict[str, Any]:
+    """The answer in the item's thread (Chat) or as a follow-up message (Slack: webhooks cannot thread)."""
+    line = decision_line(record)
+    if target == "slack":
+        return {"text": f"safesend job {job_id}: {_slack_escape(line)}"}
+    return {"text": line}
+
+
+def reviewer_email(item: dict[str, Any], console_url: str | None) -> tuple[str, str]:
+    """(subject, text) of the email to the reviewers' address, sent through safesend's own send path."""
+    link = console_link(console_url, item["job_id"])
+    lines = [f"{label}: {value}" for label, value in _facts(item)]
+    lines += [f"Search the mailbox: {item['gmail_search_url']}"] + ([f"Console: {link}"] if link else [])
+    return f"[safesend] review needed: {_short(item.get('reason'))} ({item['job_id'][:8]})", "\n".join(lines) + "\n"
+
+
+def _slack_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
