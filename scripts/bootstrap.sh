@@ -148,6 +148,22 @@ install_if_changed "$INFRA_VENV" "$infra_stamp" -r requirements-infra.txt
 [[ -x "$INFRA_VENV/bin/checkov" && -x "$INFRA_VENV/bin/check-jsonschema" ]] \
     || die ".venv-infra lacks checkov or check-jsonschema; delete $INFRA_VENV and run again"
 
+# The provider packages infra/schema/regenerate.py reads (tests/infra checks the committed snapshots
+# are exactly what they produce): downloaded once into .venv-infra/schema-wheels.
+wheel_dir="$INFRA_VENV/schema-wheels"
+mkdir -p "$wheel_dir"
+for requirement in $("$INFRA_VENV/bin/python" -c "
+import sys; sys.path.insert(0, 'infra/schema'); import regenerate
+print(' '.join(r for r, _, _ in regenerate.WHEELS))"); do
+    name="${requirement%%==*}"; version="${requirement##*==}"
+    if ! compgen -G "$wheel_dir/${name//-/_}-$version-*.whl" >/dev/null; then
+        log "downloading $requirement into .venv-infra/schema-wheels"
+        "$INFRA_VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
+            --only-binary=:all: -d "$wheel_dir" "$requirement" >/dev/null 2>&1 \
+            || die "pip download $requirement failed (PyPI is needed once)"
+    fi
+done
+
 # ---------------------------------------------------------------- java + emulators
 sdk_root() {
     if [[ -n "${SAFESEND_GCLOUD_SDK_ROOT:-}" ]]; then

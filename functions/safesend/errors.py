@@ -11,6 +11,11 @@ class ConfigurationError(SafesendError):
     """The deployment is misconfigured (missing env, bad policy file): fail at start-up, loudly."""
 
 
+class IndexMissingError(ConfigurationError):
+    """A query needs a Firestore composite index that is not there (or still building): the sweeper
+    would silently stop finding due jobs, so this is a loud configuration error, never 'nothing due'."""
+
+
 class RequestValidationError(SafesendError):
     """The caller's request is invalid; `fields` maps each bad field to a reason (HTTP 400)."""
 
@@ -55,6 +60,12 @@ class ConcurrentUpdateError(SafesendError):
 
 class MailboxUnavailableError(SafesendError):
     """The mailbox search failed; a reconcile check must be retried later, never replaced by a guess."""
+
+
+class HistoryExpiredError(SafesendError):
+    """Gmail no longer has the change log from this startHistoryId (history.list answered 404: ids are
+    typically valid for a week, rarely only hours). Not transient, so deliberately not a
+    MailboxUnavailableError: asking again gives the same answer; settle by the rfc822msgid: search."""
 
 
 class SchedulerError(SafesendError):

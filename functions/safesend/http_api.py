@@ -11,7 +11,7 @@ from typing import IO, Any, Callable
 from flask import Request
 
 from .auth import AuthenticationError, PermissionDeniedError, Role
-from .errors import (ConfigurationError, MailboxUnavailableError, PayloadMismatchError,
+from .errors import (ConfigurationError, IndexMissingError, MailboxUnavailableError, PayloadMismatchError,
                      PublishError, RequestValidationError, SimulatedCrashError, StoreUnavailableError)
 from .keys import is_job_id, job_id_for
 from .logs import log, mask_emails, set_trace_from_headers
@@ -208,6 +208,11 @@ class HttpApi:
             return refused.response
         try:
             report = runtime.service.sweep(runtime.settings.sweep_batch, runtime.settings.sweep_budget_s)
+        except IndexMissingError as exc:
+            log(logging.CRITICAL, "the sweeper cannot query due jobs: a Firestore index is missing "
+                "(infra/firestore.indexes.json)", code="firestore_index_missing", error=str(exc))
+            return _error(500, "firestore_index_missing", "a Firestore composite index is missing or still "
+                          "building: deploy infra/firestore.indexes.json; no due job can be found until then")
         except StoreUnavailableError as exc:
             log(logging.ERROR, "sweep could not query the store", error=str(exc))
             return _error(503, "store_unavailable", "the job store is unavailable")

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from . import lifecycle
 from .callbacks import MAX_CALLBACKS
 from .classify import unbuildable_failure
-from .errors import (ConcurrentUpdateError, MailboxUnavailableError, PayloadMismatchError,
+from .errors import (ConcurrentUpdateError, IndexMissingError, MailboxUnavailableError, PayloadMismatchError,
                      PublishError, RequestValidationError, SchedulerError, SimulatedCrashError,
                      StaleReviewError, StoreUnavailableError)
 from .keys import job_id_for, message_id_for
@@ -514,6 +514,8 @@ class SafeSendService:
             try:
                 if not self._sweep_state(state, batch, deadline, report):
                     return report
+            except IndexMissingError:
+                raise  # no state can be queried reliably: loud, at once
             except StoreUnavailableError as exc:
                 report.errors += 1
                 unqueried.append(exc)

@@ -1,12 +1,19 @@
 """The composite index the sweeper's query needs, derived from the code, is exactly what infra declares:
-in Terraform (google_firestore_index) and in infra/firestore.indexes.json (for gcloud / firebase)."""
+in Terraform (google_firestore_index) and in infra/firestore.indexes.json (for gcloud / firebase); both
+deploy paths put it on the collection the functions are configured with; and the gcloud pipeline
+creates a missing index, waits for one being built and fails on any error (its step is run
+against a stub gcloud)."""
 
 from __future__ import annotations
 
 import ast
 import json
 
-from .support import FUNCTIONS, INFRA, MODULE, resources, top_level
+import pytest
+
+from .cloudbuild_sim import Sim
+from .support import FUNCTIONS, INFRA, MODULE, ROOT, resources, top_level
+from .tfmodel import ModuleModel
 
 STORE = FUNCTIONS / "safesend" / "adapters" / "firestore_store.py"
 EQUALITY = {"==", "in", "array-contains", "array-contains-any"}
@@ -68,25 +75,53 @@ def default_collection() -> str:
     return ast.literal_eval(defaults["collection"])
 
 
-def test_the_code_has_the_one_query_we_index():
+def test_the_code_needs_the_composite_indexes_we_declare_and_find_due_is_one():
     found = queries()
-    assert [q["method"] for q in found] == ["find_due"]
-    assert required_index(found[0]) == [("state", "ASCENDING"), ("next_check_at", "ASCENDING")]
+    composite = {q["method"]: required_index(q) for q in found if required_index(q)}
+    assert composite["find_due"] == [("state", "ASCENDING"), ("next_check_at", "ASCENDING")]
+    assert sorted(composite.values()) == sorted(expected())
 
 
 def expected() -> list[list[tuple[str, str]]]:
     return [idx for idx in (required_index(q) for q in queries()) if idx]
 
 
-def test_terraform_declares_exactly_the_needed_index_on_the_jobs_collection():
+def test_terraform_declares_exactly_the_needed_indexes_on_the_jobs_collection():
+    [block] = resources("google_firestore_index")
+    assert block.body["collection"] == "${var.jobs_collection}", block.address
+    assert block.body["database"] == "(default)", block.address
+    model = ModuleModel()
     declared = []
-    for index in resources("google_firestore_index"):
-        assert index.body["collection"] == "${var.jobs_collection}", index.address
-        assert index.body["query_scope"] == "COLLECTION", index.address
-        assert index.body["database"] == "(default)", index.address
-        declared.append([(f["field_path"], f["order"]) for f in index.blocks("fields")])
-    assert declared == expected()
-    assert top_level("variable", MODULE)["jobs_collection"]["default"] == default_collection() == "ai_jobs"
+    for index in model.instances("google_firestore_index", block.name):
+        assert index["query_scope"] == "COLLECTION" and index["collection"] == "ai_jobs"
+        declared.append([(f["field_path"], f["order"]) for f in index["fields"]])
+    assert sorted(declared) == sorted(expected())
+    import importlib.util, sys
+    spec = importlib.util.spec_from_file_location("env_spec_for_index", INFRA / "env_spec.py")
+    env_spec = importlib.util.module_from_spec(spec)
+    sys.modules["env_spec_for_index"] = env_spec
+    spec.loader.exec_module(env_spec)
+    assert top_level("variable", MODULE)["jobs_collection"]["default"] == default_collection() \
+        == env_spec.DEFAULT_JOBS_COLLECTION == "ai_jobs"
+
+
+def test_terraform_indexes_the_collection_the_functions_use():
+    model = ModuleModel({"jobs_collection": "mail_jobs"})
+    indexes = model.instances("google_firestore_index", "jobs")
+    assert indexes
+    for index in indexes:
+        assert index["collection"] == "mail_jobs"
+        for fn, env in model.local("function_env").items():
+            assert env["SAFESEND_JOBS_COLLECTION"] == index["collection"], fn
+
+
+def test_index_file_values_are_ones_firestore_accepts():
+    snapshot = json.loads((INFRA / "schema" / "google-provider-snapshot.json").read_text())
+    schema = snapshot["resources"]["google_firestore_index"]
+    for index in json.loads((INFRA / "firestore.indexes.json").read_text())["indexes"]:
+        assert index["queryScope"] in schema["arguments"]["query_scope"]["enum"]
+        for field in index["fields"]:
+            assert field["order"] in schema["blocks"]["fields"]["arguments"]["order"]["enum"]
 
 
 def test_firestore_indexes_json_declares_the_same_index():
@@ -97,7 +132,7 @@ def test_firestore_indexes_json_declares_the_same_index():
         assert index["collectionGroup"] == default_collection()
         assert index["queryScope"] == "COLLECTION"
         declared.append([(f["fieldPath"], f["order"]) for f in index["fields"]])
-    assert declared == expected()
+    assert sorted(declared) == sorted(expected())
     assert data.get("fieldOverrides", []) == []
 
 
@@ -106,3 +141,71 @@ def test_no_ttl_policy_because_the_code_sets_no_expiry_field():
     model = (FUNCTIONS / "safesend" / "model.py").read_text()
     assert "expire" not in model.lower() and "ttl" not in model.lower()
     assert not resources("google_firestore_field")
+
+
+def run_index_step(tmp_path, listing: str, extra: list | None = None, collection: str = "mail_jobs"):
+    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, {"_JOBS_COLLECTION": collection,
+                                                           "_SOURCE_BUCKET": "b"})
+    (sim.workdir / "deploy-config").mkdir()
+    (sim.workdir / "functions-source.sha256").write_text("abc functions-source.zip\n")
+    sim.answers = [*(extra or []), (r"storage objects describe", "", 0), (r"indexes composite list", listing, 0)]
+    return sim, sim.run("upload-and-index")
+
+
+def index_json(collection: str, state: str) -> str:
+    return json.dumps([{"name": f"projects/p/databases/(default)/collectionGroups/{collection}/indexes/IDX",
+                        "queryScope": "COLLECTION", "state": state,
+                        "fields": [{"fieldPath": "state", "order": "ASCENDING"},
+                                   {"fieldPath": "next_check_at", "order": "ASCENDING"},
+                                   {"fieldPath": "__name__", "order": "ASCENDING"}]}])
+
+
+def creates(sim: Sim) -> list[list[str]]:
+    return [c for c in sim.calls() if c[1:5] == ["firestore", "indexes", "composite", "create"]]
+
+
+def test_gcloud_creates_the_index_on_the_configured_collection_and_waits_for_it(tmp_path):
+    sim, proc = run_index_step(tmp_path, "[]")
+    assert proc.returncode == 0, proc.stderr
+    calls = creates(sim)
+    assert len(calls) == len(expected())
+    for call in calls:
+        assert "--collection-group=mail_jobs" in call and "--async" not in call
+    assert ["--field-config=field-path=state,order=ascending",
+            "--field-config=field-path=next_check_at,order=ascending"] in [c[-2:] for c in calls]
+
+
+def test_gcloud_leaves_a_ready_index_alone(tmp_path):
+    sim, proc = run_index_step(tmp_path, index_json("mail_jobs", "READY"))
+    assert proc.returncode == 0 and len(creates(sim)) == len(expected()) - 1
+    assert all("field-path=next_check_at,order=ascending" not in " ".join(c) for c in creates(sim))
+
+
+def test_an_index_on_another_collection_does_not_count(tmp_path):
+    sim, proc = run_index_step(tmp_path, index_json("ai_jobs", "READY"))
+    assert proc.returncode == 0 and len(creates(sim)) == len(expected())
+
+
+def test_gcloud_waits_for_an_index_being_built(tmp_path):
+    sim, proc = run_index_step(tmp_path, index_json("mail_jobs", "CREATING"),
+                               [(r"indexes composite describe", "READY\n", 0)])
+    assert proc.returncode == 0 and len(creates(sim)) == len(expected()) - 1
+    assert any(c[1:5] == ["firestore", "indexes", "composite", "describe"] for c in sim.calls())
+
+
+@pytest.mark.parametrize("case", ["create-fails", "needs-repair", "list-fails"])
+def test_gcloud_index_errors_fail_the_build(tmp_path, case):
+    listing, extra = "[]", []
+    if case == "create-fails":
+        extra = [(r"indexes composite create", "PERMISSION_DENIED", 1)]
+    elif case == "needs-repair":
+        listing = index_json("mail_jobs", "NEEDS_REPAIR")
+    else:
+        extra = [(r"indexes composite list", "", 1)]
+    _, proc = run_index_step(tmp_path, listing, extra)
+    assert proc.returncode != 0
+
+
+def test_no_error_is_hidden_in_the_gcloud_pipeline():
+    text = (ROOT / "cloudbuild-gcloud.yaml").read_text()
+    assert "|| true" not in text and "--async" not in text

@@ -354,3 +354,32 @@ def test_a_review_channel_that_is_only_rate_limited_is_sent_not_handed_to_humans
     world.run_until_settled(job.id)
     final = world.store.get(job.id)
     assert (final.state, final.verified) == (State.SENT, True) and world.publisher.items == []
+
+
+def test_a_missing_firestore_index_is_a_loud_500_not_an_empty_sweep(caplog):
+    """Issue 11.2: a query without its composite index must not look like 'nothing due'."""
+    from safesend.errors import IndexMissingError
+
+    world = make_world()
+
+    def find_due(state, now, limit):
+        raise IndexMissingError("firestore_index_missing: 400 The query requires an index")
+
+    world.store.find_due = find_due
+    with pytest.raises(IndexMissingError):
+        world.service.sweep()
+    status, payload, _ = call(_internal_api(world).sweep, body={})
+    assert status == 500 and payload["error"] == "firestore_index_missing"
+    assert any(r.levelname == "CRITICAL" and "index" in r.getMessage() for r in caplog.records)
+
+
+def _internal_api(world) -> HttpApi:
+    from safesend.api_keys import ApiKeyRing
+    from safesend.auth import Authenticator, AuthPolicy
+    from safesend.config import Settings
+    from safesend.runtime import Runtime
+    from tests.unit.test_http_api import SECRET
+
+    policy = AuthPolicy(SECRET, frozenset(), frozenset(), disabled=True, internal_keys=ApiKeyRing({}))
+    return HttpApi(lambda: Runtime(Settings(project="demo"), world.service.policies, world.service,
+                                   Authenticator(policy, None, time.time)))

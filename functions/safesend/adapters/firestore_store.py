@@ -26,7 +26,7 @@ from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from ..errors import ConcurrentUpdateError, StoreUnavailableError
+from ..errors import ConcurrentUpdateError, IndexMissingError, StoreUnavailableError
 from ..logs import log
 from ..model import Job
 from ..states import State
@@ -195,9 +195,14 @@ class FirestoreJobStore:
 
 
 def _reading(fn: Callable[[], T]) -> T:
-    """Run an idempotent read; any failure left after the read retry means the store is unreachable."""
+    """Run an idempotent read; any failure left after the read retry means the store is unreachable,
+    except a query's missing index, which no retry fixes (IndexMissingError)."""
     try:
         return fn()
+    except gexc.FailedPrecondition as exc:
+        if "index" in str(exc).lower():
+            raise IndexMissingError(f"firestore_index_missing: {exc}") from exc
+        raise StoreUnavailableError(f"firestore: {exc}") from exc
     except (gexc.GoogleAPIError, auth_exceptions.TransportError) as exc:
         raise StoreUnavailableError(f"firestore: {exc}") from exc
 

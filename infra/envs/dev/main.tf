@@ -6,6 +6,15 @@ provider "google" {
   default_labels = merge(var.labels, { environment = var.environment })
 }
 
+# Same project and labels; used by the module only for the Pub/Sub service
+# agent (google_project_service_identity, not in the GA provider).
+provider "google-beta" {
+  project = var.project_id
+  region  = var.region
+
+  default_labels = merge(var.labels, { environment = var.environment })
+}
+
 module "safesend" {
   source = "../../modules/safesend"
 
@@ -25,12 +34,18 @@ module "safesend" {
   gmail_delegated_user      = var.gmail_delegated_user
   gmail_credentials_version = var.gmail_credentials_version
   webhook_hmac_version      = var.webhook_hmac_version
+  api_keys_version          = var.api_keys_version
+  callback_hmac_version     = var.callback_hmac_version
   index_lag_seconds         = var.index_lag_seconds
   unknown_window_seconds    = var.unknown_window_seconds
+  verify_horizon_seconds    = var.verify_horizon_seconds
+  retry_horizon_seconds     = var.retry_horizon_seconds
+  callback_allowed_hosts    = var.callback_allowed_hosts
   log_level                 = var.log_level
 
   create_n8n_invoker_service_account = var.create_n8n_invoker_service_account
   extra_caller_service_accounts      = var.extra_caller_service_accounts
+  public_callers                     = var.public_callers
   review_subscriber_members          = var.review_subscriber_members
   review_max_delivery_attempts       = var.review_max_delivery_attempts
 

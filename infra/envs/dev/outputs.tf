@@ -54,8 +54,23 @@ output "function_service_accounts" {
 }
 
 output "gmail_credentials_secret" {
-  description = "Secret to put the Gmail credentials JSON in."
+  description = "Secret to put the Gmail OAuth refresh token JSON in (null with keyless delegation)."
   value       = module.safesend.gmail_credentials_secret
+}
+
+output "gmail_delegation_client_ids" {
+  description = "Client IDs to authorise for domain-wide delegation in the Admin console (keyless delegation only)."
+  value       = module.safesend.gmail_delegation_client_ids
+}
+
+output "api_keys_secret" {
+  description = "Secret to put the API key entries in (public_callers only)."
+  value       = module.safesend.api_keys_secret
+}
+
+output "callback_hmac_secret" {
+  description = "Secret to put the callback signing key in (callbacks only)."
+  value       = module.safesend.callback_hmac_secret
 }
 
 output "webhook_hmac_secret" {

@@ -97,9 +97,14 @@ variable "gmail_user" {
 }
 
 variable "gmail_delegated_user" {
-  description = "Mailbox to impersonate with domain-wide delegation when the Gmail secret holds a service-account key (SAFESEND_GMAIL_DELEGATED_USER). Empty: not set at all."
+  description = "Workspace mailbox to send as with keyless domain-wide delegation (SAFESEND_GMAIL_DELEGATED_USER): send, reconcile and sweep sign the delegation JWT with their own accounts through the IAM Credentials API, no key anywhere. Empty: an OAuth refresh token of one mailbox in the gmail-credentials secret."
   type        = string
   default     = ""
+
+  validation {
+    condition     = var.gmail_delegated_user == "" || can(regex("^[^@\s]+@[^@\s]+\.[^@\s]+$", var.gmail_delegated_user))
+    error_message = "gmail_delegated_user must be empty or one mailbox address, e.g. \"support@example.com\"."
+  }
 }
 
 variable "gmail_credentials_version" {
@@ -114,6 +119,18 @@ variable "webhook_hmac_version" {
   default     = "latest"
 }
 
+variable "api_keys_version" {
+  description = "Version of the API keys secret (SAFESEND_AUTH_API_KEYS, public_callers only) send and status load at start-up."
+  type        = string
+  default     = "latest"
+}
+
+variable "callback_hmac_version" {
+  description = "Version of the callback signing secret (SAFESEND_CALLBACK_HMAC_SECRET, only with callback_allowed_hosts)."
+  type        = string
+  default     = "latest"
+}
+
 variable "index_lag_seconds" {
   description = "How long Gmail search may lag behind a send before a missing message is trusted (SAFESEND_INDEX_LAG_S)."
   type        = number
@@ -124,6 +141,29 @@ variable "unknown_window_seconds" {
   description = "How long an outcome may stay unknown before the channel policy decides (SAFESEND_UNKNOWN_WINDOW_S)."
   type        = number
   default     = 300
+}
+
+variable "verify_horizon_seconds" {
+  description = "Last verification search of a sent job that may have two copies (SAFESEND_VERIFY_HORIZON_S); must be >= unknown_window_seconds."
+  type        = number
+  default     = 1800
+}
+
+variable "retry_horizon_seconds" {
+  description = "How long refusals (429, rate limits) are retried after the first one (SAFESEND_RETRY_HORIZON_S)."
+  type        = number
+  default     = 3600
+}
+
+variable "callback_allowed_hosts" {
+  description = "Host names (or \"*.suffix\") a job's callback_url may target, e.g. the n8n host (SAFESEND_CALLBACK_ALLOWED_HOSTS). Non-empty also creates the callback signing secret. Empty: no callbacks."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for h in var.callback_allowed_hosts : can(regex("^(\\*\\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$", h))])
+    error_message = "callback_allowed_hosts must be lowercase host names or \"*.suffix\" patterns (no scheme, port or path)."
+  }
 }
 
 variable "log_level" {
@@ -154,6 +194,12 @@ variable "extra_caller_service_accounts" {
     condition     = alltrue([for e in var.extra_caller_service_accounts : can(regex("^[a-z0-9-]+@[a-z0-9.-]+\\.gserviceaccount\\.com$", e))])
     error_message = "extra_caller_service_accounts must be service account emails (...@....gserviceaccount.com); users, groups and public members are not accepted."
   }
+}
+
+variable "public_callers" {
+  description = "n8n outside Google Cloud without a Google identity: send and status become invocable by allUsers (Cloud Run) and the app's API keys / HMAC are the only gate (SAFESEND_PUBLIC_INVOKER=true, Cloud Run IAM trust off there; reconcile and sweep stay IAM-only). Refused where the org policy iam.allowedPolicyMemberDomains applies; see infra/README.md."
+  type        = bool
+  default     = false
 }
 
 variable "review_subscriber_members" {

@@ -10,6 +10,10 @@ terraform {
       source  = "hashicorp/google"
       version = "8.7.0"
     }
+    google-beta = {
+      source  = "hashicorp/google-beta"
+      version = "8.7.0"
+    }
     archive = {
       source  = "hashicorp/archive"
       version = "2.8.1"

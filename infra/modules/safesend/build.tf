@@ -42,17 +42,33 @@ resource "google_service_account" "build" {
   depends_on = [google_project_service.enabled]
 }
 
-# Roles documented for a user-specified build service account of Cloud Run
-# functions: write build logs; push images (here: our repository only); read
-# the staged source, which Cloud Functions copies into its own bucket
-# gcf-v2-sources-<project number>-<region>. That bucket is created by the
-# service on first deploy, so the storage role is granted at project level but
-# with an IAM condition that limits it to that bucket: the build account cannot
-# touch the Terraform state or any other bucket.
+# Roles documented for a user-specified build service account
+# (cloud.google.com/run/docs/configuring/services/build-service-account:
+# "Logs Writer ... for storing build logs", "Artifact Registry Writer ... for
+# storing build images", "Storage Object Admin ... for retrieving the function
+# source from the Cloud Storage bucket"), each on the narrowest scope:
+#
+# * logs: project level (logging.logWriter has no narrower resource);
+# * images: our repository only (build_writer below);
+# * source: the function's storage_source is our own bucket, and Cloud
+#   Functions keeps deployed code in its source bucket
+#   gcf-v2-sources-<project number>-<region> (-<CMEK key hash> with CMEK;
+#   cloud.google.com/functions/docs/building). Which of the two the build
+#   reads is not documented for a source in a user bucket, so both are
+#   granted, each on that bucket alone: read on ours (bucket IAM, exists
+#   before any build), objectAdmin on Cloud Functions' (created by the service
+#   on first deploy, so a project-level grant with a condition naming it).
+#   Neither reaches the Terraform state or any other bucket.
 resource "google_project_iam_member" "build_log_writer" {
   project = var.project_id
   role    = "roles/logging.logWriter"
   member  = "serviceAccount:${google_service_account.build.email}"
+}
+
+resource "google_storage_bucket_iam_member" "build_reads_source" {
+  bucket = google_storage_bucket.functions_source.name
+  role   = "roles/storage.objectViewer"
+  member = "serviceAccount:${google_service_account.build.email}"
 }
 
 resource "google_project_iam_member" "build_source_access" {
@@ -62,7 +78,7 @@ resource "google_project_iam_member" "build_source_access" {
 
   condition {
     title       = "gcf-v2-sources bucket only"
-    description = "Cloud Functions' staging bucket for this project and region."
+    description = "Cloud Functions' source bucket for this project and region (any CMEK suffix)."
     expression  = "resource.name.startsWith(\"projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}\")"
   }
 }

@@ -19,30 +19,45 @@ resource "google_firestore_database" "default" {
   depends_on = [google_project_service.enabled]
 }
 
-# The only query the code runs (FirestoreJobStore.find_due):
-#   collection(jobs).where(state == X).where(next_check_at <= now)
-#                   .order_by(next_check_at).limit(N)
-# An equality filter plus a range/order on another field needs the composite
-# index (state ASC, next_check_at ASC); Firestore appends __name__ itself.
-# The same index is declared for gcloud/firebase in infra/firestore.indexes.json;
-# tests/infra/test_firestore_indexes.py derives it from the code and checks both.
+# The composite indexes the code's queries need (FirestoreJobStore):
+#   find_due:          state == X, next_check_at <= now, order by next_check_at
+#                      -> (state ASC, next_check_at ASC)
+#   find_open_reviews: state in [...], order by updated_at -> (state ASC, updated_at ASC)
+# (find_notices_due filters and orders on one field: Firestore's automatic
+# single-field index serves it.) Firestore appends __name__ itself.
+#
+# infra/firestore.indexes.json is the one list of them (Firebase format, written
+# for the default collection ai_jobs): this module and cloudbuild-gcloud.yaml
+# (infra/env_spec.py index-plan) both read it and put every index on the
+# collection the functions are configured with (var.jobs_collection, the same
+# value as SAFESEND_JOBS_COLLECTION). tests/infra/test_firestore_indexes.py
+# derives the indexes from the code and checks the file, this resource and the
+# gcloud step. The provider waits until each index is built; sweep is deployed
+# after them (functions.tf).
 #
 # No TTL policy: the code sets no expiry field on job documents, and a job's
 # record is what makes a retried webhook a replay instead of a second email.
-resource "google_firestore_index" "jobs_due" {
+locals {
+  jobs_indexes = {
+    for index in jsondecode(file("${path.module}/../../firestore.indexes.json")).indexes :
+    join(",", [for field in index.fields : field.fieldPath]) => index
+  }
+}
+
+resource "google_firestore_index" "jobs" {
+  for_each = local.jobs_indexes
+
   project     = var.project_id
   database    = "(default)"
   collection  = var.jobs_collection
-  query_scope = "COLLECTION"
+  query_scope = each.value.queryScope
 
-  fields {
-    field_path = "state"
-    order      = "ASCENDING"
-  }
-
-  fields {
-    field_path = "next_check_at"
-    order      = "ASCENDING"
+  dynamic "fields" {
+    for_each = each.value.fields
+    content {
+      field_path = fields.value.fieldPath
+      order      = fields.value.order
+    }
   }
 
   depends_on = [google_firestore_database.default, google_project_service.enabled]

@@ -7,50 +7,90 @@ locals {
   # send's URL among its audiences would be a cycle. Cloud Run accepts ID
   # tokens whose audience is any of the service's run.app URLs. The URL exists
   # while "<service>-<project number>" fits a 63-character DNS label; with
-  # name_prefix <= 12 characters it is at most 35.
+  # name_prefix <= 12 characters it is at most 35. env_spec.json builds the
+  # same URLs for the environment (checked by tests/infra).
   function_urls = {
     for name in ["send", "reconcile", "sweep", "status"] :
     name => "https://${var.name_prefix}-${name}-${data.google_project.this.number}.${var.region}.run.app"
   }
 
-  tasks_queue_path  = google_cloud_tasks_queue.reconcile.id # projects/P/locations/L/queues/Q
-  review_topic_path = google_pubsub_topic.review.id         # projects/P/topics/T
+  # ------------------------------------------------------------------------
+  # Runtime configuration: env_spec.json, the one description both deploy
+  # paths render (cloudbuild-gcloud.yaml through infra/env_spec.py, which
+  # mirrors the expressions below; tests/infra/test_env_parity.py renders both
+  # and compares every variable and secret of every function).
+  # ------------------------------------------------------------------------
+  env_spec = jsondecode(file("${path.module}/env_spec.json"))
 
-  # Environment of every function (functions/safesend/config.py).
-  # SAFESEND_AUTH_DISABLED and SAFESEND_ENABLE_FAULT_INJECTION are never set
-  # here (tests/infra/test_policy.py).
-  common_env = merge(
-    {
-      GOOGLE_CLOUD_PROJECT       = var.project_id
-      SAFESEND_JOBS_COLLECTION   = var.jobs_collection
-      SAFESEND_MESSAGE_ID_DOMAIN = var.message_id_domain
-      SAFESEND_DEFAULT_FROM      = var.default_from
-      SAFESEND_GMAIL_USER        = var.gmail_user
-      SAFESEND_INDEX_LAG_S       = tostring(var.index_lag_seconds)
-      SAFESEND_UNKNOWN_WINDOW_S  = tostring(var.unknown_window_seconds)
-      SAFESEND_LOG_LEVEL         = var.log_level
-      # Who may call: n8n's service accounts (send/status, ID token), the
-      # tasks and scheduler invokers (reconcile/sweep), and the audiences an
-      # ID token may carry: the four function URLs.
-      SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS = join(",", local.caller_emails)
-      SAFESEND_AUTH_INTERNAL_INVOKERS       = join(",", local.internal_invoker_emails)
-      SAFESEND_AUTH_AUDIENCES               = join(",", [for name in ["send", "reconcile", "sweep", "status"] : local.function_urls[name]])
-      # Every function is behind Cloud Run IAM (no allUsers), which verifies the ID token and
-      # forwards it with the signature stripped; the app then checks its claims.
-      SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM = "true"
-    },
-    # Only when delegation is wanted, so "unset" never arrives as "".
-    { for k, v in { SAFESEND_GMAIL_DELEGATED_USER = var.gmail_delegated_user } : k => v if v != "" },
-  )
+  # The inputs of the spec, as strings: here from variables, in the gcloud
+  # pipeline from Cloud Build substitutions.
+  env_facts = {
+    project_id                = var.project_id
+    project_number            = data.google_project.this.number
+    region                    = var.region
+    name_prefix               = var.name_prefix
+    jobs_collection           = var.jobs_collection
+    message_id_domain         = var.message_id_domain
+    default_from              = var.default_from
+    log_level                 = var.log_level
+    gmail_user                = var.gmail_user
+    gmail_delegated_user      = var.gmail_delegated_user
+    index_lag_s               = tostring(var.index_lag_seconds)
+    unknown_window_s          = tostring(var.unknown_window_seconds)
+    verify_horizon_s          = tostring(var.verify_horizon_seconds)
+    retry_horizon_s           = tostring(var.retry_horizon_seconds)
+    n8n_invoker               = tostring(var.create_n8n_invoker_service_account)
+    extra_callers             = join(",", var.extra_caller_service_accounts)
+    public_callers            = tostring(var.public_callers)
+    callback_allowed_hosts    = join(",", var.callback_allowed_hosts)
+    gmail_credentials_version = var.gmail_credentials_version
+    webhook_hmac_version      = var.webhook_hmac_version
+    api_keys_version          = var.api_keys_version
+    callback_hmac_version     = var.callback_hmac_version
+  }
 
-  # send, reconcile and sweep also enqueue reconcile tasks and publish review
-  # items. status does neither and gets no queue or topic.
-  worker_env = merge(local.common_env, {
-    SAFESEND_TASKS_QUEUE           = local.tasks_queue_path
-    SAFESEND_RECONCILE_URL         = local.function_urls.reconcile
-    SAFESEND_TASKS_SERVICE_ACCOUNT = google_service_account.tasks_invoker.email
-    SAFESEND_REVIEW_TOPIC          = local.review_topic_path
+  # "{name}" placeholders: regexall() yields literal text (lit) or a name (ref).
+  env_named = merge(local.env_facts, {
+    for name, template in local.env_spec.templates : name => join("", [
+      for part in regexall(local.env_spec.placeholder_pattern, template) :
+      part.ref == null ? part.lit : local.env_facts[part.ref]
+    ])
   })
+
+  env_values = merge(local.env_named, {
+    for name, choice in local.env_spec.switches : name => join("", [
+      for part in regexall(local.env_spec.placeholder_pattern, local.env_named[choice.when] == choice.equals ? choice.then : choice.otherwise) :
+      part.ref == null ? part.lit : local.env_named[part.ref]
+    ])
+  })
+
+  env_rendered = {
+    for fn in local.env_spec.functions : fn => {
+      for name, per_function in local.env_spec.env : name => join("", [
+        for part in regexall(local.env_spec.placeholder_pattern, per_function[fn]) :
+        part.ref == null ? part.lit : local.env_values[part.ref]
+      ]) if contains(keys(per_function), fn)
+    }
+  }
+
+  # Lists lose empty items; omit_empty names are left out when "" (never set to "").
+  function_env = {
+    for fn, rendered in local.env_rendered : fn => {
+      for name, value in {
+        for name, raw in rendered : name => contains(local.env_spec.lists, name) ? join(",", compact(split(",", raw))) : raw
+      } : name => value if !(contains(local.env_spec.omit_empty, name) && value == "")
+    }
+  }
+
+  # Secret environment variables per function: {name => {secret_id, version}}.
+  function_secrets = {
+    for fn in local.env_spec.functions : fn => {
+      for name, mount in local.env_spec.secrets : name => {
+        secret_id = local.secret_ids[mount.secret]
+        version   = local.env_values[mount.version]
+      } if contains(mount.functions, fn) && local.env_values[mount.enabled_by] == "true"
+    }
+  }
 
   build_service_account = google_service_account.build.id
   docker_repository     = google_artifact_registry_repository.functions.id
@@ -59,12 +99,13 @@ locals {
 }
 
 # -----------------------------------------------------------------------------
-# send: POST, called by n8n (ID token of a caller service account, or HMAC).
-# Ingress ALLOW_ALL because n8n may run outside Google Cloud; access is still
-# enforced by IAM (run.invoker) and again by the app.
+# send: POST, called by n8n (ID token of a caller service account, HMAC, or,
+# with public_callers, an API key). Ingress ALLOW_ALL because n8n may run
+# outside Google Cloud; access is enforced by IAM (run.invoker) and by the app,
+# or by the app alone when public_callers opens the function to allUsers.
 # -----------------------------------------------------------------------------
 resource "google_cloudfunctions2_function" "send" {
-  #checkov:skip=CKV_GCP_124:n8n may run outside Google Cloud, so send must be reachable from the internet; only IAM (run.invoker for the caller service accounts) and the app (ID token or HMAC) let requests in. reconcile and sweep are internal-only.
+  #checkov:skip=CKV_GCP_124:n8n may run outside Google Cloud, so send must be reachable from the internet; only IAM (run.invoker for the caller service accounts) and the app (ID token, HMAC or API key) let requests in. reconcile and sweep are internal-only.
 
   project     = var.project_id
   name        = "${var.name_prefix}-send"
@@ -96,20 +137,31 @@ resource "google_cloudfunctions2_function" "send" {
     service_account_email            = google_service_account.send.email
     ingress_settings                 = "ALLOW_ALL"
     all_traffic_on_latest_revision   = true
-    environment_variables            = local.worker_env
+    environment_variables            = local.function_env.send
 
-    secret_environment_variables {
-      key        = "SAFESEND_GMAIL_CREDENTIALS_JSON"
-      project_id = var.project_id
-      secret     = google_secret_manager_secret.gmail_credentials.secret_id
-      version    = var.gmail_credentials_version
+    dynamic "secret_environment_variables" {
+      for_each = local.function_secrets.send
+      content {
+        key        = secret_environment_variables.key
+        project_id = var.project_id
+        secret     = secret_environment_variables.value.secret_id
+        version    = secret_environment_variables.value.version
+      }
     }
+  }
 
-    secret_environment_variables {
-      key        = "SAFESEND_AUTH_HMAC_SECRET"
-      project_id = var.project_id
-      secret     = google_secret_manager_secret.webhook_hmac.secret_id
-      version    = var.webhook_hmac_version
+  lifecycle {
+    # Somebody must be able to call send: caller service accounts behind IAM,
+    # or the app's own credentials when the function is public.
+    precondition {
+      condition     = length(local.caller_emails) > 0 || var.public_callers
+      error_message = "Set create_n8n_invoker_service_account = true, list extra_caller_service_accounts, or set public_callers = true: nobody could call send."
+    }
+    # allUsers may invoke a public function, so a stripped (unsigned) ID token
+    # must never be trusted there, and the app must have API keys to check.
+    precondition {
+      condition     = !var.public_callers || (local.function_env.send["SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM"] == "false" && local.function_env.send["SAFESEND_PUBLIC_INVOKER"] == "true" && contains(keys(local.function_secrets.send), "SAFESEND_AUTH_API_KEYS"))
+      error_message = "public_callers: send must run with SAFESEND_PUBLIC_INVOKER=true, SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM=false and the API keys secret (see env_spec.json)."
     }
   }
 
@@ -158,23 +210,16 @@ resource "google_cloudfunctions2_function" "reconcile" {
     service_account_email            = google_service_account.reconcile.email
     ingress_settings                 = "ALLOW_INTERNAL_ONLY"
     all_traffic_on_latest_revision   = true
-    environment_variables            = local.worker_env
+    environment_variables            = local.function_env.reconcile
 
-    secret_environment_variables {
-      key        = "SAFESEND_GMAIL_CREDENTIALS_JSON"
-      project_id = var.project_id
-      secret     = google_secret_manager_secret.gmail_credentials.secret_id
-      version    = var.gmail_credentials_version
-    }
-  }
-
-  lifecycle {
-    # The app refuses to start without a way to authenticate send/status
-    # callers; reconcile and sweep do not get the HMAC secret, so they need at
-    # least one caller service account.
-    precondition {
-      condition     = length(local.caller_emails) > 0
-      error_message = "Set create_n8n_invoker_service_account = true or list extra_caller_service_accounts: every function must know its callers."
+    dynamic "secret_environment_variables" {
+      for_each = local.function_secrets.reconcile
+      content {
+        key        = secret_environment_variables.key
+        project_id = var.project_id
+        secret     = secret_environment_variables.value.secret_id
+        version    = secret_environment_variables.value.version
+      }
     }
   }
 
@@ -182,15 +227,16 @@ resource "google_cloudfunctions2_function" "reconcile" {
 }
 
 # -----------------------------------------------------------------------------
-# sweep: POST, called only by Cloud Scheduler (OIDC token of the scheduler
-# invoker). Internal-only ingress, as reconcile (same documentation). At most
-# one instance: overlapping sweeps would only duplicate work.
+# sweep: POST {}, called only by Cloud Scheduler (OIDC token of the scheduler
+# invoker); internal-only ingress as reconcile. Runs the queries that need the
+# composite indexes, so it is deployed only once they exist (the provider waits
+# for each index build).
 # -----------------------------------------------------------------------------
 resource "google_cloudfunctions2_function" "sweep" {
   project     = var.project_id
   name        = "${var.name_prefix}-sweep"
   location    = var.region
-  description = "safesend: periodic sweep of due jobs (called by Cloud Scheduler)."
+  description = "safesend: finds stale, overdue and due jobs (called by Cloud Scheduler)."
 
   build_config {
     runtime           = var.runtime
@@ -217,31 +263,27 @@ resource "google_cloudfunctions2_function" "sweep" {
     service_account_email            = google_service_account.sweep.email
     ingress_settings                 = "ALLOW_INTERNAL_ONLY"
     all_traffic_on_latest_revision   = true
-    environment_variables            = local.worker_env
+    environment_variables            = local.function_env.sweep
 
-    secret_environment_variables {
-      key        = "SAFESEND_GMAIL_CREDENTIALS_JSON"
-      project_id = var.project_id
-      secret     = google_secret_manager_secret.gmail_credentials.secret_id
-      version    = var.gmail_credentials_version
+    dynamic "secret_environment_variables" {
+      for_each = local.function_secrets.sweep
+      content {
+        key        = secret_environment_variables.key
+        project_id = var.project_id
+        secret     = secret_environment_variables.value.secret_id
+        version    = secret_environment_variables.value.version
+      }
     }
   }
 
-  lifecycle {
-    precondition {
-      condition     = length(local.caller_emails) > 0
-      error_message = "Set create_n8n_invoker_service_account = true or list extra_caller_service_accounts: every function must know its callers."
-    }
-  }
-
-  depends_on = [time_sleep.iam_propagation]
+  depends_on = [time_sleep.iam_propagation, google_firestore_index.jobs]
 }
 
 # -----------------------------------------------------------------------------
 # status: GET, same callers as send. Reads Firestore only.
 # -----------------------------------------------------------------------------
 resource "google_cloudfunctions2_function" "status" {
-  #checkov:skip=CKV_GCP_124:Same callers as send (n8n, possibly outside Google Cloud); protected by IAM run.invoker and the app authentication, not by network location.
+  #checkov:skip=CKV_GCP_124:Same callers as send (n8n, possibly outside Google Cloud); protected by IAM run.invoker and the app authentication (or, with public_callers, by the app alone), not by network location.
 
   project     = var.project_id
   name        = "${var.name_prefix}-status"
@@ -273,13 +315,23 @@ resource "google_cloudfunctions2_function" "status" {
     service_account_email            = google_service_account.status.email
     ingress_settings                 = "ALLOW_ALL"
     all_traffic_on_latest_revision   = true
-    environment_variables            = local.common_env
+    environment_variables            = local.function_env.status
 
-    secret_environment_variables {
-      key        = "SAFESEND_AUTH_HMAC_SECRET"
-      project_id = var.project_id
-      secret     = google_secret_manager_secret.webhook_hmac.secret_id
-      version    = var.webhook_hmac_version
+    dynamic "secret_environment_variables" {
+      for_each = local.function_secrets.status
+      content {
+        key        = secret_environment_variables.key
+        project_id = var.project_id
+        secret     = secret_environment_variables.value.secret_id
+        version    = secret_environment_variables.value.version
+      }
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = !var.public_callers || (local.function_env.status["SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM"] == "false" && local.function_env.status["SAFESEND_PUBLIC_INVOKER"] == "true" && contains(keys(local.function_secrets.status), "SAFESEND_AUTH_API_KEYS"))
+      error_message = "public_callers: status must run with SAFESEND_PUBLIC_INVOKER=true, SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM=false and the API keys secret (see env_spec.json)."
     }
   }
 

@@ -40,8 +40,31 @@ resource "google_pubsub_topic_iam_member" "send_review_publisher" {
 }
 
 resource "google_secret_manager_secret_iam_member" "send_gmail_credentials" {
+  count = local.gmail_keyless ? 0 : 1
+
   project   = var.project_id
-  secret_id = google_secret_manager_secret.gmail_credentials.secret_id
+  secret_id = google_secret_manager_secret.gmail_credentials[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.send.email}"
+}
+
+# Keyless domain-wide delegation: send signs the delegation JWT as itself
+# (IAM Credentials signJwt needs iam.serviceAccounts.signJwt, which
+# roles/iam.serviceAccountTokenCreator holds), on its own account only.
+resource "google_service_account_iam_member" "send_signs_own_jwt" {
+  count = local.gmail_keyless ? 1 : 0
+
+  service_account_id = google_service_account.send.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = "serviceAccount:${google_service_account.send.email}"
+}
+
+# Callbacks to n8n are signed with this secret (callback_allowed_hosts set).
+resource "google_secret_manager_secret_iam_member" "send_callback_hmac" {
+  count = local.callbacks_enabled ? 1 : 0
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.callback_hmac[0].secret_id
   role      = "roles/secretmanager.secretAccessor"
   member    = "serviceAccount:${google_service_account.send.email}"
 }
@@ -49,6 +72,16 @@ resource "google_secret_manager_secret_iam_member" "send_gmail_credentials" {
 resource "google_secret_manager_secret_iam_member" "send_webhook_hmac" {
   project   = var.project_id
   secret_id = google_secret_manager_secret.webhook_hmac.secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.send.email}"
+}
+
+# The callers' API keys (public_callers only).
+resource "google_secret_manager_secret_iam_member" "send_api_keys" {
+  count = var.public_callers ? 1 : 0
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.api_keys[0].secret_id
   role      = "roles/secretmanager.secretAccessor"
   member    = "serviceAccount:${google_service_account.send.email}"
 }
@@ -85,8 +118,31 @@ resource "google_pubsub_topic_iam_member" "reconcile_review_publisher" {
 }
 
 resource "google_secret_manager_secret_iam_member" "reconcile_gmail_credentials" {
+  count = local.gmail_keyless ? 0 : 1
+
   project   = var.project_id
-  secret_id = google_secret_manager_secret.gmail_credentials.secret_id
+  secret_id = google_secret_manager_secret.gmail_credentials[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.reconcile.email}"
+}
+
+# Keyless domain-wide delegation: reconcile signs the delegation JWT as itself
+# (IAM Credentials signJwt needs iam.serviceAccounts.signJwt, which
+# roles/iam.serviceAccountTokenCreator holds), on its own account only.
+resource "google_service_account_iam_member" "reconcile_signs_own_jwt" {
+  count = local.gmail_keyless ? 1 : 0
+
+  service_account_id = google_service_account.reconcile.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = "serviceAccount:${google_service_account.reconcile.email}"
+}
+
+# Callbacks to n8n are signed with this secret (callback_allowed_hosts set).
+resource "google_secret_manager_secret_iam_member" "reconcile_callback_hmac" {
+  count = local.callbacks_enabled ? 1 : 0
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.callback_hmac[0].secret_id
   role      = "roles/secretmanager.secretAccessor"
   member    = "serviceAccount:${google_service_account.reconcile.email}"
 }
@@ -123,8 +179,31 @@ resource "google_pubsub_topic_iam_member" "sweep_review_publisher" {
 }
 
 resource "google_secret_manager_secret_iam_member" "sweep_gmail_credentials" {
+  count = local.gmail_keyless ? 0 : 1
+
   project   = var.project_id
-  secret_id = google_secret_manager_secret.gmail_credentials.secret_id
+  secret_id = google_secret_manager_secret.gmail_credentials[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.sweep.email}"
+}
+
+# Keyless domain-wide delegation: sweep signs the delegation JWT as itself
+# (IAM Credentials signJwt needs iam.serviceAccounts.signJwt, which
+# roles/iam.serviceAccountTokenCreator holds), on its own account only.
+resource "google_service_account_iam_member" "sweep_signs_own_jwt" {
+  count = local.gmail_keyless ? 1 : 0
+
+  service_account_id = google_service_account.sweep.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = "serviceAccount:${google_service_account.sweep.email}"
+}
+
+# Callbacks to n8n are signed with this secret (callback_allowed_hosts set).
+resource "google_secret_manager_secret_iam_member" "sweep_callback_hmac" {
+  count = local.callbacks_enabled ? 1 : 0
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.callback_hmac[0].secret_id
   role      = "roles/secretmanager.secretAccessor"
   member    = "serviceAccount:${google_service_account.sweep.email}"
 }
@@ -145,9 +224,20 @@ resource "google_secret_manager_secret_iam_member" "status_webhook_hmac" {
   member    = "serviceAccount:${google_service_account.status.email}"
 }
 
+# The callers' API keys (public_callers only).
+resource "google_secret_manager_secret_iam_member" "status_api_keys" {
+  count = var.public_callers ? 1 : 0
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.api_keys[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.status.email}"
+}
+
 # ------------------------------------------------------------- invocation
 # Requests to gen2 functions are authorised by Cloud Run: roles/run.invoker on
-# the service behind each function. Nothing is public.
+# the service behind each function. reconcile and sweep are never public; send
+# and status only with public_callers (below).
 
 # Cloud Tasks -> reconcile, Cloud Scheduler -> sweep (and nothing else).
 resource "google_cloud_run_v2_service_iam_member" "reconcile_tasks_invoker" {
@@ -187,6 +277,32 @@ resource "google_cloud_run_v2_service_iam_member" "status_callers" {
   member   = each.value
 }
 
+# public_callers: n8n outside Google Cloud calls send and status without a
+# Google identity; the app's API keys / HMAC are the only gate, so the app runs
+# there with SAFESEND_PUBLIC_INVOKER=true and SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM
+# off (env_spec.json; a precondition in functions.tf and tests/infra enforce
+# the combination). Refused by the org policy iam.allowedPolicyMemberDomains
+# (domain restricted sharing): see infra/README.md for the alternatives.
+resource "google_cloud_run_v2_service_iam_member" "send_public" {
+  count = var.public_callers ? 1 : 0
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.send.service_config[0].service
+  role     = "roles/run.invoker"
+  member   = "allUsers"
+}
+
+resource "google_cloud_run_v2_service_iam_member" "status_public" {
+  count = var.public_callers ? 1 : 0
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.status.service_config[0].service
+  role     = "roles/run.invoker"
+  member   = "allUsers"
+}
+
 # Lets the n8n invoker mint ID tokens for itself through the IAM Credentials
 # API (generateIdToken) when n8n holds only an OAuth access token for it (see
 # infra/README.md). Granted on that account itself, not on the project.
@@ -199,19 +315,29 @@ resource "google_service_account_iam_member" "n8n_self_id_token" {
 }
 
 # IAM is eventually consistent: a function deployed right after these grants
-# can fail on the build account or on secret access. Wait once, on creation.
+# can fail on the build account, on secret access or (keyless delegation) on
+# its first signJwt. Wait once, on creation.
 resource "time_sleep" "iam_propagation" {
   create_duration = "60s"
 
   depends_on = [
     google_project_iam_member.build_log_writer,
     google_project_iam_member.build_source_access,
+    google_storage_bucket_iam_member.build_reads_source,
     google_artifact_registry_repository_iam_member.build_writer,
     google_secret_manager_secret_iam_member.send_gmail_credentials,
     google_secret_manager_secret_iam_member.send_webhook_hmac,
     google_secret_manager_secret_iam_member.reconcile_gmail_credentials,
     google_secret_manager_secret_iam_member.sweep_gmail_credentials,
     google_secret_manager_secret_iam_member.status_webhook_hmac,
+    google_secret_manager_secret_iam_member.send_api_keys,
+    google_secret_manager_secret_iam_member.status_api_keys,
+    google_secret_manager_secret_iam_member.send_callback_hmac,
+    google_secret_manager_secret_iam_member.reconcile_callback_hmac,
+    google_secret_manager_secret_iam_member.sweep_callback_hmac,
+    google_service_account_iam_member.send_signs_own_jwt,
+    google_service_account_iam_member.reconcile_signs_own_jwt,
+    google_service_account_iam_member.sweep_signs_own_jwt,
     google_project_iam_member.send_datastore_user,
     google_project_iam_member.reconcile_datastore_user,
     google_project_iam_member.sweep_datastore_user,

@@ -82,8 +82,32 @@ output "n8n_invoker_service_account_email" {
 }
 
 output "gmail_credentials_secret" {
-  description = "Secret that must hold the Gmail credentials JSON."
-  value       = google_secret_manager_secret.gmail_credentials.id
+  description = "Secret that must hold the Gmail OAuth refresh token (authorized-user JSON); null with keyless delegation (gmail_delegated_user set)."
+  value       = one(google_secret_manager_secret.gmail_credentials[*].id)
+}
+
+output "gmail_delegation_client_ids" {
+  description = "Keyless domain-wide delegation: the OAuth client IDs (service account unique IDs) of send, reconcile and sweep, each to authorise once in the Admin console for the Gmail scopes; empty without delegation."
+  value = local.gmail_keyless ? {
+    send      = google_service_account.send.unique_id
+    reconcile = google_service_account.reconcile.unique_id
+    sweep     = google_service_account.sweep.unique_id
+  } : {}
+}
+
+output "api_keys_secret" {
+  description = "Secret that must hold the callers' API key entries (key_id:sha256hex, comma-separated); null unless public_callers."
+  value       = one(google_secret_manager_secret.api_keys[*].id)
+}
+
+output "callback_hmac_secret" {
+  description = "Secret that must hold the callback signing key (>= 32 bytes); null unless callback_allowed_hosts is set."
+  value       = one(google_secret_manager_secret.callback_hmac[*].id)
+}
+
+output "pubsub_service_agent" {
+  description = "The project's Pub/Sub service agent (created explicitly; it dead-letters review items)."
+  value       = google_project_service_identity.pubsub.email
 }
 
 output "webhook_hmac_secret" {

@@ -91,11 +91,39 @@ resource "google_pubsub_subscription_iam_member" "dead_letter_subscribers" {
   member       = each.value
 }
 
-# Dead-lettering is done by the Pub/Sub service agent of this project: it must
-# publish to the dead-letter topic and acknowledge (subscriber) on the source
-# subscription. Both grants are on those two resources only.
+# Dead-lettering is done by the Pub/Sub service agent of this project
+# (service-<number>@gcp-sa-pubsub.iam.gserviceaccount.com): it must publish to
+# the dead-letter topic and acknowledge (subscriber) on the source
+# subscription (pubsub.v1 DeadLetterPolicy.deadLetterTopic; cloud.google.com/
+# pubsub/docs/handling-failures#grant_forwarding_permissions). Both grants are
+# on those two resources only.
+#
+# The agent is not guaranteed to exist on a new project when the API has just
+# been enabled, and granting a role to a missing account fails the apply. So it
+# is created explicitly (Service Usage generateServiceIdentity, idempotent;
+# google-beta only), its email is taken from the answer instead of being
+# inferred from the project number, and the grants wait until IAM knows it.
+resource "google_project_service_identity" "pubsub" {
+  provider = google-beta
+
+  project = var.project_id
+  service = "pubsub.googleapis.com"
+
+  depends_on = [google_project_service.enabled]
+}
+
+# A newly created service agent can take a moment to become grantable.
+resource "time_sleep" "pubsub_agent" {
+  create_duration = "30s"
+
+  triggers = {
+    member = google_project_service_identity.pubsub.member
+  }
+}
+
 locals {
-  pubsub_service_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  # Read through the sleep, so every grant to the agent waits for it.
+  pubsub_service_agent = time_sleep.pubsub_agent.triggers["member"]
 }
 
 resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {

@@ -3,11 +3,33 @@
 # with `gcloud secrets versions add` (infra/README.md). The functions read the
 # configured version when an instance starts, and Cloud Run refuses to deploy a
 # revision whose secret has no version, so the first apply is in two steps.
+# Which function mounts which secret, and when, is env_spec.json's "secrets".
+#
+# No secret ever holds a service-account key: Gmail domain-wide delegation is
+# keyless (the functions' own accounts sign the delegation JWT through the IAM
+# Credentials API, see iam.tf).
 
-# Gmail credentials: an authorized-user token JSON or a service-account key
-# JSON (domain-wide delegation). Mounted as SAFESEND_GMAIL_CREDENTIALS_JSON on
-# send, reconcile and sweep (the functions that call Gmail).
+locals {
+  gmail_keyless     = var.gmail_delegated_user != ""
+  callbacks_enabled = length(var.callback_allowed_hosts) > 0
+
+  # env_spec.json's secret_ids, resolved to the resources (null when not created).
+  secret_ids = {
+    gmail_credentials = one(google_secret_manager_secret.gmail_credentials[*].secret_id)
+    webhook_hmac      = google_secret_manager_secret.webhook_hmac.secret_id
+    api_keys          = one(google_secret_manager_secret.api_keys[*].secret_id)
+    callback_hmac     = one(google_secret_manager_secret.callback_hmac[*].secret_id)
+  }
+}
+
+# Gmail OAuth refresh token (an authorized-user JSON) of the sending mailbox:
+# only without delegation (gmail_delegated_user = ""). Mounted as
+# SAFESEND_GMAIL_CREDENTIALS_JSON on send, reconcile and sweep. Turning
+# delegation on destroys this secret and its versions (state address [0]; an
+# existing unindexed one is moved there by Terraform on its own).
 resource "google_secret_manager_secret" "gmail_credentials" {
+  count = local.gmail_keyless ? 0 : 1
+
   project   = var.project_id
   secret_id = "${var.name_prefix}-gmail-credentials"
 
@@ -18,12 +40,42 @@ resource "google_secret_manager_secret" "gmail_credentials" {
   depends_on = [google_project_service.enabled]
 }
 
-# Shared secret for the X-Safesend-Signature HMAC header n8n may send instead
-# of an ID token (at least 32 bytes). Mounted as SAFESEND_AUTH_HMAC_SECRET on
-# send and status (the functions n8n calls).
+# Shared secret for the X-Safesend-Signature HMAC header n8n may send (at
+# least 32 bytes). Mounted as SAFESEND_AUTH_HMAC_SECRET on send and status.
 resource "google_secret_manager_secret" "webhook_hmac" {
   project   = var.project_id
   secret_id = "${var.name_prefix}-webhook-hmac"
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.enabled]
+}
+
+# API keys of the callers (`key_id:sha256hex` entries, never the keys), with
+# public_callers only: the one credential an allUsers-invocable send/status
+# checks besides the HMAC. Mounted as SAFESEND_AUTH_API_KEYS on send and status.
+resource "google_secret_manager_secret" "api_keys" {
+  count = var.public_callers ? 1 : 0
+
+  project   = var.project_id
+  secret_id = "${var.name_prefix}-api-keys"
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.enabled]
+}
+
+# Signs callbacks to n8n (at least 32 bytes), only when callback_allowed_hosts
+# is set. Mounted as SAFESEND_CALLBACK_HMAC_SECRET on send, reconcile, sweep.
+resource "google_secret_manager_secret" "callback_hmac" {
+  count = local.callbacks_enabled ? 1 : 0
+
+  project   = var.project_id
+  secret_id = "${var.name_prefix}-callback-hmac"
 
   replication {
     auto {}

@@ -9,6 +9,12 @@ terraform {
       source  = "hashicorp/google"
       version = ">= 8.7.0, < 9.0.0"
     }
+    # Only for google_project_service_identity (the Pub/Sub service agent),
+    # which the GA provider lacks.
+    google-beta = {
+      source  = "hashicorp/google-beta"
+      version = ">= 8.7.0, < 9.0.0"
+    }
     # Zips ../../../functions; 2.5+ matches `excludes` as doublestar globs.
     archive = {
       source  = "hashicorp/archive"

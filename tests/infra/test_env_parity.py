@@ -1,0 +1,274 @@
+"""Both deploy paths give every function the same runtime configuration, from one source of truth.
+
+Terraform side: the module's own expressions (local.function_env / local.function_secrets, the
+functions' ingress, timeouts, service accounts and every run.invoker grant), evaluated for the
+scenario's variables (tfmodel / hcl_eval). gcloud side: cloudbuild-gcloud.yaml's render-config,
+upload-and-index and deploy-functions steps run against a stub gcloud (cloudbuild_sim), and what
+they pass to `gcloud functions deploy` / `add-invoker-policy-binding` is read back. Every
+variable, every secret (id and version), ingress, timeout, runtime account and invoker must be
+equal, in several scenarios covering every switch of env_spec.json."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+
+from .cloudbuild_sim import Sim, flags, read_env_yaml
+from .support import FUNCTIONS, INFRA, MODULE, ROOT, locals_of, reference, resources, top_level
+from .tfmodel import PROJECT_NUMBER, ModuleModel
+
+SPEC_MODULE = INFRA / "env_spec.py"
+
+# Terraform module variable -> Cloud Build substitution of cloudbuild-gcloud.yaml feeding the same fact.
+VARIABLE_TO_SUBSTITUTION = {
+    "region": "_REGION", "name_prefix": "_NAME_PREFIX", "jobs_collection": "_JOBS_COLLECTION",
+    "message_id_domain": "_MESSAGE_ID_DOMAIN", "default_from": "_DEFAULT_FROM", "log_level": "_LOG_LEVEL",
+    "gmail_user": "_GMAIL_USER", "gmail_delegated_user": "_GMAIL_DELEGATED_USER",
+    "index_lag_seconds": "_INDEX_LAG_S", "unknown_window_seconds": "_UNKNOWN_WINDOW_S",
+    "verify_horizon_seconds": "_VERIFY_HORIZON_S", "retry_horizon_seconds": "_RETRY_HORIZON_S",
+    "create_n8n_invoker_service_account": "_CREATE_N8N_INVOKER", "extra_caller_service_accounts": "_EXTRA_CALLERS",
+    "public_callers": "_PUBLIC_CALLERS", "callback_allowed_hosts": "_CALLBACK_ALLOWED_HOSTS",
+    "gmail_credentials_version": "_GMAIL_CREDENTIALS_VERSION", "webhook_hmac_version": "_WEBHOOK_HMAC_VERSION",
+    "api_keys_version": "_API_KEYS_VERSION", "callback_hmac_version": "_CALLBACK_HMAC_VERSION",
+}
+
+SCENARIOS = {
+    "defaults": {},
+    "keyless-public-callbacks": {
+        "gmail_delegated_user": "boss@example.com", "public_callers": True,
+        "callback_allowed_hosts": ["n8n.example.com", "*.hooks.example.com"],
+    },
+    "everything-changed": {
+        "region": "europe-west1", "name_prefix": "ss-prod", "jobs_collection": "mail_jobs",
+        "message_id_domain": "mx.example.org", "default_from": "\"Shop, Inc\" <shop@example.org>",
+        "log_level": "DEBUG", "gmail_user": "shop@example.org", "gmail_delegated_user": "",
+        "index_lag_seconds": 120, "unknown_window_seconds": 600, "verify_horizon_seconds": 2400,
+        "retry_horizon_seconds": 7200, "create_n8n_invoker_service_account": False,
+        "extra_caller_service_accounts": ["n8n@other-proj.iam.gserviceaccount.com", "b@p2.iam.gserviceaccount.com"],
+        "gmail_credentials_version": "7", "webhook_hmac_version": "3",
+    },
+    "public-with-versions": {
+        "public_callers": True, "create_n8n_invoker_service_account": False, "api_keys_version": "2",
+        "callback_allowed_hosts": ["n8n.example.com"], "callback_hmac_version": "5",
+    },
+}
+
+
+def env_spec():
+    """infra/env_spec.py, the renderer cloudbuild-gcloud.yaml runs (loaded from this checkout)."""
+    import sys
+    name = f"safesend_env_spec_{abs(hash(str(SPEC_MODULE)))}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, SPEC_MODULE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def as_substitution(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)
+
+
+# ---------------------------------------------------------------- Terraform side
+def terraform_config(overrides: dict) -> dict:
+    model = ModuleModel(overrides)
+    env = model.local("function_env")
+    secrets = {fn: {k: (v["secret_id"], v["version"]) for k, v in m.items()}
+               for fn, m in model.local("function_secrets").items()}
+    out = {}
+    for fn_block in resources("google_cloudfunctions2_function"):
+        fn = fn_block.name
+        service = fn_block.blocks("service_config")[0]
+        dynamic = service.get("dynamic", [])
+        assert not [k for k in service if k == "secret_environment_variables"], \
+            f"{fn}: secrets must come from env_spec.json (a dynamic block over local.function_secrets.{fn})"
+        assert [list(d) for d in dynamic] == [["secret_environment_variables"]], fn
+        assert dynamic[0]["secret_environment_variables"]["for_each"] == f"${{local.function_secrets.{fn}}}", fn
+        account = model.instances("google_service_account", reference(service["service_account_email"]).split(".")[1])[0]
+        out[fn] = {
+            "env": env[fn], "secrets": secrets[fn],
+            "ingress": service["ingress_settings"], "timeout": service["timeout_seconds"],
+            "runtime_account": account["email"], "entry_point": fn_block.first("build_config", "entry_point"),
+            "invokers": set(),
+        }
+        assert service["environment_variables"] == f"${{local.function_env.{fn}}}", \
+            f"{fn}: environment_variables must be local.function_env.{fn} (env_spec.json)"
+    for block in resources("google_cloud_run_v2_service_iam_member"):
+        match = re.fullmatch(r"google_cloudfunctions2_function\.(\w+)\.service_config\[0\]\.service",
+                             reference(block.body["name"]) or "")
+        assert match and block.body["role"] == "roles/run.invoker", block.address
+        for instance in model.instances(block.type, block.name):
+            out[match.group(1)]["invokers"].add(instance["member"])
+    return out
+
+
+# ---------------------------------------------------------------- gcloud side
+def gcloud_config(tmp_path, overrides: dict) -> dict:
+    subs = {"_SOURCE_BUCKET": "proj-1-safesend-fn-src", "_MESSAGE_ID_DOMAIN": "mail.example.com",
+            "_DEFAULT_FROM": "Support <support@example.com>"}
+    for variable, value in overrides.items():
+        subs[VARIABLE_TO_SUBSTITUTION[variable]] = as_substitution(value)
+    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, subs)
+    sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0),
+                   (r"storage objects describe", "", 1),
+                   (r"indexes composite list", "[]\n", 0),
+                   (r"run services get-iam-policy", "\n", 0)]
+    (sim.workdir / "functions-source.sha256").write_text("abc123 functions-source.zip\n")
+    (sim.workdir / "functions-source.zip").write_bytes(b"PK")
+    for step in ("render-config", "upload-and-index", "deploy-functions"):
+        proc = sim.run(step)
+        assert proc.returncode == 0, f"{step}:\n{proc.stdout}\n{proc.stderr}"
+    out = {}
+    deploys = [c for c in sim.calls() if c[:3] == ["gcloud", "functions", "deploy"]]
+    for call in deploys:
+        fn = call[3].split("-")[-1]
+        f = flags(call)
+        allowed = {"gen2", "quiet", "region", "runtime", "source", "entry-point", "trigger-http",
+                   "no-allow-unauthenticated", "service-account", "build-service-account", "docker-repository",
+                   "ingress-settings", "timeout", "env-vars-file", "set-secrets", "clear-secrets",
+                   "max-instances", "concurrency", "memory"}
+        assert set(f) <= allowed, f"{fn}: gcloud deploy sets more than env_spec.json renders: {sorted(set(f) - allowed)}"
+        assert f["env-vars-file"] == f"deploy-config/{fn}.env.yaml", fn
+        secrets = {}
+        if "set-secrets" in f:
+            for item in str(f["set-secrets"]).split(","):
+                name, _, ref = item.partition("=")
+                sid, _, version = ref.partition(":")
+                secrets[name] = (sid, version)
+        else:
+            assert f.get("clear-secrets") is True, fn
+        out[fn] = {
+            "env": read_env_yaml(sim.workdir / str(f["env-vars-file"])), "secrets": secrets,
+            "ingress": {"all": "ALLOW_ALL", "internal-only": "ALLOW_INTERNAL_ONLY",
+                        "internal-and-gclb": "ALLOW_INTERNAL_AND_GCLB"}[f["ingress-settings"]],
+            "timeout": int(str(f["timeout"]).rstrip("s")),
+            "runtime_account": f["service-account"], "entry_point": f["entry-point"], "invokers": set(),
+        }
+    for call in sim.calls():
+        if call[:3] == ["gcloud", "functions", "add-invoker-policy-binding"]:
+            out[call[3].split("-")[-1]]["invokers"].add(flags(call)["member"])
+    out["_calls"] = sim.calls()
+    return out
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=list(SCENARIOS))
+def test_both_deploy_paths_give_every_function_the_same_configuration(scenario, tmp_path):
+    overrides = SCENARIOS[scenario]
+    terraform = terraform_config(overrides)
+    gcloud = gcloud_config(tmp_path, overrides)
+    gcloud.pop("_calls")
+    assert sorted(gcloud) == sorted(terraform), "both paths deploy the same functions"
+    for fn in terraform:
+        for key in ("env", "secrets", "ingress", "timeout", "runtime_account", "entry_point", "invokers"):
+            tf, gc = terraform[fn][key], gcloud[fn][key]
+            if key == "env":
+                differ = {name: (tf.get(name), gc.get(name)) for name in set(tf) | set(gc) if tf.get(name) != gc.get(name)}
+                assert not differ, f"{scenario}/{fn}: variables differ (terraform, gcloud): {differ}"
+            assert tf == gc, f"{scenario}/{fn}: {key} differs: terraform {tf!r}, gcloud {gc!r}"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=list(SCENARIOS))
+def test_terraform_expressions_render_the_spec_exactly_as_env_spec_py(scenario):
+    """The HCL renderer and infra/env_spec.py's are the same function: evaluated for the same facts
+    (the HCL's own local.env_facts), they agree on every variable and secret."""
+    model = ModuleModel(SCENARIOS[scenario])
+    facts = model.local("env_facts")
+    module = env_spec()
+    rendered = module.render(module.load(), facts)
+    assert rendered.env == model.local("function_env")
+    assert {fn: {k: (v["secret_id"], v["version"]) for k, v in m.items()}
+            for fn, m in model.local("function_secrets").items()} == rendered.secrets
+
+
+def test_gcloud_substitution_defaults_are_the_terraform_variable_defaults():
+    from .support import parsed_yaml, CLOUDBUILD_FILES
+    subs = parsed_yaml(*CLOUDBUILD_FILES)["cloudbuild-gcloud.yaml"]["substitutions"]
+    variables = top_level("variable", MODULE)
+    for variable, substitution in VARIABLE_TO_SUBSTITUTION.items():
+        assert "default" in variables[variable] or substitution in ("_MESSAGE_ID_DOMAIN", "_DEFAULT_FROM")
+        if "default" not in variables[variable]:
+            continue
+        assert str(subs[substitution]) == as_substitution(variables[variable]["default"]), \
+            f"{substitution} default {subs[substitution]!r} vs var.{variable} default {variables[variable]['default']!r}"
+
+
+def test_every_fact_is_fed_by_a_variable_here_and_a_substitution_there():
+    spec = env_spec().load()
+    facts = locals_of(MODULE)["env_facts"]
+    assert sorted(facts) == sorted(spec["facts"]), "local.env_facts must supply exactly the spec's facts"
+    for name, expr in facts.items():
+        assert re.fullmatch(r"\$\{(var\.\w+|tostring\(var\.\w+\)|join\(\",\", var\.\w+\)|data\.google_project\.this\.number)\}",
+                            expr), f"env_facts.{name} = {expr}: keep facts plain references to variables"
+    from .support import parsed_yaml, CLOUDBUILD_FILES
+    render = {s["id"]: s for s in parsed_yaml(*CLOUDBUILD_FILES)["cloudbuild-gcloud.yaml"]["steps"]}["render-config"]
+    fed = {item.split("=", 1)[0].removeprefix("SAFESEND_FACT_") for item in render["env"]}
+    assert fed | {"project_number"} == set(spec["facts"]), "render-config must feed every fact (project number: gcloud)"
+
+
+def test_spec_is_valid_and_names_what_the_module_creates():
+    module = env_spec()
+    spec = module.load()
+    assert module.validate(spec) == []
+    model = ModuleModel()
+    values = model.local("env_values")
+    # The spec's names of things are the names the module gives them.
+    assert values["tasks_queue"] == model.instances("google_cloud_tasks_queue", "reconcile")[0]["id"]
+    assert values["review_topic"] == model.instances("google_pubsub_topic", "review")[0]["id"]
+    assert values["sa_tasks_invoker"] == model.instances("google_service_account", "tasks_invoker")[0]["email"]
+    assert values["sa_scheduler_invoker"] == model.instances("google_service_account", "scheduler_invoker")[0]["email"]
+    assert ModuleModel({"create_n8n_invoker_service_account": True}).local("env_values")["n8n_invoker_email"] == \
+        model.instances("google_service_account", "n8n_invoker")[0]["email"]
+    for fn in spec["functions"]:
+        assert values[f"url_{fn}"] == model.local("function_urls")[fn]
+    for name, template in spec["secret_ids"].items():
+        block = resources("google_secret_manager_secret")
+        assert any(b.name == name for b in block), f"no google_secret_manager_secret.{name}"
+        rendered = module.substitute(spec, template, values, name)
+        assert rendered == model.local("secret_ids")[name] or model.local("secret_ids")[name] is None
+        everything_on = ModuleModel({"gmail_delegated_user": "", "public_callers": True,
+                                     "callback_allowed_hosts": ["n8n.example.com"]})
+        assert everything_on.local("secret_ids")[name] == module.substitute(
+            spec, template, everything_on.local("env_values"), name)
+    # deploy settings of the spec are the functions' own
+    for block in resources("google_cloudfunctions2_function"):
+        service = block.blocks("service_config")[0]
+        assert spec["deploy"][block.name]["ingress"] == service["ingress_settings"], block.address
+        assert spec["deploy"][block.name]["timeout_s"] == service["timeout_seconds"], block.address
+
+
+def code_env_names() -> set[str]:
+    import ast
+    names = set()
+    for source in FUNCTIONS.rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and re.fullmatch(r"SAFESEND_\w+", node.value):
+                names.add(node.value)
+    return names | {"GOOGLE_CLOUD_PROJECT"}
+
+
+def test_the_spec_sets_only_variables_the_code_reads():
+    spec = env_spec().load()
+    unknown = (set(spec["env"]) | set(spec["secrets"])) - code_env_names()
+    assert not unknown, f"env_spec.json sets variables the code in functions/ does not read: {sorted(unknown)}"
+    for name in ("SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS", "SAFESEND_AUTH_INTERNAL_INVOKERS", "SAFESEND_AUTH_AUDIENCES",
+                 "SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM"):
+        assert set(spec["env"][name]) == set(spec["functions"]), f"{name} must reach every function"
+
+
+def test_the_gcloud_path_is_checked_by_running_it(tmp_path):
+    """The stub sees what a real build would do: one deploy per function, the index before them."""
+    calls = gcloud_config(tmp_path, {})["_calls"]
+    order = [" ".join(c[1:4]) for c in calls]
+    create = next(i for i, c in enumerate(order) if c.startswith("firestore indexes composite"))
+    first_deploy = next(i for i, c in enumerate(order) if c.startswith("functions deploy"))
+    assert create < first_deploy
+    assert sorted(c[3] for c in calls if c[:3] == ["gcloud", "functions", "deploy"]) == \
+        sorted(f"safesend-{fn}" for fn in ("send", "reconcile", "sweep", "status"))

@@ -1,0 +1,249 @@
+"""The offline checks can fail: each mutation below, applied to a scratch copy of the repository,
+must make the named tests of tests/infra fail there (and the unmutated copy passes them).
+
+Each mutation is one edit that used to pass, or that would break a promise of infra/ silently:
+the issue-11 list (an attribute typo, a wrong type, three enum typos, a gcloud env drift), and one
+per rule the other checks enforce (public/IAM-trust combinations, keyless delegation, the index's
+collection, plan-only default, the prod approval and lock gates, the snapshot regeneration, ...).
+An edit whose text is not found exactly once is an error, so a mutation cannot silently miss."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .support import ROOT
+
+M = "infra/modules/safesend"
+GCLOUD = "cloudbuild-gcloud.yaml"
+TF_PIPELINE = "cloudbuild.yaml"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    proves: str
+    file: str
+    old: str
+    new: str
+    fails: tuple[str, ...]  # substrings of test node ids that must fail
+    tests: tuple[str, ...]  # test files to run in the copy
+
+
+SCHEMA_TESTS = ("tests/infra/test_provider_schema.py",)
+PARITY_TESTS = ("tests/infra/test_env_parity.py",)
+POLICY_TESTS = ("tests/infra/test_policy.py",)
+PIPELINE_TESTS = ("tests/infra/test_cloudbuild.py",)
+INDEX_TESTS = ("tests/infra/test_firestore_indexes.py",)
+
+MUTATIONS = [
+    # ---- issue 11, item 6: edits that passed the old checks
+    Mutation("attribute-typo", "references are checked against the schema's attributes",
+             f"{M}/iam.tf", "  location = google_cloud_tasks_queue.reconcile.location\n  name     = google_cloud_tasks_queue.reconcile.name\n  role     = \"roles/cloudtasks.enqueuer\"\n  member   = \"serviceAccount:${google_service_account.send.email}\"",
+             "  location = google_cloud_tasks_queue.reconcile.locaton\n  name     = google_cloud_tasks_queue.reconcile.name\n  role     = \"roles/cloudtasks.enqueuer\"\n  member   = \"serviceAccount:${google_service_account.send.email}\"",
+             ("test_every_reference_resolves",), SCHEMA_TESTS),
+    Mutation("number-as-word", "literal values are checked against the argument's type",
+             f"{M}/tasks.tf", "max_doublings = 4", 'max_doublings = "four"',
+             ("test_block_arguments_types_enums_and_nested_blocks_match_the_provider_schema[google_cloud_tasks_queue.reconcile]",),
+             SCHEMA_TESTS),
+    Mutation("repository-format-typo", "enums the API documents (discovery) are checked",
+             f"{M}/build.tf", 'format        = "DOCKER"', 'format        = "DOCKERR"',
+             ("match_the_provider_schema[google_artifact_registry_repository.functions]",), SCHEMA_TESTS),
+    Mutation("database-type-typo", "enums the provider documents are checked",
+             f"{M}/firestore.tf", 'type        = "FIRESTORE_NATIVE"', 'type        = "FIRESTORE_NATIV"',
+             ("match_the_provider_schema[google_firestore_database.default]",), SCHEMA_TESTS),
+    Mutation("scheduler-method-typo", "enums of nested blocks are checked",
+             f"{M}/scheduler.tf", 'http_method = "POST"', 'http_method = "PUSH"',
+             ("match_the_provider_schema[google_cloud_scheduler_job.sweep]",), SCHEMA_TESTS),
+    Mutation("gcloud-extra-env-flag", "the gcloud path sets nothing but the rendered spec (issue 11 item 1)",
+             GCLOUD, '--env-vars-file="deploy-config/$$f.env.yaml" "$$secrets"',
+             '--env-vars-file="deploy-config/$$f.env.yaml" "$$secrets" --update-env-vars=SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM=false',
+             ("test_both_deploy_paths_give_every_function_the_same_configuration",), PARITY_TESTS),
+    Mutation("gcloud-own-env", "the gcloud path cannot go back to its own variable list",
+             GCLOUD, '--env-vars-file="deploy-config/$$f.env.yaml"', '--set-env-vars="GOOGLE_CLOUD_PROJECT=$PROJECT_ID"',
+             ("test_both_deploy_paths_give_every_function_the_same_configuration",), PARITY_TESTS),
+    Mutation("gcloud-fact-drift", "a fact wired to the wrong value on the gcloud side is a difference",
+             GCLOUD, "- SAFESEND_FACT_name_prefix=${_NAME_PREFIX}\n      - SAFESEND_FACT_jobs_collection=${_JOBS_COLLECTION}",
+             "- SAFESEND_FACT_name_prefix=${_NAME_PREFIX}\n      - SAFESEND_FACT_jobs_collection=ai_jobs",
+             ("test_both_deploy_paths_give_every_function_the_same_configuration[everything-changed]",), PARITY_TESTS),
+    Mutation("gcloud-default-drift", "gcloud defaults are Terraform's defaults",
+             GCLOUD, '_INDEX_LAG_S: "90"', '_INDEX_LAG_S: "60"',
+             ("test_gcloud_substitution_defaults_are_the_terraform_variable_defaults",
+              "test_both_deploy_paths_give_every_function_the_same_configuration[defaults]"), PARITY_TESTS),
+    Mutation("terraform-fact-drift", "a fact wired to the wrong variable on the Terraform side is a difference",
+             f"{M}/functions.tf", "    jobs_collection           = var.jobs_collection\n",
+             "    jobs_collection           = var.name_prefix\n",
+             ("test_both_deploy_paths_give_every_function_the_same_configuration[everything-changed]",), PARITY_TESTS),
+    Mutation("terraform-renderer-drift", "the HCL renderer is evaluated, not compared as text",
+             f"{M}/functions.tf", 'contains(local.env_spec.lists, name) ? join(",", compact(split(",", raw))) : raw',
+             'contains(local.env_spec.lists, name) ? join(";", compact(split(",", raw))) : raw',
+             ("test_terraform_expressions_render_the_spec_exactly_as_env_spec_py",), PARITY_TESTS),
+    # ---- issue 9 item 2: public callers
+    Mutation("public-status-trusts-iam", "a public function never trusts stripped ID tokens",
+             f"{M}/env_spec.json", '"reconcile": "true", "sweep": "true", "status": "{caller_trust_iam}"',
+             '"reconcile": "true", "sweep": "true", "status": "true"',
+             ("test_runtime_configuration_combinations_in_every_mode[nokeyless-public",), POLICY_TESTS),
+    Mutation("public-invoker-on-reconcile", "reconcile/sweep stay IAM-only",
+             f"{M}/env_spec.json", '"SAFESEND_PUBLIC_INVOKER": {"send": "{caller_public_invoker}"',
+             '"SAFESEND_PUBLIC_INVOKER": {"reconcile": "{caller_public_invoker}", "send": "{caller_public_invoker}"',
+             ("test_runtime_configuration_combinations_in_every_mode",), POLICY_TESTS),
+    Mutation("all-users-on-reconcile", "allUsers only on send and status",
+             f"{M}/iam.tf", 'resource "google_cloud_run_v2_service_iam_member" "send_public" {\n  count = var.public_callers ? 1 : 0\n\n  project  = var.project_id\n  location = var.region\n  name     = google_cloudfunctions2_function.send.service_config[0].service',
+             'resource "google_cloud_run_v2_service_iam_member" "send_public" {\n  count = var.public_callers ? 1 : 0\n\n  project  = var.project_id\n  location = var.region\n  name     = google_cloudfunctions2_function.reconcile.service_config[0].service',
+             ("test_public_members_only_on_send_and_status", "test_run_invoker_grants_in_every_mode"), POLICY_TESTS),
+    Mutation("public-without-api-keys", "public mode mounts the API keys",
+             f"{M}/env_spec.json", '"enabled_by": "caller_public_invoker"', '"enabled_by": "callbacks"',
+             ("test_runtime_configuration_combinations_in_every_mode",), POLICY_TESTS),
+    Mutation("status-ingress-any", "send/status ingress is exact, not any value",
+             f"{M}/functions.tf", '    timeout_seconds                  = 30\n    service_account_email            = google_service_account.status.email\n    ingress_settings                 = "ALLOW_ALL"',
+             '    timeout_seconds                  = 30\n    service_account_email            = google_service_account.status.email\n    ingress_settings                 = "ALLOW_INTERNAL_AND_GCLB"',
+             ("test_internal_functions_use_internal_ingress_and_callers_all",), POLICY_TESTS),
+    # ---- issue 11 item 4: keyless delegation
+    Mutation("token-creator-on-another-account", "token creator only on the function's own account",
+             f"{M}/iam.tf", "  service_account_id = google_service_account.send.name\n  role               = \"roles/iam.serviceAccountTokenCreator\"",
+             "  service_account_id = google_service_account.reconcile.name\n  role               = \"roles/iam.serviceAccountTokenCreator\"",
+             ("test_keyless_delegation_grants_token_creator_only_on_the_account_itself",
+              "test_each_function_account_holds_exactly_what_its_entry_point_needs_in_every_mode"), POLICY_TESTS),
+    Mutation("gmail-secret-in-keyless-mode", "no Gmail credential secret with keyless delegation",
+             f"{M}/env_spec.json", '"enabled_by": "gmail_oauth_token"', '"enabled_by": "always"',
+             ("test_runtime_configuration_combinations_in_every_mode[keyless",), POLICY_TESTS),
+    # ---- issue 11 item 5: first apply
+    Mutation("pubsub-agent-inferred", "the Pub/Sub agent's email comes from its created identity",
+             f"{M}/pubsub.tf", '  role    = "roles/pubsub.publisher"\n  member  = local.pubsub_service_agent',
+             '  role    = "roles/pubsub.publisher"\n  member  = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"',
+             ("test_pubsub_service_agent_is_created_explicitly_and_never_inferred",), POLICY_TESTS),
+    # ---- issue 11 item 2: the index
+    Mutation("index-collection-hardcoded", "the index is on the configured collection",
+             f"{M}/firestore.tf", "collection  = var.jobs_collection", 'collection  = "ai_jobs"',
+             ("test_terraform_indexes_the_collection_the_functions_use",), INDEX_TESTS),
+    Mutation("index-file-collection", "the index file is tied to the default collection",
+             "infra/firestore.indexes.json", '"indexes": [\n    {\n      "collectionGroup": "ai_jobs"',
+             '"indexes": [\n    {\n      "collectionGroup": "jobs"',
+             ("test_firestore_indexes_json_declares_the_same_index",), INDEX_TESTS),
+    Mutation("index-errors-hidden", "index creation errors fail the build",
+             GCLOUD, 'gcloud firestore indexes composite create --database=\'(default)\' "$${index_args[@]}" ;;',
+             'gcloud firestore indexes composite create --database=\'(default)\' "$${index_args[@]}" || true ;;',
+             ("test_gcloud_index_errors_fail_the_build[create-fails]", "test_no_error_is_hidden"), INDEX_TESTS),
+    # ---- issue 11 item 3: plan-only, approval, lock
+    Mutation("auto-apply-default", "plan-only is the default",
+             TF_PIPELINE, '_AUTO_APPLY: "false"', '_AUTO_APPLY: "true"',
+             ("test_terraform_pipeline_defaults_to_a_plan", "test_default_build_plans_and_never_applies"), PIPELINE_TESTS),
+    Mutation("approval-not-checked", "a prod apply needs an approved build",
+             TF_PIPELINE, 'if [ "$$approval" != "APPROVED" ]; then', "if false; then",
+             ("test_prod_apply_without_approval_is_refused",), PIPELINE_TESTS),
+    Mutation("lock-not-required", "a prod apply needs a committed lock file",
+             TF_PIPELINE, 'if [ "${_ENV}" = "prod" ] && [ "${_AUTO_APPLY}" = "true" ]; then', "if false; then",
+             ("test_prod_apply_without_a_committed_lock_is_refused",), PIPELINE_TESTS),
+    Mutation("lock-not-readonly", "init installs exactly the locked providers",
+             TF_PIPELINE, "      - -lockfile=readonly\n", "",
+             ("test_terraform_pipeline_defaults_to_a_plan_and_orders_its_steps",
+              "test_approved_prod_build_with_a_committed_lock_applies_the_saved_plan"), PIPELINE_TESTS),
+    Mutation("lock-pins-other-version", "a committed lock must pin the snapshot's provider versions",
+             "infra/envs/prod/.terraform.lock.hcl", None,
+             'provider "registry.terraform.io/hashicorp/google" {\n  version     = "8.6.0"\n  constraints = "8.6.0"\n'
+             '  hashes      = ["h1:abc="]\n}\n',
+             ("test_a_committed_lock_file_pins_the_snapshot_versions[prod]",), SCHEMA_TESTS),
+    Mutation("snapshot-edited-by-hand", "the snapshots are regenerated, not trusted (regenerate.py --check runs)",
+             "infra/schema/google-provider-snapshot.json", '"FORMAT_UNSPECIFIED",\n      "DOCKER",',
+             '"FORMAT_UNSPECIFIED",\n      "DOCKER",\n      "DOCKERR",',
+             ("test_snapshots_are_exactly_what_regenerate_makes_from_the_pinned_wheels",), SCHEMA_TESTS),
+    Mutation("module-output-typo", "module outputs referenced by the environments exist",
+             "infra/envs/prod/outputs.tf", "value       = module.safesend.send_url", "value       = module.safesend.send_ur",
+             ("test_every_reference_resolves_against_declarations_and_the_schema[infra/envs/prod/outputs.tf]",),
+             SCHEMA_TESTS),
+]
+
+COPY = ["infra", "functions", "cloudbuild.yaml", "cloudbuild-gcloud.yaml", "README.md", "pytest.ini"]
+FAILED = re.compile(r"^FAILED (\S+)", re.M)
+
+
+def make_copy(dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for name in COPY:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", ".terraform", "*.pyc"))
+        else:
+            shutil.copy2(src, dest / name)
+    (dest / "tests").mkdir()
+    shutil.copy2(ROOT / "tests" / "__init__.py", dest / "tests" / "__init__.py")
+    shutil.copytree(ROOT / "tests" / "infra", dest / "tests" / "infra",
+                    ignore=shutil.ignore_patterns("__pycache__", "test_mutations.py"))
+    (dest / ".venv-infra").symlink_to(ROOT / ".venv-infra")
+    return dest
+
+
+def apply(mutation: Mutation, tree: Path) -> None:
+    path = tree / mutation.file
+    if mutation.old is None:
+        assert not path.exists(), f"{mutation.name}: {mutation.file} exists already"
+        path.write_text(mutation.new)
+        return
+    text = path.read_text()
+    count = text.count(mutation.old)
+    assert count == 1, f"{mutation.name}: expected the text once in {mutation.file}, found it {count} times"
+    path.write_text(text.replace(mutation.old, mutation.new))
+
+
+def keyword(needles) -> str:
+    """A -k expression selecting the tests (functions) the needles name."""
+    names = sorted({re.sub(r"\[.*", "", n) for n in needles})
+    return " or ".join(names)
+
+
+def run_checks(tree: Path, tests: tuple[str, ...], select: str) -> tuple[set[str], str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SAFESEND_"))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "--no-header",
+                           "-c", str(tree / "pytest.ini"), "--rootdir", str(tree), "-k", select, *tests],
+                          cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+    return set(FAILED.findall(proc.stdout)), proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict[str, tuple[set[str], str]]:
+    base = tmp_path_factory.mktemp("mutations")
+    jobs = {"baseline": (make_copy(base / "baseline"), tuple(sorted({t for m in MUTATIONS for t in m.tests})),
+                         keyword(n for m in MUTATIONS for n in m.fails))}
+    broken = {}
+    for mutation in MUTATIONS:
+        tree = make_copy(base / mutation.name)
+        try:
+            apply(mutation, tree)
+        except AssertionError as exc:  # reported by that mutation's test alone
+            broken[mutation.name] = (set(), f"NOT APPLIED: {exc}")
+            continue
+        jobs[mutation.name] = (tree, mutation.tests, keyword(mutation.fails))
+    workers = max(2, min(4, (os.cpu_count() or 2)))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {name: pool.submit(run_checks, *job) for name, job in jobs.items()}
+        return {**broken, **{name: future.result() for name, future in futures.items()}}
+
+
+# The first test pays for the module fixture: ~30 pytest runs in scratch copies, 4 at a time.
+@pytest.mark.timeout(1800)
+def test_the_unmutated_copy_passes_every_check_the_mutations_use(outcomes):
+    failed, output = outcomes["baseline"]
+    assert not failed and " passed" in output, output
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
+def test_mutation_is_caught(mutation, outcomes):
+    failed, output = outcomes[mutation.name]
+    missing = [needle for needle in mutation.fails if not any(needle in node for node in failed)]
+    assert not missing, (f"{mutation.name} ({mutation.proves}) was not caught by {missing}; "
+                         f"failed: {sorted(failed)}\n{output}")
+
+
+def test_the_issue_11_mutations_are_all_here():
+    names = {m.name for m in MUTATIONS}
+    assert {"attribute-typo", "number-as-word", "repository-format-typo", "database-type-typo",
+            "scheduler-method-typo", "gcloud-extra-env-flag"} <= names

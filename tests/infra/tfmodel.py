@@ -1,0 +1,182 @@
+"""The safesend module evaluated for given variables, offline: which resource instances exist and
+what their arguments are, as far as variables, locals and other resources' arguments decide.
+
+Built on hcl_eval (Terraform's expression semantics for what infra/ uses). Computed attributes
+(known only after apply) are UNKNOWN, except a few the provider derives from arguments alone
+(DERIVED). Used by the policy and parity tests to check every combination of modes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import hcl_eval as H
+from .support import MODULE, Block, body_items, is_block, locals_of, resources, blocks, top_level
+
+PROJECT_NUMBER = "123456789012"
+
+
+def _email(args: dict, project: str) -> Any:
+    account = args.get("account_id")
+    return H.UNKNOWN if not H._known(account) else f"{account}@{project}.iam.gserviceaccount.com"
+
+
+# Attributes the provider computes from arguments only (documented resource id formats).
+DERIVED = {
+    ("google_service_account", "email"): lambda a, p: _email(a, p),
+    ("google_service_account", "name"): lambda a, p: H.UNKNOWN if _email(a, p) is H.UNKNOWN
+    else f"projects/{p}/serviceAccounts/{_email(a, p)}",
+    ("google_cloud_tasks_queue", "id"): lambda a, p: f"projects/{p}/locations/{a['location']}/queues/{a['name']}",
+    ("google_pubsub_topic", "id"): lambda a, p: f"projects/{p}/topics/{a['name']}",
+    ("google_project_service_identity", "member"): lambda a, p:
+        f"serviceAccount:service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
+        if a.get("service") == "pubsub.googleapis.com" else H.UNKNOWN,
+}
+
+
+class _Lazy(dict):
+    """An instance's attributes, evaluated on first read: arguments from the body, nested blocks
+    as lists of _Lazy, DERIVED attributes, anything else UNKNOWN."""
+
+    def __init__(self, model: "ModuleModel", tf_type: str, body: dict, scope: H.Scope, top: bool):
+        super().__init__()
+        self._model, self._type, self._body, self._scope, self._top = model, tf_type, body, scope, top
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __getitem__(self, name: str) -> Any:
+        if dict.__contains__(self, name):
+            return dict.__getitem__(self, name)
+        value: Any
+        raw = self._body.get(name)
+        if is_block(raw):
+            value = [_Lazy(self._model, self._type, b, self._scope, False) for b in raw]
+        elif name in self._body and not name.startswith("__"):
+            value = H.evaluate_value(raw, self._scope)
+        elif any(name in entry for entry in self._body.get("dynamic", [])):
+            value = self._dynamic(name)
+        elif self._top and (self._type, name) in DERIVED:
+            args = {k: self[k] for k, _ in body_items(self._body) if not is_block(self._body[k])}
+            value = DERIVED[(self._type, name)](args, self._model.variables["project_id"])
+        else:
+            value = H.UNKNOWN
+        dict.__setitem__(self, name, value)
+        return value
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name]
+
+    def _dynamic(self, label: str) -> Any:
+        """A `dynamic "<label>"` block: one nested block per for_each element, <label>.key/.value bound."""
+        out = []
+        for entry in self._body.get("dynamic", []):
+            if label not in entry:
+                continue
+            spec = entry[label]
+            coll = H.evaluate_value(spec["for_each"], self._scope)
+            if coll is H.UNKNOWN:
+                return H.UNKNOWN
+            pairs = sorted(coll.items()) if isinstance(coll, dict) else list(enumerate(coll))
+            for key, value in pairs:
+                scope = self._scope.child(**{label: {"key": key, "value": value}})
+                for content in spec.get("content", []):
+                    out.append(_Lazy(self._model, self._type, content, scope, False))
+        return out
+
+
+@dataclass
+class Instance:
+    block: Block
+    key: Any  # None (single), int (count) or str (for_each)
+    attrs: _Lazy
+
+    def __getitem__(self, name: str) -> Any:
+        return self.attrs[name]
+
+
+class ModuleModel:
+    def __init__(self, overrides: dict[str, Any] | None = None, module_dir: Path = MODULE):
+        declared = top_level("variable", module_dir)
+        self.variables: dict[str, Any] = {}
+        for name, body in declared.items():
+            if "default" in body:
+                self.variables[name] = H.evaluate_value(body["default"], H.Scope())
+        self.variables.update({"project_id": "proj-1", "message_id_domain": "mail.example.com",
+                               "default_from": "Support <support@example.com>"})
+        self.variables.update(overrides or {})
+        unknown = set(overrides or {}) - set(declared)
+        if unknown:
+            raise KeyError(f"not module variables: {sorted(unknown)}")
+        self.module_dir = module_dir
+        self.blocks = {(b.type, b.name): b for b in resources(under=module_dir)}
+        self.data = {(b.type, b.name): b for b in blocks("data", module_dir)}
+        self.scope = H.Scope(variables=self.variables, locals=locals_of(module_dir), module_dir=module_dir,
+                             resolve=self._resolve)
+        self._instances: dict[tuple[str, str], Any] = {}
+
+    # ------------------------------------------------------------ instances
+    def instances(self, tf_type: str, name: str) -> list[Instance]:
+        block = self.blocks[(tf_type, name)]
+        found = self._instance_value(block)
+        if isinstance(found, list):
+            return [Instance(block, i, v) for i, v in enumerate(found)]
+        if isinstance(found, dict) and not isinstance(found, _Lazy):
+            return [Instance(block, k, v) for k, v in found.items()]
+        return [Instance(block, None, found)]
+
+    def _instance_value(self, block: Block) -> Any:
+        key = (block.type, block.name)
+        if key not in self._instances:
+            if "count" in block.body:
+                n = H.evaluate_value(block.body["count"], self.scope)
+                if n is H.UNKNOWN:
+                    raise H.EvalError(f"{block.address}: count is unknown at plan time")
+                self._instances[key] = [_Lazy(self, block.type, block.body, self.scope.child(count={"index": i}), True)
+                                        for i in range(int(n))]
+            elif "for_each" in block.body:
+                coll = H.evaluate_value(block.body["for_each"], self.scope)
+                if coll is H.UNKNOWN or (isinstance(coll, list) and not H._known(*coll)):
+                    raise H.EvalError(f"{block.address}: for_each keys are unknown at plan time")
+                pairs = coll.items() if isinstance(coll, dict) else ((v, v) for v in coll)
+                self._instances[key] = {k: _Lazy(self, block.type, block.body,
+                                                 self.scope.child(each={"key": k, "value": v}), True)
+                                        for k, v in pairs}
+            else:
+                self._instances[key] = _Lazy(self, block.type, block.body, self.scope, True)
+        return self._instances[key]
+
+    def _resolve(self, root: str, accessors: list) -> Any:
+        if root == "data":
+            (_, tf_type), (_, name), *rest = accessors
+            if (tf_type, name) == ("google_project", "this") and rest and rest[0] == ("attr", "number"):
+                return _apply(PROJECT_NUMBER, rest[1:])
+            return H.UNKNOWN
+        name = accessors[0][1]
+        block = self.blocks.get((root, name))
+        if block is None:
+            raise H.EvalError(f"{root}.{name} is not declared in {self.module_dir}")
+        return _apply(self._instance_value(block), accessors[1:])
+
+    # ------------------------------------------------------------ helpers
+    def local(self, name: str) -> Any:
+        return self.scope.local(name)
+
+    def all_instances(self) -> list[Instance]:
+        return [i for (t, n) in self.blocks for i in self.instances(t, n)]
+
+
+def _apply(value: Any, accessors: list) -> Any:
+    for pos, step in enumerate(accessors):
+        if step[0] == "attr":
+            value = H._attr(value, step[1])
+        elif step[0] == "index":
+            value = H._index(value, step[1])
+        else:
+            if value is H.UNKNOWN:
+                return H.UNKNOWN
+            items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) \
+                and not isinstance(value, _Lazy) else [value]
+            return [_apply(item, accessors[pos + 1:]) for item in items]
+    return value
