@@ -9,16 +9,24 @@ Deployed as HTTP functions from this directory (see infra/):
   review     GET/POST, the reviewers' console behind Identity-Aware Proxy: evidence and decisions
 """
 
+import functools
+
 import functions_framework
 
-from safesend.console import ReviewConsole
 from safesend.http_api import HttpApi
-from safesend.reviewer_auth import get_reviewer_auth
 from safesend.runtime import check_configuration, get_runtime
 
 check_configuration()  # a bad setting stops the deployment here, not the mail later
 _api = HttpApi(get_runtime)
-_console = ReviewConsole(lambda: get_runtime().service, get_reviewer_auth)
+
+
+@functools.lru_cache(maxsize=1)
+def _console():
+    """Built on the review function's first request: the other functions never import it."""
+    from safesend.console import ReviewConsole
+    from safesend.reviewer_auth import get_reviewer_auth
+
+    return ReviewConsole(lambda: get_runtime().service, get_reviewer_auth)
 
 
 @functions_framework.http
@@ -48,4 +56,4 @@ def notify(request):
 
 @functions_framework.http
 def review(request):
-    return _console.handle(request)
+    return _console().handle(request)

@@ -3,6 +3,9 @@
 Task names derive from the job id and the step, so enqueueing the same check
 twice is answered ALREADY_EXISTS by Cloud Tasks and treated as done. Delivery
 is at least once either way: reconcile is idempotent.
+
+google.cloud.tasks_v2 is imported on first use (~200 ms): a function instance that never
+schedules a check (status, a happy-path send) does not pay for it at cold start.
 """
 
 from __future__ import annotations
@@ -12,8 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from google.api_core import exceptions as gexc
-from google.cloud import tasks_v2
-from google.protobuf import timestamp_pb2
 
 from ..errors import SchedulerError
 
@@ -35,6 +36,8 @@ class CloudTasksScheduler:
     @property
     def client(self) -> Any:
         if self._client is None:
+            from google.cloud import tasks_v2
+
             if self._emulator_host:
                 import grpc
                 from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
@@ -50,6 +53,9 @@ class CloudTasksScheduler:
 
     def build_task(self, job_id: str, step: str, at: datetime) -> dict[str, Any]:
         """The task as sent: an OIDC token for the reconcile function's IAM check when an SA is set."""
+        from google.cloud import tasks_v2
+        from google.protobuf import timestamp_pb2
+
         schedule_time = timestamp_pb2.Timestamp()
         schedule_time.FromDatetime(at)
         http_request: dict[str, Any] = {

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from google.api_core import exceptions as gexc
-from google.cloud import pubsub_v1
 
 from ..errors import PublishError
 
@@ -17,15 +16,18 @@ class PubSubReviewPublisher:
     With PUBSUB_EMULATOR_HOST set the client library talks to the emulator by itself.
     """
 
-    def __init__(self, topic_path: str, client: pubsub_v1.PublisherClient | None = None,
+    def __init__(self, topic_path: str, client: Any = None,
                  timeout_s: float = 30.0):
         self.topic_path = topic_path
         self._client = client
         self._timeout_s = timeout_s
 
     @property
-    def client(self) -> pubsub_v1.PublisherClient:
+    def client(self) -> Any:
+        """Created (and google.cloud.pubsub_v1 imported, ~100 ms) on the first publish only."""
         if self._client is None:
+            from google.cloud import pubsub_v1
+
             self._client = pubsub_v1.PublisherClient()
         return self._client
 
