@@ -76,7 +76,7 @@ class Settings:
     notify_email_to: str | None = None
     notify_email_channel: str = "review-notifications"
     review_console_url: str | None = None
-    review_notify_timeout_s: float = 600.0
+    review_notify_timeout_s: float = 0.0  # > 0 where notify is deployed: unnotified items are republished
     # Input bounds
     max_request_bytes: int = 1_048_576
     max_body_bytes: int = 400_000
@@ -160,7 +160,7 @@ class Settings:
             notify_email_to=get("SAFESEND_NOTIFY_EMAIL_TO"),
             notify_email_channel=get("SAFESEND_NOTIFY_EMAIL_CHANNEL", "review-notifications"),
             review_console_url=get("SAFESEND_REVIEW_CONSOLE_URL"),
-            review_notify_timeout_s=_float(env, "SAFESEND_REVIEW_NOTIFY_TIMEOUT_S", 600.0),
+            review_notify_timeout_s=_float(env, "SAFESEND_REVIEW_NOTIFY_TIMEOUT_S", 0.0),
             max_request_bytes=int(_float(env, "SAFESEND_MAX_REQUEST_BYTES", 1_048_576)),
             max_body_bytes=int(_float(env, "SAFESEND_MAX_BODY_BYTES", 400_000)),
             enable_fault_injection=_bool(env, "SAFESEND_ENABLE_FAULT_INJECTION", False),

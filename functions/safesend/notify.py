@@ -22,7 +22,9 @@ class ReviewerTargets:
     email_to: str | None = None
     email_channel: str | None = None
     console_url: str | None = None
-    notify_timeout_s: float = 600.0  # a review item not notified by then is published again
+    # Where notify is deployed (the sweeper's setting, independent of which targets it may post to):
+    # a review item not notified by then is published again. 0: no notify function, never republish.
+    notify_timeout_s: float = 0.0
 
     @property
     def enabled(self) -> bool:

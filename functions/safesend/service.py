@@ -611,7 +611,7 @@ class SafeSendService:
         pubsub_id = self.publisher.publish(review_item(held, include_body), review_attributes(held))
         log(logging.WARNING, "job needs a human", job_id=job.id, state=job.state.value,
             reason=job.review_reason, pubsub_message_id=pubsub_id)
-        timeout = self.reviewers.notify_timeout_s if self.reviewers.enabled else None
+        timeout = self.reviewers.notify_timeout_s or None  # 0: no notify function is deployed
         try:
             self._cas(held, lifecycle.mark_review_published(held, self.clock(), pubsub_id, timeout))
         except ConcurrentUpdateError:
