@@ -15,7 +15,7 @@ import time
 import tracemalloc
 from collections import Counter
 
-from safesend.adapters.memory_store import InMemoryJobStore
+from devstack.memory_store import InMemoryJobStore
 from safesend.keys import job_id_for
 from safesend.model import Accepted, Failure
 from safesend.policy import ChannelPolicies

@@ -2,8 +2,9 @@
 
     functions-framework --source devstack/local_app.py --target router --host 127.0.0.1 --port 8080
 
-Routes /send, /reconcile, /sweep, /status and /notify to the real entry points in functions/main.py,
-so the code under test is exactly what Cloud Functions runs.
+Routes /send, /reconcile, /sweep, /status, /notify and /review to the real entry points in
+functions/main.py, so the code under test is exactly what Cloud Functions runs, plus one thing
+production never has: crash points (devstack/crash_points.py), armed by the X-Safesend-Fault header.
 """
 
 from __future__ import annotations
@@ -11,13 +12,26 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-_FUNCTIONS_DIR = Path(__file__).resolve().parent.parent / "functions"
-if str(_FUNCTIONS_DIR) not in sys.path:
-    sys.path.insert(0, str(_FUNCTIONS_DIR))
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+for _path in (_REPO_ROOT / "functions", _REPO_ROOT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import functions_framework  # noqa: E402
 
 import main  # noqa: E402  (functions/main.py)
+from devstack import crash_points  # noqa: E402
+from safesend.http_api import HttpApi  # noqa: E402
+from safesend.runtime import get_runtime  # noqa: E402
+
+
+def _runtime_with_crash_points():
+    runtime = get_runtime()
+    crash_points.install(runtime.service)
+    return runtime
+
+
+main._api = HttpApi(_runtime_with_crash_points)  # the entry points read main._api at call time
 
 ROUTES = {"/send": main.send, "/reconcile": main.reconcile, "/sweep": main.sweep, "/status": main.status,
           "/notify": main.notify}
@@ -30,4 +44,5 @@ def router(request):
     handler = ROUTES.get(request.path.rstrip("/") or "/")
     if handler is None:
         return {"error": "not_found", "message": f"no route {request.path}; try {sorted(ROUTES)}"}, 404
-    return handler(request)
+    with crash_points.armed(request.headers.get(crash_points.CRASH_HEADER)):
+        return handler(request)

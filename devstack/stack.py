@@ -152,7 +152,6 @@ class LocalStack:
             "SAFESEND_TASKS_QUEUE": self.queue_path,
             "SAFESEND_RECONCILE_URL": f"{self.url}/reconcile",
             "SAFESEND_REVIEW_TOPIC": self.topic_path,
-            "SAFESEND_ENABLE_FAULT_INJECTION": "1",
             **self.auth_env(),
             **self.reviewer_env(),
             **self.emulators.env(),

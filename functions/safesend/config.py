@@ -80,8 +80,6 @@ class Settings:
     # Input bounds
     max_request_bytes: int = 1_048_576
     max_body_bytes: int = 400_000
-    # Test-only fault injection (never set in infra/)
-    enable_fault_injection: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -163,7 +161,6 @@ class Settings:
             review_notify_timeout_s=_float(env, "SAFESEND_REVIEW_NOTIFY_TIMEOUT_S", 0.0),
             max_request_bytes=int(_float(env, "SAFESEND_MAX_REQUEST_BYTES", 1_048_576)),
             max_body_bytes=int(_float(env, "SAFESEND_MAX_BODY_BYTES", 400_000)),
-            enable_fault_injection=_bool(env, "SAFESEND_ENABLE_FAULT_INJECTION", False),
         )
 
     def check_auth(self) -> None:

@@ -91,10 +91,3 @@ class DecisionConflictError(SafesendError):
 
 class DecisionNotAllowedError(SafesendError):
     """This decision does not apply to this job now, e.g. acknowledge on a non-duplicate (HTTP 409)."""
-
-
-class SimulatedCrashError(BaseException):
-    """Raised only by test fault injection to stop a handler dead, like a killed instance.
-
-    A BaseException so no `except Exception` on the way can record an outcome.
-    """

@@ -5,25 +5,22 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 from typing import IO, Any, Callable
 
 from flask import Request
 
 from .auth import AuthenticationError, PermissionDeniedError, Role
 from .errors import (ConfigurationError, IndexMissingError, MailboxUnavailableError, PayloadMismatchError,
-                     PublishError, RequestValidationError, SimulatedCrashError, StoreUnavailableError)
+                     PublishError, RequestValidationError, StoreUnavailableError)
 from .keys import is_job_id, job_id_for
 from .logs import log, mask_emails, set_trace_from_headers
 from .request_body import detach_body, discard_rest, read_capped
 from .runtime import Runtime
-from .service import FaultPlan
 from .validation import dedup_key_from_query, parse_send_request
 from .views import http_status_for, job_view, retry_after_s
 
 Response = tuple[dict[str, Any], int, dict[str, str]]
 JSON = {"Content-Type": "application/json"}
-FAULT_HEADER = "X-Safesend-Fault"
 
 
 def _error(status: int, code: str, message: str, **extra: Any) -> Response:
@@ -129,7 +126,7 @@ class HttpApi:
             parsed = parse_send_request(body, runtime.settings.default_from,
                                         frozenset(runtime.policies.names()), runtime.settings.max_body_bytes,
                                         runtime.callbacks)
-            job, replayed = runtime.service.submit(parsed, self._faults(request, runtime))
+            job, replayed = runtime.service.submit(parsed)
         except RequestValidationError as exc:
             return _error(400, "invalid_request", "fix the fields listed under `fields` and send again; "
                           "the same request fails the same way", fields=exc.fields)
@@ -140,9 +137,6 @@ class HttpApi:
             log(logging.ERROR, "job store unavailable before claim", error=str(exc))
             return _error(503, "store_unavailable", "nothing was sent: retry after Retry-After seconds "
                           "(n8n's Retry On Fail does)")
-        except SimulatedCrashError:
-            log(logging.CRITICAL, "fault injection: terminating the instance")
-            os._exit(70)
         headers = dict(JSON)
         wait_s = retry_after_s(job, runtime.service.clock())
         if wait_s is not None:
@@ -160,12 +154,10 @@ class HttpApi:
             return _error(400, "invalid_request", "job_id must be a job id (32 hex digits)",
                           fields={"job_id": "32 lowercase hex digits"})
         try:
-            job, action = runtime.service.advance(job_id, self._faults(request, runtime))
+            job, action = runtime.service.advance(job_id)
         except (MailboxUnavailableError, StoreUnavailableError, PublishError) as exc:
             log(logging.WARNING, "reconcile deferred", job_id=job_id, error=str(exc))
             return _error(503, "try_again", "a dependency is unavailable; Cloud Tasks will retry")
-        except SimulatedCrashError:
-            os._exit(70)
         except Exception as exc:  # noqa: BLE001 - a retryable answer, never a crash of the worker
             log(logging.ERROR, "reconcile hit an unexpected error", job_id=job_id,
                 error_type=type(exc).__name__, exc_info=True)
@@ -243,11 +235,3 @@ class HttpApi:
         if job is None:
             return _error(404, "not_found", f"no job {job_id}", job_id=job_id)
         return job_view(job, with_events=True), 200, dict(JSON)
-
-    @staticmethod
-    def _faults(request: Request, runtime: Runtime) -> FaultPlan | None:
-        """Crash points for end-to-end tests; ignored unless SAFESEND_ENABLE_FAULT_INJECTION is on."""
-        header = request.headers.get(FAULT_HEADER)
-        if not header or not runtime.settings.enable_fault_injection:
-            return None
-        return FaultPlan({p.strip() for p in header.split(",") if p.strip()})

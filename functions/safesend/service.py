@@ -28,8 +28,8 @@ from . import lifecycle
 from .callbacks import MAX_CALLBACKS
 from .classify import unbuildable_failure
 from .errors import (ConcurrentUpdateError, IndexMissingError, MailboxUnavailableError, PayloadMismatchError,
-                     PublishError, RequestValidationError, SchedulerError, SimulatedCrashError,
-                     StaleReviewError, StoreUnavailableError)
+                     PublishError, RequestValidationError, SchedulerError, StaleReviewError,
+                     StoreUnavailableError)
 from .keys import job_id_for, message_id_for
 from .lifecycle import Timing
 from .logs import log
@@ -50,18 +50,6 @@ MAX_NOTICES_PER_ADVANCE = 10  # callback POSTs in one reconcile call (each bound
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-class FaultPlan:
-    """Test-only crash points ("after_claim", "after_send"): raise SimulatedCrashError once each."""
-
-    def __init__(self, points: set[str] | None = None):
-        self.points = set(points or ())
-
-    def hit(self, point: str) -> None:
-        if point in self.points:
-            self.points.discard(point)
-            raise SimulatedCrashError(point)
 
 
 @dataclass(frozen=True)
@@ -120,7 +108,7 @@ class SafeSendService:
         self.new_owner = new_owner
 
     # ----------------------------------------------------------------- send
-    def submit(self, request: SendRequest, faults: FaultPlan | None = None) -> tuple[Job, bool]:
+    def submit(self, request: SendRequest) -> tuple[Job, bool]:
         """Claim the job for this key and send it, or return the existing job (replayed=True).
 
         Raises StoreUnavailableError only before the claim (nothing was sent: safe to retry).
@@ -150,8 +138,7 @@ class SafeSendService:
                 pass  # the sweeper recovers it; this caller gets the state it can see
             return job, True
         log(logging.INFO, "job claimed", job_id=job.id, channel=job.channel, attempt=job.attempts)
-        (faults or FaultPlan()).hit("after_claim")
-        return self._attempt_loop(job, owner, policy, deadline, faults, raw), False
+        return self._attempt_loop(job, owner, policy, deadline, raw), False
 
     @staticmethod
     def _build_or_refuse(request: SendRequest, message_id: str, job_id: str, now: datetime) -> bytes:
@@ -163,23 +150,22 @@ class SafeSendService:
             raise RequestValidationError({field: f"cannot be built as MIME: {exc}"}) from exc
 
     def _attempt_loop(self, job: Job, owner: str, policy: ChannelPolicy, deadline: float,
-                      faults: FaultPlan | None, raw: bytes | None = None) -> Job:
+                      raw: bytes | None = None) -> Job:
         """Send, record, and retry Bucket-1 failures quickly while the request's budget allows.
 
         A store outage from here on returns the last known job: the claim stands, so the lease
         and the sweeper take over, and the caller must not hear "nothing was sent".
         """
-        job = self._attempts(job, owner, policy, deadline, faults, raw)
+        job = self._attempts(job, owner, policy, deadline, raw)
         self._follow_up(job)
         return job
 
     def _attempts(self, job: Job, owner: str, policy: ChannelPolicy, deadline: float,
-                  faults: FaultPlan | None, raw: bytes | None) -> Job:
+                  raw: bytes | None) -> Job:
         for quick_retry in range(policy.quick_retries + 1):
             try:
                 outcome = self._send_once(job, raw)
                 raw = None  # later attempts rebuild the same bytes from the stored payload
-                (faults or FaultPlan()).hit("after_send")
                 job = self._record_outcome(job, outcome, owner, policy)
                 if job.state is not State.RETRY_WAIT or job.next_check_at is None:
                     break
@@ -297,8 +283,7 @@ class SafeSendService:
         return job
 
     # ------------------------------------------------------------ reconcile
-    def advance(self, job_id: str, faults: FaultPlan | None = None,
-                known: Job | None = None) -> tuple[Job | None, str]:
+    def advance(self, job_id: str, known: Job | None = None) -> tuple[Job | None, str]:
         """Move a job one step toward a settled, verified state, if it is due. Safe to call any
         number of times.
 
@@ -329,10 +314,9 @@ class SafeSendService:
             return job, "not_due"
         if job.state is State.SENT:
             return self._verify(job)
-        return self._check_mailbox_and_act(job, policy, faults)
+        return self._check_mailbox_and_act(job, policy)
 
-    def _check_mailbox_and_act(self, job: Job, policy: ChannelPolicy,
-                               faults: FaultPlan | None) -> tuple[Job, str]:
+    def _check_mailbox_and_act(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
         owner = self.new_owner()
         if job.state is State.RETRY_WAIT and job.maybe_landed == 0:
             decided = lifecycle.resume_after_refusals(job, self.clock(), owner, self.timing)
@@ -349,7 +333,7 @@ class SafeSendService:
             job_id=job.id, hits=hits_seen, state=stored.state.value)
         if stored.state is State.SENDING:
             deadline = self.monotonic() + self.request_budget_s
-            return self._attempt_loop(stored, owner, policy, deadline, faults), "resent"
+            return self._attempt_loop(stored, owner, policy, deadline), "resent"
         self._follow_up(stored)
         return stored, f"checked_{stored.state.value}"
 
@@ -452,8 +436,7 @@ class SafeSendService:
                                       "subject": subject, "text": text}, self.default_from)
         self.submit(request)
 
-    def decide(self, job_id: str, review_id: str, decision: str, reviewer: str, note: str = "",
-               faults: FaultPlan | None = None) -> DecisionOutcome:
+    def decide(self, job_id: str, review_id: str, decision: str, reviewer: str, note: str = "") -> DecisionOutcome:
         """A person's decision on a job in review or failed. Checked against the review entry it
         answers (stale: StaleReviewError); the same decision again replays its first result; a
         resend asks the mailbox first and goes through the same attempt path as any send."""
@@ -481,8 +464,7 @@ class SafeSendService:
                 result=result, reviewer=reviewer)
             if stored.state is State.SENDING:
                 policy = self.policies.for_job(stored.channel)
-                stored = self._attempt_loop(stored, owner, policy, self.monotonic() + self.request_budget_s,
-                                            faults)
+                stored = self._attempt_loop(stored, owner, policy, self.monotonic() + self.request_budget_s)
             else:
                 self._follow_up(stored)
             return DecisionOutcome(stored, result != "refused_copy_found", result, self._copies(stored))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from safesend.adapters.memory_store import InMemoryJobStore
+from devstack.memory_store import InMemoryJobStore
 from safesend.callbacks import CallbackPolicy
 from safesend.lifecycle import Timing
 from safesend.notify import ReviewerTargets

@@ -33,7 +33,7 @@ def test_defaults_with_only_a_project():
             s.timing.recheck_s, s.timing.publish_lease_s) == (120.0, 90.0, 300.0, 60.0, 60.0)
     assert (s.tasks_queue, s.reconcile_url, s.review_topic) == (None, None, None)
     assert (s.sweep_batch, s.sweep_budget_s) == (50, 90.0)
-    assert s.enable_fault_injection is False
+    assert not hasattr(s, "enable_fault_injection")  # the deployed package has no fault switch
 
 
 def test_from_env_does_not_read_the_process_environment_when_given_a_mapping(monkeypatch):
@@ -56,13 +56,13 @@ def test_values_are_read_from_the_mapping():
     s = settings(SAFESEND_JOBS_COLLECTION="jobs_test", SAFESEND_GMAIL_USER="ops@example.com",
                  SAFESEND_SEND_TIMEOUT_S="5", SAFESEND_LEASE_S="30", SAFESEND_SWEEP_BATCH="7",
                  SAFESEND_REVIEW_TOPIC="projects/p/topics/review", SAFESEND_VERIFY_MESSAGE_ID_EVERY="0",
-                 SAFESEND_ENABLE_FAULT_INJECTION="yes", SAFESEND_CHANNELS_JSON='{"x": {}}')
+                 SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM="yes", SAFESEND_CHANNELS_JSON='{"x": {}}')
     assert s.jobs_collection == "jobs_test"
     assert s.gmail_user == "ops@example.com"
     assert (s.send_timeout_s, s.timing.lease_s, s.sweep_batch) == (5.0, 30.0, 7)
     assert s.review_topic == "projects/p/topics/review"
     assert s.verify_message_id_every == 0
-    assert s.enable_fault_injection is True
+    assert s.auth_trust_cloud_run_iam is True
     assert s.channels_json == '{"x": {}}'
 
 
@@ -117,13 +117,13 @@ def test_non_finite_delay_raises(name, value):
 @pytest.mark.parametrize("raw,expected", [("1", True), ("true", True), ("YES", True), (" on ", True),
                                           ("0", False), ("False", False), ("no", False), ("off", False)])
 def test_booleans_accept_the_usual_spellings(raw, expected):
-    assert settings(SAFESEND_ENABLE_FAULT_INJECTION=raw).enable_fault_injection is expected
+    assert settings(SAFESEND_CALLBACK_ALLOW_HTTP=raw).callback_allow_http is expected
 
 
 @pytest.mark.parametrize("raw", ["maybe", "2", "y", "enabled"])
 def test_bad_boolean_raises(raw):
     with pytest.raises(ConfigurationError):
-        settings(SAFESEND_ENABLE_FAULT_INJECTION=raw)
+        settings(SAFESEND_CALLBACK_ALLOW_HTTP=raw)
 
 
 # --------------------------------------------------------------- cross-field rules

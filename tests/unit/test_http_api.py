@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import time
 from typing import Any
 
@@ -163,7 +164,11 @@ def test_sweep_reports_what_it_did(internal_api):
     assert status == 200 and payload == {"examined": 0, "actions": {}, "errors": 0, "stopped_early": False}
 
 
-def test_fault_header_is_ignored_unless_enabled(api_and_world):
+def test_the_deployed_package_has_no_fault_switch(api_and_world):
+    """Crash points live in devstack/ (local stack, unit tests): the fault header does nothing here."""
     api, world = api_and_world
     status, _, _ = call(api.send, body=BODY, headers={"X-Safesend-Fault": "after_claim"})
-    assert status == 200 and world.mailer.sends == 1  # injection is off in these settings
+    assert status == 200 and world.mailer.sends == 1
+    functions = Path(__file__).resolve().parents[2] / "functions"
+    offenders = [p.name for p in functions.rglob("*.py") if "Fault" in p.read_text().replace("TransportFault", "")]
+    assert offenders == []

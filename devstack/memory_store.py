@@ -1,4 +1,7 @@
-"""An in-memory JobStore with the same semantics as Firestore's: for fast unit tests and benchmarks only."""
+"""An in-memory JobStore with the same semantics as Firestore's, for unit tests and benchmarks.
+
+Local tooling (devstack/), never deployed: the functions package holds only what production runs.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +9,9 @@ import threading
 from datetime import datetime
 from typing import Sequence
 
-from ..errors import ConcurrentUpdateError
-from ..model import Job
-from ..states import State
+from safesend.errors import ConcurrentUpdateError
+from safesend.model import Job
+from safesend.states import State
 
 
 class InMemoryJobStore:
