@@ -1,9 +1,21 @@
-"""A local Gmail API v1 subset (messages.send/list/get) that the real google-api-python-client can talk to.
+"""A local Gmail API v1 subset (messages.send/list/get, getProfile, history.list) for the real google-api-python-client.
 
 Why: safesend makes sends retry-safe by fixing the Message-ID and reconciling against the mailbox
-(``rfc822msgid:`` search). To test that without Google we need a server that behaves like Gmail where it
-matters: search-index lag, Message-ID rewriting of malformed ids, Google-style error bodies, injected
-errors that accept nothing, and an acceptance ("effects") log that tells how many messages really went out.
+(``rfc822msgid:`` search, or the mailbox's change log). To test that without Google we need a server that
+behaves like Gmail where it matters: search-index lag, Message-ID rewriting of malformed ids, Google-style
+error bodies, injected errors that accept nothing, and an acceptance ("effects") log that tells how many
+messages really went out.
+
+The change log (``users.history.list``, ``users.getProfile``): every change (a message added with its
+labels, labels added or removed, a message deleted) gets a new, larger historyId (with random gaps, as
+Gmail's are "not contiguous"). ``history.list`` returns the records after ``startHistoryId`` oldest first,
+filtered by ``labelId`` (the message's labels as the record saw them, or the labels the record changed)
+and ``historyTypes``, paged by ``maxResults``/``pageToken``; a ``startHistoryId`` older than the retention
+(``set_history_retention``: the last N records and/or records younger than X s) or newer than the mailbox
+answers 404 like Gmail. The history lag (``set_history_lag``, independent of the search-index lag) hides a
+record from ``history.list`` until it is that old. The ``historyId`` of getProfile and of every list
+response is the mailbox's current id, records still hidden by the lag included: a checkpoint taken from it
+can be past a record that is not listed yet (the conservative reading of Gmail's documentation).
 
 Standard library only. Binds 127.0.0.1 only. Single mailbox: every ``userId`` ("me" or an address) sees the
 same messages; the userId used to send is recorded in the effects log.
@@ -14,12 +26,14 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import bisect
 import copy
 import email.message
 import email.policy
 import email.utils
 import hashlib
 import json
+import random
 import re
 import secrets
 import signal
@@ -44,6 +58,14 @@ JOIN_TIMEOUT_S = 5.0
 MAX_INDEX_LAG_S = 3600.0
 MAX_LATENCY_S = 120.0  # response latency bound (set_latency)
 MAX_INJECTED_ERRORS = 10_000
+MAX_HISTORY_RECORDS = 100_000  # default retention by count (also the ceiling of set_history_retention)
+MAX_HISTORY_AGE_S = 30 * 86400.0
+HISTORY_PAGE_DEFAULT = 100  # Gmail's documented maxResults default for history.list ...
+HISTORY_PAGE_MAX = 500  # ... and its maximum
+HISTORY_TYPES = ("messageAdded", "messageDeleted", "labelAdded", "labelRemoved")
+HISTORY_ID_MAX_GAP = 4  # each change advances the historyId by 1..4: valid ids are not contiguous
+FIRST_HISTORY_ID = 1000
+DEFAULT_EMAIL_ADDRESS = "sim-mailbox@safesend.localhost"
 
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
@@ -94,6 +116,9 @@ _GMAIL_ID = re.compile(r"[0-9a-f]{1,32}")
 _B64_CHARS = re.compile(r"[A-Za-z0-9_\-+/]*={0,2}")
 _API_PATH = re.compile(r"/gmail/v1/users/(?P<user>[^/]+)/messages(?:/(?P<rest>[^/]+))?")
 _UPLOAD_PATH = re.compile(r"/upload/gmail/v1/users/(?P<user>[^/]+)/messages/send")
+_PROFILE_PATH = re.compile(r"/gmail/v1/users/(?P<user>[^/]+)/profile")
+_HISTORY_PATH = re.compile(r"/gmail/v1/users/(?P<user>[^/]+)/history")
+_PAGE_TOKEN = re.compile(r"h([0-9]{1,19})")
 _HIDDEN_LABELS = ("SPAM", "TRASH")
 _FORMATS = ("minimal", "full", "raw", "metadata")
 
@@ -270,6 +295,39 @@ class _Stored:
     headers: list[tuple[str, str]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _HistoryRecord:
+    """One change in the mailbox's log (Gmail's History resource, one change type per record)."""
+
+    history_id: int
+    at: float  # when the change happened; history.list shows it from at + history lag on
+    kind: str  # one of HISTORY_TYPES
+    gmail_id: str
+    thread_id: str
+    label_ids: tuple[str, ...]  # the message's labels right after the change
+    changed_labels: tuple[str, ...] = ()  # labelAdded / labelRemoved: the labels that changed
+
+    def matches(self, label: Optional[str], kinds: Optional[set[str]]) -> bool:
+        if kinds is not None and self.kind not in kinds:
+            return False
+        return label is None or label in self.label_ids or label in self.changed_labels
+
+    def resource(self) -> dict:
+        """The History resource: ``messages`` plus the one change array of this record's type."""
+        ref = {"id": self.gmail_id, "threadId": self.thread_id}
+        message = {**ref, "labelIds": list(self.label_ids)}
+        out: dict[str, Any] = {"id": str(self.history_id), "messages": [ref]}
+        if self.kind == "messageAdded":
+            out["messagesAdded"] = [{"message": message}]
+        elif self.kind == "messageDeleted":
+            out["messagesDeleted"] = [{"message": ref}]
+        else:
+            out["labelsAdded" if self.kind == "labelAdded" else "labelsRemoved"] = [
+                {"message": message, "labelIds": list(self.changed_labels)}
+            ]
+        return out
+
+
 class GmailSimulator:
     """In-process Gmail API subset server; controllable from Python or over ``/_sim/*`` HTTP endpoints."""
 
@@ -283,6 +341,9 @@ class GmailSimulator:
         verbose: bool = False,
         latency_s: float = 0.0,
         read_latency_s: Optional[float] = None,
+        history_lag_s: float = 0.0,
+        email_address: str = DEFAULT_EMAIL_ADDRESS,
+        history_seed: Optional[int] = 0,
     ) -> None:
         _require_loopback(host)
         self.verbose = verbose
@@ -298,13 +359,22 @@ class GmailSimulator:
         self._index_lag_s = 0.0
         self._latency_s = 0.0
         self._read_latency_s: Optional[float] = None
-        self._history = 1000
+        self._history = FIRST_HISTORY_ID  # the mailbox's current historyId
+        self._history_log: list[_HistoryRecord] = []  # oldest first; ids strictly increasing
+        self._history_expired_through = FIRST_HISTORY_ID  # a startHistoryId below this answers 404
+        self._history_lag_s = 0.0
+        self._history_max_records: Optional[int] = MAX_HISTORY_RECORDS
+        self._history_max_age_s: Optional[float] = None
+        self._history_rng = random.Random(history_seed)
+        self._rewrite_all_message_ids = False
+        self._email_address = email_address
         self._id_counter = 0
         self._server: Optional[_SimHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
         self._stopping = threading.Event()
         self.set_index_lag(index_lag_s)
         self.set_latency(latency_s, read_latency_s)
+        self.set_history_lag(history_lag_s)
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> "GmailSimulator":
@@ -369,12 +439,15 @@ class GmailSimulator:
             return copy.deepcopy(self._effects)
 
     def reset(self) -> None:
-        """Forget messages, effects and injected errors; truncates effects_path so the file agrees."""
+        """Forget messages, effects, injected errors and the change log; truncates effects_path so the
+        file agrees. The historyId keeps growing (as a mailbox's does): checkpoints from before answer 404."""
         with self._lock:
             self._messages.clear()
             self._order.clear()
             self._effects.clear()
             self._errors.clear()
+            self._history_log.clear()
+            self._history_expired_through = self._history
             if self._effects_path:
                 with open(self._effects_path, "w", encoding="utf-8"):
                     pass
@@ -386,6 +459,81 @@ class GmailSimulator:
             raise ValueError(f"index_lag_s must be within [0, {MAX_INDEX_LAG_S}]")
         with self._lock:
             self._index_lag_s = seconds
+
+    def set_history_lag(self, seconds: float) -> None:
+        """Model a lag of Gmail's change log, independent of the search index: ``history.list`` shows a
+        change only once it is ``seconds`` old (messages.get and getProfile are never lagged)."""
+        seconds = float(seconds)
+        if not 0.0 <= seconds <= MAX_INDEX_LAG_S:
+            raise ValueError(f"history_lag_s must be within [0, {MAX_INDEX_LAG_S}]")
+        with self._lock:
+            self._history_lag_s = seconds
+
+    def set_history_retention(self, max_records: Optional[int] = MAX_HISTORY_RECORDS,
+                              max_age_s: Optional[float] = None) -> None:
+        """Keep only the last ``max_records`` changes and/or the changes younger than ``max_age_s``
+        (None: no bound of that kind; the count never exceeds MAX_HISTORY_RECORDS). A startHistoryId
+        before the oldest change kept answers 404, as Gmail does for an out-of-date one."""
+        if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int)
+                                        or not 0 <= max_records <= MAX_HISTORY_RECORDS):
+            raise ValueError(f"max_records must be an int within [0, {MAX_HISTORY_RECORDS}] or None")
+        if max_age_s is not None and not 0.0 <= float(max_age_s) <= MAX_HISTORY_AGE_S:
+            raise ValueError(f"max_age_s must be within [0, {MAX_HISTORY_AGE_S}] or None")
+        with self._lock:
+            self._history_max_records = MAX_HISTORY_RECORDS if max_records is None else max_records
+            self._history_max_age_s = None if max_age_s is None else float(max_age_s)
+            self._prune_history()
+
+    def set_rewrite_message_ids(self, rewrite: bool) -> None:
+        """Rewrite every Message-ID, strictly valid ones too (what lieer#198 reports of Gmail's API);
+        the original is kept in X-Google-Original-Message-ID. Off by default."""
+        with self._lock:
+            self._rewrite_all_message_ids = bool(rewrite)
+
+    @property
+    def history_lag_s(self) -> float:
+        with self._lock:
+            return self._history_lag_s
+
+    @property
+    def current_history_id(self) -> int:
+        """The mailbox's current historyId (what getProfile answers)."""
+        with self._lock:
+            return self._history
+
+    def history_records(self) -> list[dict]:
+        """The change log as kept (retention applied, history lag ignored): History resources, oldest first."""
+        with self._lock:
+            self._prune_history()
+            return [record.resource() for record in self._history_log]
+
+    def modify_labels(self, gmail_id: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
+        """Add/remove labels (like users.messages.modify): one labelAdded and/or one labelRemoved record."""
+        add_ids = [label for label in dict.fromkeys(add) if isinstance(label, str) and label]
+        remove_ids = [label for label in dict.fromkeys(remove) if isinstance(label, str) and label]
+        with self._lock:
+            m = self._messages.get(gmail_id)
+            if m is None:
+                raise KeyError(f"no message {gmail_id!r}")
+            added = [label for label in add_ids if label not in m.label_ids and label not in remove_ids]
+            removed = [label for label in remove_ids if label in m.label_ids]
+            now = float(self._clock())
+            if added:
+                m.label_ids = m.label_ids + added
+                m.history_id = self._record("labelAdded", m, now, tuple(added))
+            if removed:
+                m.label_ids = [label for label in m.label_ids if label not in removed]
+                m.history_id = self._record("labelRemoved", m, now, tuple(removed))
+            return list(m.label_ids)
+
+    def delete_message(self, gmail_id: str) -> None:
+        """Delete for good (like users.messages.delete): a messageDeleted record; the effects log keeps it."""
+        with self._lock:
+            m = self._messages.pop(gmail_id, None)
+            if m is None:
+                raise KeyError(f"no message {gmail_id!r}")
+            self._order.remove(gmail_id)
+            self._record("messageDeleted", m, float(self._clock()))
 
     def set_latency(self, seconds: float, read_seconds: Optional[float] = None) -> None:
         """Model Gmail's response time: wait ``seconds`` before answering messages.send (the message is
@@ -467,7 +615,9 @@ class GmailSimulator:
         headers = _raw_headers(_parse(raw))
         given = _header_value(headers, "Message-ID")
         original: Optional[str] = None
-        if given is not None and is_strict_message_id(given):
+        with self._lock:
+            rewrite_all = self._rewrite_all_message_ids
+        if given is not None and is_strict_message_id(given) and not rewrite_all:
             message_id, stored_raw = given, raw
         else:
             message_id = f"<sim.{secrets.token_hex(12)}@mx.google.com>"
@@ -477,7 +627,6 @@ class GmailSimulator:
             gmail_id = self._new_gmail_id()
             if thread_id is None or not any(m.thread_id == thread_id for m in self._messages.values()):
                 thread_id = gmail_id
-            self._history += 1
             now = float(self._clock())
             stored = _Stored(
                 gmail_id=gmail_id,
@@ -486,7 +635,7 @@ class GmailSimulator:
                 raw=stored_raw,
                 label_ids=list(dict.fromkeys(label_ids)),
                 accepted_at=now,
-                history_id=self._history,
+                history_id=0,  # set by the messageAdded record below
                 message_id=message_id,
                 original_message_id=original,
                 raw_sha256=hashlib.sha256(raw).hexdigest(),
@@ -494,6 +643,7 @@ class GmailSimulator:
             )
             self._messages[gmail_id] = stored
             self._order.append(gmail_id)
+            stored.history_id = self._record("messageAdded", stored, now)
             effect = {
                 "gmail_id": gmail_id,
                 "thread_id": thread_id,
@@ -513,6 +663,92 @@ class GmailSimulator:
                     fh.write(json.dumps(effect, sort_keys=True) + "\n")
                     fh.flush()
             return copy.deepcopy(stored)
+
+    def _record(self, kind: str, m: _Stored, at: float, changed: tuple[str, ...] = ()) -> int:
+        """Append one change to the log under a new historyId (lock held); returns the id."""
+        self._history += 1 + self._history_rng.randrange(HISTORY_ID_MAX_GAP)
+        self._history_log.append(_HistoryRecord(self._history, at, kind, m.gmail_id, m.thread_id,
+                                                tuple(m.label_ids), changed))
+        self._prune_history()
+        return self._history
+
+    def _prune_history(self) -> None:
+        """Drop changes beyond the retention (lock held); remember the newest id dropped."""
+        log = self._history_log
+        cut = 0
+        if self._history_max_records is not None and len(log) > self._history_max_records:
+            cut = len(log) - self._history_max_records
+        if self._history_max_age_s is not None:
+            oldest_kept = float(self._clock()) - self._history_max_age_s
+            while cut < len(log) and log[cut].at < oldest_kept:
+                cut += 1
+        if cut:
+            self._history_expired_through = max(self._history_expired_through, log[cut - 1].history_id)
+            del log[:cut]
+
+    def get_profile(self, user: str) -> dict:
+        """users.getProfile: the address, the totals and the mailbox's current historyId."""
+        with self._lock:
+            threads = {m.thread_id for m in self._messages.values()}
+            return {
+                "emailAddress": user if "@" in user else self._email_address,
+                "messagesTotal": len(self._messages),
+                "threadsTotal": len(threads),
+                "historyId": str(self._history),
+            }
+
+    def list_history(self, params: dict[str, list[str]]) -> dict:
+        """users.history.list: the changes after startHistoryId, oldest first, filtered and paged.
+
+        404 when startHistoryId is older than the retention or newer than the mailbox; records younger
+        than the history lag are not shown yet; ``historyId`` is the mailbox's current id.
+        """
+        start_values = params.get("startHistoryId") or []
+        if not start_values or start_values[-1] == "":
+            raise SimError(400, "Missing required parameter: startHistoryId", "invalidArgument")
+        start = _parse_int(start_values, "startHistoryId", default=0, low=0, high=2**64 - 1)
+        max_results = _parse_int(params.get("maxResults"), "maxResults", default=HISTORY_PAGE_DEFAULT,
+                                 low=1, high=HISTORY_PAGE_MAX)
+        labels = [value for value in params.get("labelId", []) if value]
+        label = labels[-1] if labels else None
+        kinds: Optional[set[str]] = None
+        for value in params.get("historyTypes", []):
+            for kind in value.split(","):
+                if kind not in HISTORY_TYPES:
+                    raise SimError(400, f"Invalid value for historyTypes: {kind!r}", "invalidArgument")
+                kinds = (kinds or set()) | {kind}
+        token = (params.get("pageToken") or [""])[-1]
+        after = start
+        if token:
+            match = _PAGE_TOKEN.fullmatch(token)
+            if match is None or int(match[1]) < start:
+                raise SimError(400, "Invalid pageToken", "invalidArgument")
+            after = int(match[1])
+        with self._lock:
+            self._prune_history()
+            if start < self._history_expired_through or start > self._history or \
+                    after < self._history_expired_through:
+                raise SimError(404, "Requested entity was not found.", "notFound")
+            visible_until = float(self._clock()) - self._history_lag_s
+            page: list[_HistoryRecord] = []
+            more = False
+            first = bisect.bisect_right(self._history_log, after, key=lambda r: r.history_id)
+            for record in self._history_log[first:]:  # bounded by the retention
+                if record.at > visible_until:
+                    break  # ids grow with time: everything after this is younger still
+                if not record.matches(label, kinds):
+                    continue
+                if len(page) == max_results:
+                    more = True
+                    break
+                page.append(record)
+            out: dict[str, Any] = {}
+            if page:
+                out["history"] = [record.resource() for record in page]
+            if more:
+                out["nextPageToken"] = f"h{page[-1].history_id}"
+            out["historyId"] = str(self._history)
+            return out
 
     def list_messages(self, params: dict[str, list[str]]) -> dict:
         """messages.list; the index lag applies to q= searches only (label listing is immediate)."""
@@ -753,6 +989,12 @@ class _SimHandler(BaseHTTPRequestHandler):
                 return 200, sim.send(raw, user, source="send", thread_id=thread_id)
             if rest not in (None, "send") and method == "GET":
                 return 200, sim.get_message(urllib.parse.unquote(rest), params)
+        match = _PROFILE_PATH.fullmatch(path)
+        if match and method == "GET":
+            return 200, sim.get_profile(urllib.parse.unquote(match["user"]))
+        match = _HISTORY_PATH.fullmatch(path)
+        if match and method == "GET":
+            return 200, sim.list_history(params)
         match = _UPLOAD_PATH.fullmatch(path)
         if match and method == "POST":
             user = urllib.parse.unquote(match["user"])
@@ -763,10 +1005,12 @@ class _SimHandler(BaseHTTPRequestHandler):
 
 
 def _latency_kind(method: str, target: str) -> Optional[str]:
-    """"send" for messages.send (JSON or upload), "read" for list/get, None for anything else."""
+    """"send" for messages.send (JSON or upload), "read" for list/get/getProfile/history, None for anything else."""
     path = urllib.parse.urlsplit(target).path
     if _UPLOAD_PATH.fullmatch(path):
         return "send"
+    if method == "GET" and (_PROFILE_PATH.fullmatch(path) or _HISTORY_PATH.fullmatch(path)):
+        return "read"
     match = _API_PATH.fullmatch(path)
     if match is None:
         return None
@@ -852,6 +1096,23 @@ def _control(sim: GmailSimulator, method: str, path: str, body: bytes) -> tuple[
                 sim.set_index_lag(payload["index_lag_s"])
             if "latency_s" in payload or "read_latency_s" in payload:
                 sim.set_latency(payload.get("latency_s", sim.latency[0]), payload.get("read_latency_s"))
+            if "history_lag_s" in payload:
+                sim.set_history_lag(payload["history_lag_s"])
+            if "history_max_records" in payload or "history_max_age_s" in payload:
+                sim.set_history_retention(payload.get("history_max_records"), payload.get("history_max_age_s"))
+            if "rewrite_message_ids" in payload:
+                if not isinstance(payload["rewrite_message_ids"], bool):
+                    raise ValueError("rewrite_message_ids must be true or false")
+                sim.set_rewrite_message_ids(payload["rewrite_message_ids"])
+            return 200, {"ok": True}
+        if method == "GET" and path == "/_sim/history":
+            return 200, {"history": sim.history_records(), "historyId": str(sim.current_history_id)}
+        if method == "POST" and path == "/_sim/labels":
+            labels = sim.modify_labels(str(payload["id"]), _str_list(payload.get("add", [])),
+                                       _str_list(payload.get("remove", [])))
+            return 200, {"id": payload["id"], "labelIds": labels}
+        if method == "POST" and path == "/_sim/delete":
+            sim.delete_message(str(payload["id"]))
             return 200, {"ok": True}
         if method == "POST" and path == "/_sim/inject-errors":
             sim.inject_errors(int(payload["status"]), int(payload.get("count", 1)), payload.get("reason"))
@@ -867,12 +1128,20 @@ def _control(sim: GmailSimulator, method: str, path: str, body: bytes) -> tuple[
     raise SimError(404, f"Unknown control endpoint: {method} {path}", "notFound")
 
 
+def _str_list(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ValueError("labels must be a list of strings")
+    return value
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """CLI: serve until SIGTERM/SIGINT (or --max-lifetime-s, so an orphaned dev server can't linger)."""
     parser = argparse.ArgumentParser(prog="python -m devstack.gmail_sim", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=LOOPBACK)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--index-lag", type=float, default=0.0, help="search-index lag in seconds")
+    parser.add_argument("--history-lag", type=float, default=0.0,
+                        help="change-log (users.history.list) lag in seconds, independent of --index-lag")
     parser.add_argument("--latency", type=float, default=0.0,
                         help="seconds to hold every Gmail API answer (messages.send, list, get)")
     parser.add_argument("--effects-log", default=None, help="append one JSON line per accepted message")
@@ -883,7 +1152,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     sim = GmailSimulator(args.host, args.port, args.index_lag, args.effects_log, verbose=args.verbose,
-                         latency_s=args.latency)
+                         latency_s=args.latency, history_lag_s=args.history_lag)
     sim.start()
     print(f"gmail-sim listening on {sim.url}", flush=True)
     deadline = time.monotonic() + max(0.0, args.max_lifetime_s)

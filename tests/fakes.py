@@ -10,7 +10,10 @@ from datetime import datetime, timedelta, timezone
 from email import policy as email_policy
 from typing import Any, Callable
 
-from safesend.model import Accepted, Failure, MailboxHit
+from safesend.errors import HistoryExpiredError
+from safesend.model import Accepted, Failure, HistoryPage, MailboxHit
+
+FAKE_FIRST_HISTORY_ID = 5000
 
 
 class FakeClock:
@@ -38,13 +41,24 @@ class FakeClock:
 
 
 class FakeMailbox:
-    """A mailbox with search-index lag. `effects` is the acceptance log: one entry per accepted message."""
+    """A mailbox with search-index lag and a change log. `effects` is the acceptance log: one entry
+    per accepted message.
 
-    def __init__(self, clock: Callable[[], datetime], index_lag_s: float = 0.0):
+    The change log behaves like Gmail's history (see devstack/gmail_sim.py): every accepted message
+    gets a new, larger historyId (gaps of 3); `added_since` lists SENT messages added after a start
+    id once they are `history_lag_s` old (independent of the search-index lag); a start id older
+    than `expire_history()` left raises HistoryExpiredError. `current_history_id` includes messages
+    the lag still hides.
+    """
+
+    def __init__(self, clock: Callable[[], datetime], index_lag_s: float = 0.0, history_lag_s: float = 0.0):
         self.clock = clock
         self.index_lag_s = index_lag_s
+        self.history_lag_s = history_lag_s
         self.effects: list[dict[str, Any]] = []
         self.raws: list[bytes] = []
+        self.history_id = FAKE_FIRST_HISTORY_ID
+        self.history_expired_through = FAKE_FIRST_HISTORY_ID
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -52,10 +66,33 @@ class FakeMailbox:
         msg = email.message_from_bytes(raw, policy=email_policy.default)
         with self._lock:
             gmail_id = f"{next(self._ids):016x}"
+            self.history_id += 3
             self.raws.append(raw)
             self.effects.append({"gmail_id": gmail_id, "message_id": msg["Message-ID"], "labels": labels,
-                                 "at": self.clock(), "raw_sha256": hashlib.sha256(raw).hexdigest()})
+                                 "at": self.clock(), "raw_sha256": hashlib.sha256(raw).hexdigest(),
+                                 "history_id": self.history_id})
         return Accepted(gmail_id, gmail_id)
+
+    def expire_history(self) -> None:
+        """Gmail dropped its change log up to now: every older start id raises HistoryExpiredError."""
+        with self._lock:
+            self.history_expired_through = self.history_id
+
+    def added_since(self, start_history_id: str, limit: int | None = None) -> HistoryPage:
+        start = int(start_history_id)
+        horizon = self.clock() - timedelta(seconds=self.history_lag_s)
+        with self._lock:
+            if start < self.history_expired_through or start > self.history_id:
+                raise HistoryExpiredError(f"history from {start} expired")
+            added = [MailboxHit(e["gmail_id"], e["gmail_id"], tuple(e["labels"])) for e in self.effects
+                     if e["history_id"] > start and e["at"] <= horizon and "SENT" in e["labels"]]
+            current = str(self.history_id)
+        complete = limit is None or len(added) <= limit
+        return HistoryPage(tuple(added if complete else added[:limit]), current, complete)
+
+    def message_id_of(self, gmail_id: str) -> str | None:
+        with self._lock:
+            return next((e["message_id"] for e in self.effects if e["gmail_id"] == gmail_id), None)
 
     def search(self, message_id: str) -> list[MailboxHit]:
         horizon = self.clock() - timedelta(seconds=self.index_lag_s)
@@ -80,6 +117,13 @@ class FakeMailer:
         self.search_error: Exception | None = None
         self.on_send: Callable[[], None] | None = None
         self.on_search: Callable[[], None] | None = None
+        self.profile_reads = 0  # current_history_id calls (1 Gmail unit each)
+        self.history_reads = 0  # added_since calls (2 units a page)
+        self.message_id_reads = 0  # messages.get a real mailer would have made (5 units each; uncached)
+        self.history_error: Exception | None = None  # raised by current_history_id and added_since
+        self.message_ids_error: Exception | None = None
+        self.history_page_size = 500  # changes per history.list page: max_pages * this bounds added_since
+        self._message_id_cache: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def send(self, raw: bytes) -> Accepted | Failure:
@@ -108,6 +152,33 @@ class FakeMailer:
             if effect["gmail_id"] == gmail_id:
                 return effect["message_id"]
         return None
+
+    def current_history_id(self) -> str:
+        self.profile_reads += 1
+        if self.history_error:
+            raise self.history_error
+        with self.mailbox._lock:
+            return str(self.mailbox.history_id)
+
+    def added_since(self, start_history_id: str, max_pages: int = 5) -> HistoryPage:
+        self.history_reads += 1
+        if self.history_error:
+            raise self.history_error
+        return self.mailbox.added_since(start_history_id, limit=max_pages * self.history_page_size)
+
+    def message_ids_of(self, gmail_ids: list[str]) -> dict[str, str]:
+        if self.message_ids_error:
+            raise self.message_ids_error
+        out: dict[str, str] = {}
+        for gmail_id in dict.fromkeys(gmail_ids):
+            if gmail_id not in self._message_id_cache:
+                self.message_id_reads += 1
+                found = self.mailbox.message_id_of(gmail_id)
+                if found is None:
+                    continue
+                self._message_id_cache[gmail_id] = found
+            out[gmail_id] = self._message_id_cache[gmail_id]
+        return out
 
 
 class FakeScheduler:

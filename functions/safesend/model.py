@@ -77,6 +77,26 @@ class MailboxHit:
         return {"gmail_id": self.gmail_id, "thread_id": self.thread_id, "label_ids": list(self.label_ids)}
 
 
+@dataclass(frozen=True)
+class HistoryPage:
+    """What Mailer.added_since read from Gmail's change log: the SENT messages added after the start.
+
+    `messages` are oldest first, each once (labels as the log recorded them; may be empty when Gmail
+    leaves them out). `history_id` is the newest historyId seen: the mailbox's current one in the last
+    answer read, which may already count changes the log does not list yet (history lag), so it is no
+    checkpoint for an attempt that began before it was read. `complete` is False when the page or
+    time bound stopped the reading with more to read: then absence from `messages` proves nothing.
+    """
+
+    messages: tuple[MailboxHit, ...]
+    history_id: str
+    complete: bool
+    pages: int = 1
+
+    def gmail_ids(self) -> tuple[str, ...]:
+        return tuple(hit.gmail_id for hit in self.messages)
+
+
 @dataclass
 class Job:
     """One logical send. Stored as one Firestore document in `ai_jobs`, keyed by `id`.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Mapping, Protocol, Sequence
 
-from .model import Accepted, Delivery, Failure, Job, MailboxHit
+from .model import Accepted, Delivery, Failure, HistoryPage, Job, MailboxHit
 from .states import State
 
 
@@ -57,6 +57,30 @@ class Mailer(Protocol):
         """The Message-ID header Gmail actually stored for a message we sent (one bounded try).
 
         Raises MailboxUnavailableError if the read failed.
+        """
+
+    def current_history_id(self) -> str:
+        """The mailbox's current historyId (users.getProfile, 1 quota unit): a checkpoint to take
+        BEFORE an attempt, so the attempt's message, if Gmail accepted it, is added after it.
+
+        Raises MailboxUnavailableError if the read failed.
+        """
+
+    def added_since(self, start_history_id: str, max_pages: int = 5) -> HistoryPage:
+        """The SENT messages added to the mailbox after `start_history_id` (users.history.list with
+        labelId=SENT, historyTypes=messageAdded; 2 units a page of up to 500 changes), at most
+        `max_pages` pages and within the read deadline (`complete` says whether all was read).
+        Gmail's change log may lag: a message missing here may still be added later.
+
+        Raises HistoryExpiredError when Gmail no longer has the log from that id (404: fall back to
+        the search), MailboxUnavailableError if a read failed.
+        """
+
+    def message_ids_of(self, gmail_ids: Sequence[str]) -> dict[str, str]:
+        """The Message-ID header Gmail stored for each of these messages (messages.get format=metadata,
+        5 units each, cached: it never changes). Ids Gmail no longer has (404) are left out.
+
+        Raises MailboxUnavailableError if any read failed.
         """
 
 

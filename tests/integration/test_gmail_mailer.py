@@ -7,6 +7,7 @@ log, never our own counters.
 from __future__ import annotations
 
 import socket
+import time
 from datetime import datetime, timezone
 from typing import Iterator
 
@@ -16,8 +17,9 @@ from googleapiclient.discovery import build
 
 from devstack.gmail_sim import GmailSimulator
 from devstack.relay import FaultRelay
+from safesend.adapters import gmail_mailer
 from safesend.adapters.gmail_mailer import GmailMailer
-from safesend.errors import MailboxUnavailableError
+from safesend.errors import HistoryExpiredError, MailboxUnavailableError
 from safesend.keys import job_id_for, message_id_for
 from safesend.mime import OutgoingMessage, build_mime, encode_raw
 from safesend.model import Accepted, Bucket, Failure
@@ -144,3 +146,154 @@ def test_read_back_is_a_single_try(sim, relay, mailer):
     with pytest.raises(MailboxUnavailableError):
         mailer.stored_message_id(gmail_id)
     assert relay.stats()["requests"] == 1
+
+
+# ----------------------------------------------------------------------------- the change log
+def other_raw(n: int) -> bytes:
+    key = f"cust-7:order_paid:{2000 + n}"
+    return build_mime(MESSAGE, message_id_for(key, "mail.example.com"), job_id_for(key),
+                      datetime(2026, 11, 29, tzinfo=timezone.utc))
+
+
+def test_current_history_id_is_the_profiles(sim, relay, mailer):
+    assert mailer.current_history_id() == str(sim.current_history_id)
+    sim.insert_message(RAW)
+    assert mailer.current_history_id() == str(sim.current_history_id)
+    assert relay.stats()["requests"] == 2  # one getProfile each (1 quota unit)
+
+
+def test_a_dropped_response_is_settled_from_the_history_before_search_can(sim, relay, mailer):
+    """The point of the change log: seconds, not the search index's minute-plus."""
+    sim.set_index_lag(60)
+    checkpoint = mailer.current_history_id()  # taken before the attempt
+    relay.set_mode("forward-then-drop-response", count=1, delay_s=4.0)
+    outcome = mailer.send(RAW)
+    assert isinstance(outcome, Failure) and outcome.bucket is Bucket.MAYBE_ACCEPTED
+    assert mailer.find_by_message_id(MESSAGE_ID) == []  # search is blind for another minute
+    page = mailer.added_since(checkpoint)
+    assert page.complete and len(page.messages) == 1 and page.messages[0].is_sent
+    assert page.history_id == str(sim.current_history_id)
+    assert mailer.message_ids_of(page.gmail_ids()) == {page.messages[0].gmail_id: MESSAGE_ID}
+    assert sent_copies(sim) == 1
+
+
+def test_added_since_lists_only_sent_messages_added_after_the_start(sim, mailer):
+    before = sim.insert_message(other_raw(0))
+    checkpoint = mailer.current_history_id()
+    assert mailer.added_since(checkpoint).messages == ()
+    inbox = sim.insert_message(other_raw(1), label_ids=("INBOX",))
+    sent = [sim.insert_message(other_raw(n)) for n in range(2, 5)]
+    sim.modify_labels(sent[0], add=["STARRED"])  # a label change is not an addition
+    page = mailer.added_since(checkpoint)
+    assert page.gmail_ids() == tuple(sent) and page.complete and page.pages == 1
+    assert all(hit.label_ids == ("SENT",) for hit in page.messages)
+    assert before not in page.gmail_ids() and inbox not in page.gmail_ids()
+
+
+def test_added_since_pages_and_stops_at_max_pages(sim, relay, mailer, monkeypatch):
+    monkeypatch.setattr(gmail_mailer, "HISTORY_PAGE_SIZE", 2)
+    checkpoint = mailer.current_history_id()
+    ids = [sim.insert_message(other_raw(n)) for n in range(5)]
+    relay.reset_stats()
+    page = mailer.added_since(checkpoint, max_pages=10)
+    assert page.gmail_ids() == tuple(ids) and page.complete and page.pages == 3
+    assert relay.stats()["requests"] == 3  # 2 quota units each
+    short = mailer.added_since(checkpoint, max_pages=2)
+    assert short.gmail_ids() == tuple(ids[:4]) and not short.complete and short.pages == 2
+    with pytest.raises(ValueError):
+        mailer.added_since(checkpoint, max_pages=0)
+    with pytest.raises(ValueError):
+        mailer.added_since("12; DROP", max_pages=1)
+
+
+def test_history_lag_hides_a_message_until_it_passes(sim, mailer):
+    sim.set_history_lag(30)
+    checkpoint = mailer.current_history_id()
+    assert isinstance(mailer.send(RAW), Accepted)
+    page = mailer.added_since(checkpoint)
+    assert page.messages == () and page.complete  # absent for now: not proof until the lag has passed
+    assert int(page.history_id) > int(checkpoint)  # the current id already counts it
+    sim.set_history_lag(0)
+    assert len(mailer.added_since(checkpoint).messages) == 1
+
+
+def test_an_expired_start_raises_history_expired_at_once(sim, relay, mailer):
+    checkpoint = mailer.current_history_id()
+    for n in range(3):
+        sim.insert_message(other_raw(n))
+    sim.set_history_retention(max_records=1)
+    relay.reset_stats()
+    with pytest.raises(HistoryExpiredError) as info:
+        mailer.added_since(checkpoint)
+    assert not isinstance(info.value, MailboxUnavailableError)  # not transient: fall back to search
+    assert relay.stats()["requests"] == 1  # a 404 is not retried
+
+
+def test_history_read_failures_are_unavailable_after_bounded_tries(relay, mailer):
+    relay.set_mode("forward-then-5xx", match="all")
+    with pytest.raises(MailboxUnavailableError):
+        mailer.added_since("1000")
+    assert relay.stats()["requests"] == 3
+    relay.reset_stats()
+    with pytest.raises(MailboxUnavailableError):
+        mailer.current_history_id()
+    assert relay.stats()["requests"] == 3
+
+
+@pytest.mark.parametrize("call", ["current_history_id", "added_since", "message_ids_of"])
+def test_trickled_answers_are_cut_at_the_read_deadline(sim, relay, call):
+    """A server writing one byte a second keeps every socket read alive: only the deadline ends it."""
+    gmail_id = sim.insert_message(RAW)
+    mailer = GmailMailer(api_endpoint=relay.url, read_timeout_s=1.0, sleep=lambda s: None)
+    relay.set_mode("trickle-response", match="all", delay_s=0.5)
+    started = time.monotonic()
+    with pytest.raises(MailboxUnavailableError):
+        {"current_history_id": lambda: mailer.current_history_id(),
+         "added_since": lambda: mailer.added_since("1000"),
+         "message_ids_of": lambda: mailer.message_ids_of([gmail_id])}[call]()
+    assert time.monotonic() - started <= mailer.read_deadline_s + 0.5
+
+
+def test_message_ids_of_reads_concurrently_and_caches(sim, relay, mailer):
+    ids = [sim.insert_message(other_raw(n)) for n in range(12)]
+    sim.set_latency(0.0, read_seconds=0.4)
+    relay.reset_stats()
+    started = time.monotonic()
+    found = mailer.message_ids_of(ids)
+    elapsed = time.monotonic() - started
+    assert found == {gid: message_id_for(f"cust-7:order_paid:{2000 + n}", "mail.example.com")
+                     for n, gid in enumerate(ids)}
+    assert list(found) == ids
+    assert relay.stats()["requests"] == 12  # 5 quota units each
+    assert elapsed < 12 * 0.4 / 2  # several at a time (8 readers: two rounds of 0.4 s)
+    relay.reset_stats()
+    assert mailer.message_ids_of(list(reversed(ids))) == {gid: found[gid] for gid in reversed(ids)}
+    assert relay.stats()["requests"] == 0  # a stored Message-ID never changes: cached
+
+
+def test_message_ids_of_leaves_out_messages_gmail_no_longer_has(sim, mailer):
+    kept, gone = sim.insert_message(RAW), sim.insert_message(other_raw(1))
+    sim.delete_message(gone)
+    assert mailer.message_ids_of([kept, gone, kept]) == {kept: MESSAGE_ID}
+    assert mailer.message_ids_of([]) == {}
+    with pytest.raises(ValueError):
+        mailer.message_ids_of([f"{n:016x}" for n in range(gmail_mailer.MAX_MESSAGE_IDS_PER_CALL + 1)])
+
+
+def test_message_ids_of_shows_a_rewritten_message_id(sim, mailer):
+    sim.set_rewrite_message_ids(True)
+    outcome = mailer.send(RAW)
+    assert isinstance(outcome, Accepted)
+    stored = mailer.message_ids_of([outcome.gmail_id])[outcome.gmail_id]
+    assert stored != MESSAGE_ID and stored.endswith("@mx.google.com>")
+
+
+def test_message_ids_of_fails_whole_but_keeps_what_it_read(sim, relay, mailer):
+    first = sim.insert_message(RAW)
+    assert mailer.message_ids_of([first]) == {first: MESSAGE_ID}
+    second = sim.insert_message(other_raw(1))
+    relay.set_mode("forward-then-5xx", match="all")
+    relay.reset_stats()
+    with pytest.raises(MailboxUnavailableError):
+        mailer.message_ids_of([first, second])
+    assert relay.stats()["requests"] == 3  # only the uncached id, retried like any read

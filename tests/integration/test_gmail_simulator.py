@@ -403,3 +403,204 @@ def test_cli_subprocess_serves_and_stops_on_sigterm(tmp_path: Path, make_client:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+# ----------------------------------------------------------------------------- profile and change log
+def history(client: Any, start: Any, **params: Any) -> dict:
+    return client.users().history().list(userId="me", startHistoryId=str(start), **params).execute()
+
+
+def added_ids(answer: dict) -> list[str]:
+    return [a["message"]["id"] for record in answer.get("history", []) for a in record.get("messagesAdded", [])]
+
+
+@pytest.fixture
+def client(sim: GmailSimulator, make_client: Callable[..., Any]) -> Any:
+    return make_client(sim.url)
+
+
+def test_get_profile_reports_the_current_history_id(sim: GmailSimulator, client: Any) -> None:
+    profile = client.users().getProfile(userId="me").execute()
+    assert profile == {"emailAddress": "sim-mailbox@safesend.localhost", "messagesTotal": 0, "threadsTotal": 0,
+                       "historyId": str(sim.current_history_id)}
+    assert client.users().getProfile(userId="ann@example.com").execute()["emailAddress"] == "ann@example.com"
+    ids = []
+    for i in range(10):
+        sent = send(client.users().messages(), make_raw(f"<prof.{i}@safesend.test>"))
+        got = client.users().messages().get(userId="me", id=sent["id"], format="minimal").execute()
+        now = client.users().getProfile(userId="me").execute()
+        assert got["historyId"] == now["historyId"]  # the message's own change is the newest
+        ids.append(int(now["historyId"]))
+    assert ids == sorted(set(ids)) and ids[0] > int(profile["historyId"])
+    assert any(b - a > 1 for a, b in zip(ids, ids[1:]))  # "not contiguous", like Gmail's
+    assert client.users().getProfile(userId="me").execute()["messagesTotal"] == 10
+
+
+def test_history_lists_messages_added_oldest_first_with_labels(sim: GmailSimulator, client: Any) -> None:
+    start = client.users().getProfile(userId="me").execute()["historyId"]
+    assert history(client, start) == {"historyId": start}  # nothing yet: no `history` key, as Gmail
+    sent = [send(client.users().messages(), make_raw(f"<h.{i}@safesend.test>")) for i in range(3)]
+    answer = history(client, start, historyTypes=["messageAdded"], labelId="SENT")
+    assert answer["historyId"] == str(sim.current_history_id) and "nextPageToken" not in answer
+    records = answer["history"]
+    assert added_ids(answer) == [s["id"] for s in sent]
+    assert [int(r["id"]) for r in records] == sorted(int(r["id"]) for r in records)
+    first = records[0]
+    assert first["messages"] == [{"id": sent[0]["id"], "threadId": sent[0]["threadId"]}]
+    assert first["messagesAdded"] == [{"message": {"id": sent[0]["id"], "threadId": sent[0]["threadId"],
+                                                   "labelIds": ["SENT"]}}]
+    # startHistoryId is exclusive: from the first record's id on, only the later two.
+    assert added_ids(history(client, first["id"])) == [s["id"] for s in sent[1:]]
+    assert history(client, answer["historyId"]) == {"historyId": answer["historyId"]}
+
+
+def test_history_pages_by_max_results_and_a_stable_page_token(sim: GmailSimulator, client: Any) -> None:
+    start = sim.current_history_id
+    ids = [sim.insert_message(make_raw(f"<page.{i}@safesend.test>")) for i in range(5)]
+    page1 = history(client, start, maxResults=2)
+    assert added_ids(page1) == ids[:2] and page1["nextPageToken"]
+    late = sim.insert_message(make_raw("<page.late@safesend.test>"))  # arrives while paging
+    page2 = history(client, start, maxResults=2, pageToken=page1["nextPageToken"])
+    page3 = history(client, start, maxResults=2, pageToken=page2["nextPageToken"])
+    assert added_ids(page2) == ids[2:4] and added_ids(page3) == [ids[4], late]
+    assert "nextPageToken" not in page3
+    with pytest.raises(HttpError) as info:
+        history(client, start, pageToken="garbage")
+    assert info.value.status_code == 400
+    with pytest.raises(HttpError) as info:
+        history(client, start, maxResults=501)  # Gmail's documented maximum is 500
+    assert info.value.status_code == 400
+
+
+def test_history_filters_by_label_and_type_and_records_label_changes(sim: GmailSimulator, client: Any) -> None:
+    start = sim.current_history_id
+    sent = sim.insert_message(make_raw("<f.sent@safesend.test>"))
+    inbox = sim.insert_message(make_raw("<f.inbox@safesend.test>"), label_ids=("INBOX", "UNREAD"))
+    assert sim.modify_labels(sent, add=["STARRED"]) == ["SENT", "STARRED"]
+    assert sim.modify_labels(inbox, remove=["UNREAD"]) == ["INBOX"]
+    sim.delete_message(inbox)
+
+    everything = history(client, start)["history"]
+    kinds = [next(k for k in ("messagesAdded", "labelsAdded", "labelsRemoved", "messagesDeleted") if k in r)
+             for r in everything]
+    assert kinds == ["messagesAdded", "messagesAdded", "labelsAdded", "labelsRemoved", "messagesDeleted"]
+    assert everything[2]["labelsAdded"] == [{"message": {"id": sent, "threadId": sent, "labelIds": ["SENT", "STARRED"]},
+                                             "labelIds": ["STARRED"]}]
+    assert everything[4]["messagesDeleted"] == [{"message": {"id": inbox, "threadId": inbox}}]
+    got = client.users().messages().get(userId="me", id=sent, format="minimal").execute()
+    assert got["historyId"] == everything[2]["id"]  # the last change that touched the message
+
+    assert added_ids(history(client, start, labelId="SENT", historyTypes=["messageAdded"])) == [sent]
+    assert [r["id"] for r in history(client, start, labelId="SENT")["history"]] == \
+        [everything[0]["id"], everything[2]["id"]]
+    assert [r["id"] for r in history(client, start, labelId="UNREAD")["history"]] == \
+        [everything[1]["id"], everything[3]["id"]]  # the removal names the label it removed
+    removed = history(client, start, historyTypes=["labelRemoved", "messageDeleted"])["history"]
+    assert [r["id"] for r in removed] == [everything[3]["id"], everything[4]["id"]]
+    status, body = control(sim.url, "GET", f"/gmail/v1/users/me/history?startHistoryId={start}&historyTypes=bogus")
+    assert status == 400 and body["error"]["status"] == "INVALID_ARGUMENT"
+    status, body = control(sim.url, "GET", "/gmail/v1/users/me/history")
+    assert status == 400  # startHistoryId is required
+
+
+def test_history_lag_is_independent_of_the_index_lag(sim: GmailSimulator, client: Any) -> None:
+    gmail = client.users().messages()
+    start = sim.current_history_id
+    sim.set_history_lag(0.6)
+    sent = send(gmail, make_raw("<hl.1@safesend.test>"))
+    started = time.monotonic()
+    assert search(gmail, "<hl.1@safesend.test>")["resultSizeEstimate"] == 1  # index lag 0: searchable
+    hidden = history(client, start)
+    assert "history" not in hidden
+    assert hidden["historyId"] == str(sim.current_history_id)  # the current id counts the hidden change
+    seen: dict = {}
+    for _ in range(40):  # bounded poll: 40 x 0.05 s after the lag
+        seen = history(client, start)
+        if seen.get("history"):
+            break
+        time.sleep(0.05)
+    assert added_ids(seen) == [sent["id"]] and time.monotonic() - started >= 0.5
+
+    sim.set_history_lag(0)
+    sim.set_index_lag(30)
+    later = send(gmail, make_raw("<hl.2@safesend.test>"))
+    assert added_ids(history(client, start)) == [sent["id"], later["id"]]  # history at once ...
+    assert search(gmail, "<hl.2@safesend.test>") == {"resultSizeEstimate": 0}  # ... search not yet
+
+
+def test_a_start_history_id_beyond_the_retention_is_404(sim: GmailSimulator, client: Any) -> None:
+    start = sim.current_history_id
+    ids = [sim.insert_message(make_raw(f"<ret.{i}@safesend.test>")) for i in range(4)]
+    records = history(client, start)["history"]
+    sim.set_history_retention(max_records=2)
+    with pytest.raises(HttpError) as info:
+        history(client, start)
+    err = info.value
+    assert err.status_code == 404 and err.error_details[0]["reason"] == "notFound"
+    assert json.loads(err.content)["error"]["status"] == "NOT_FOUND"
+    # From the newest change dropped on, nothing is missing: valid again.
+    assert added_ids(history(client, records[1]["id"])) == ids[2:]
+    with pytest.raises(HttpError) as info:  # newer than the mailbox: invalid too
+        history(client, sim.current_history_id + 1)
+    assert info.value.status_code == 404
+    assert history(client, sim.current_history_id) == {"historyId": str(sim.current_history_id)}
+    checkpoint = sim.current_history_id
+    sim.reset()  # a fresh mailbox: ids keep growing, old checkpoints are gone
+    with pytest.raises(HttpError):
+        history(client, checkpoint - 1)
+    assert history(client, checkpoint) == {"historyId": str(checkpoint)}
+
+
+def test_history_retention_by_age(make_client: Callable[..., Any]) -> None:
+    now = [1_800_000_000.0]
+    with GmailSimulator(clock=lambda: now[0]) as simulator:
+        client = make_client(simulator.url)
+        start = simulator.current_history_id
+        old = simulator.insert_message(make_raw("<age.old@safesend.test>"))
+        after_old = simulator.current_history_id
+        now[0] += 100
+        new = simulator.insert_message(make_raw("<age.new@safesend.test>"))
+        simulator.set_history_retention(max_records=None, max_age_s=50)
+        with pytest.raises(HttpError) as info:
+            history(client, start)
+        assert info.value.status_code == 404
+        assert added_ids(history(client, after_old)) == [new]
+        now[0] += 60  # the newer change ages out too
+        with pytest.raises(HttpError):
+            history(client, after_old)
+        assert history(client, simulator.current_history_id)["historyId"] == str(simulator.current_history_id)
+        assert old != new
+
+
+def test_history_and_profile_controls_over_http(sim: GmailSimulator, client: Any) -> None:
+    start = sim.current_history_id
+    assert control(sim.url, "POST", "/_sim/config", {"history_lag_s": 30})[0] == 200
+    assert sim.history_lag_s == 30
+    gmail_id = control(sim.url, "POST", "/_sim/messages", {"raw": b64(make_raw("<hc.1@safesend.test>"))})[1]["id"]
+    assert "history" not in history(client, start)
+    status, body = control(sim.url, "GET", "/_sim/history")  # the log as kept, lag ignored
+    assert status == 200 and [r["messagesAdded"][0]["message"]["id"] for r in body["history"]] == [gmail_id]
+    assert control(sim.url, "POST", "/_sim/config", {"history_lag_s": 0})[0] == 200
+    status, body = control(sim.url, "POST", "/_sim/labels", {"id": gmail_id, "add": ["IMPORTANT"]})
+    assert status == 200 and body["labelIds"] == ["SENT", "IMPORTANT"]
+    assert control(sim.url, "POST", "/_sim/delete", {"id": gmail_id})[0] == 200
+    assert control(sim.url, "POST", "/_sim/delete", {"id": gmail_id})[0] == 400  # gone
+    assert len(history(client, start)["history"]) == 3
+    assert control(sim.url, "POST", "/_sim/config", {"history_max_records": 1})[0] == 200
+    with pytest.raises(HttpError):
+        history(client, start)
+    assert control(sim.url, "POST", "/_sim/config", {"history_max_records": -1})[0] == 400
+    assert control(sim.url, "POST", "/_sim/config", {"history_lag_s": -1})[0] == 400
+
+
+def test_rewrite_every_message_id_knob(sim: GmailSimulator, gmail: Any) -> None:
+    sim.set_rewrite_message_ids(True)
+    sent = send(gmail, make_raw("<valid.1@safesend.test>"))
+    headers = header_map(gmail.get(userId="me", id=sent["id"], format="metadata",
+                                   metadataHeaders=["Message-ID", "X-Google-Original-Message-ID"]).execute())
+    assert headers["message-id"].endswith("@mx.google.com>")
+    assert headers["x-google-original-message-id"] == "<valid.1@safesend.test>"
+    assert search(gmail, "<valid.1@safesend.test>") == {"resultSizeEstimate": 0}
+    assert control(sim.url, "POST", "/_sim/config", {"rewrite_message_ids": False})[0] == 200
+    kept = send(gmail, make_raw("<valid.2@safesend.test>"))
+    assert search(gmail, "<valid.2@safesend.test>")["messages"][0]["id"] == kept["id"]

@@ -1,19 +1,28 @@
 """Mailer on the Gmail API through google-api-python-client, with a transport that never re-sends.
 
 The send is executed with num_retries=0 over OneShotHttp: one attempt is one
-HTTP request. Reads (list/get) are idempotent, so a search gets a few bounded retries;
-the read-back right after a send gets one try.
+HTTP request. Reads (list/get/getProfile/history) are idempotent, so they get a few bounded
+retries; the read-back right after a send gets one try.
 
 Every call has a wall-clock bound the service can rely on (send_deadline_s, read_deadline_s,
 read_back_deadline_s): one OneShotHttp deadline covers the credential refresh and the send, and
 token refreshes get one try (google-auth's own retries sleep outside any socket timeout).
+
+The change log: current_history_id() (users.getProfile, 1 unit) before an attempt, then
+added_since(checkpoint) (users.history.list labelId=SENT historyTypes=messageAdded, 2 units a page)
+lists the SENT messages added since, and message_ids_of(ids) (messages.get format=metadata, 5 units
+each, run a few at a time, cached) tells which one carries our Message-ID. Seconds instead of the
+search index's minutes, when Gmail's history keeps up.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Callable, Sequence
 
 from google.auth import exceptions as auth_exceptions
@@ -25,10 +34,10 @@ from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
 from ..classify import TransportFault, classify_http, classify_transport
-from ..errors import MailboxUnavailableError
+from ..errors import HistoryExpiredError, MailboxUnavailableError
 from ..keys import bare_message_id
 from ..mime import encode_raw
-from ..model import Accepted, Bucket, Failure, MailboxHit
+from ..model import Accepted, Bucket, Failure, HistoryPage, MailboxHit
 from .one_shot_http import DEADLINE_SLACK_S, OneShotHttp, TransportError
 
 GMAIL_SCOPES = (
@@ -39,6 +48,14 @@ READ_TRIES = 3
 READ_BACKOFF_S = tuple(0.5 * 2 ** attempt for attempt in range(1, READ_TRIES))  # before tries 2..n: 1 s, 2 s
 RETRYABLE_READ_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_HITS_INSPECTED = 10
+HISTORY_PAGE_SIZE = 500  # history.list's documented maximum maxResults: fewest pages (2 units each)
+DEFAULT_HISTORY_PAGES = 5
+MAX_HISTORY_PAGES = 50
+HISTORY_PAGE_MIN_TIME_S = 1.0  # another page is started only with at least this much of the deadline left
+MAX_MESSAGE_IDS_PER_CALL = 100
+MESSAGE_ID_READERS = 8  # concurrent messages.get per message_ids_of (each on its own connection)
+MESSAGE_ID_CACHE_SIZE = 2048
+_HISTORY_ID = re.compile(r"[0-9]{1,20}")
 _OAUTH_ERROR_CODE = re.compile(r"[a-z_]{1,40}")  # RFC 6749 error codes: safe to log, unlike the body
 
 
@@ -55,6 +72,9 @@ class GmailMailer:
         self._read_timeout_s = read_timeout_s
         self._sleep = sleep
         self._service: Any = None
+        self._service_lock = threading.Lock()
+        self._message_ids: OrderedDict[str, str] = OrderedDict()  # gmail id -> stored Message-ID (LRU)
+        self._message_ids_lock = threading.Lock()
 
     # ---------------------------------------------------------- wall-clock bounds
     @property
@@ -64,8 +84,9 @@ class GmailMailer:
 
     @property
     def read_deadline_s(self) -> float:
-        """Worst-case wall-clock of one find_by_message_id(): the list and the gets of its hits share
-        READ_TRIES tries' worth of read timeouts plus the backoff sleeps between them."""
+        """Worst-case wall-clock of one find_by_message_id(), current_history_id(), added_since() or
+        message_ids_of(): all its requests share READ_TRIES tries' worth of read timeouts plus the
+        backoff sleeps between them."""
         return self._search_budget_s + DEADLINE_SLACK_S
 
     @property
@@ -80,11 +101,12 @@ class GmailMailer:
     @property
     def service(self) -> Any:
         """Builds requests only: every execute() is given its own deadline-bound transport."""
-        if self._service is None:
-            options = {"api_endpoint": self._api_endpoint} if self._api_endpoint else None
-            self._service = build("gmail", "v1", http=self._http(OneShotHttp(timeout=self._read_timeout_s)),
-                                  client_options=options, static_discovery=True, cache_discovery=False)
-        return self._service
+        with self._service_lock:  # message_ids_of reads from several threads
+            if self._service is None:
+                options = {"api_endpoint": self._api_endpoint} if self._api_endpoint else None
+                self._service = build("gmail", "v1", http=self._http(OneShotHttp(timeout=self._read_timeout_s)),
+                                      client_options=options, static_discovery=True, cache_discovery=False)
+            return self._service
 
     def _http(self, transport: OneShotHttp) -> Any:
         if self._credentials is None:
@@ -152,16 +174,153 @@ class GmailMailer:
         meta = self._read(lambda: self.service.users().messages().get(
             userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"]),
             time.monotonic() + self._read_timeout_s, tries=1)
-        for header in (meta.get("payload") or {}).get("headers") or []:
-            if header.get("name", "").lower() == "message-id":
-                return header.get("value")
-        return None
+        return _message_id_header(meta)
 
-    def _read(self, make_request: Callable[[], Any], deadline: float, tries: int = READ_TRIES) -> dict[str, Any]:
+    # ----------------------------------------------------------- change log
+    def profile(self) -> dict[str, Any]:
+        """users.getProfile (1 unit): emailAddress, messagesTotal, threadsTotal, historyId."""
+        return self._read(lambda: self.service.users().getProfile(userId=self.user),
+                          time.monotonic() + self._search_budget_s)
+
+    def current_history_id(self) -> str:
+        """The mailbox's current historyId (getProfile, 1 unit a try); MailboxUnavailableError if unread."""
+        return _history_id(self.profile().get("historyId"), "getProfile")
+
+    def added_since(self, start_history_id: str, max_pages: int = DEFAULT_HISTORY_PAGES) -> HistoryPage:
+        """SENT messages added after `start_history_id`, oldest first (history.list, 2 units a page).
+
+        Pages of HISTORY_PAGE_SIZE changes, at most `max_pages`, all within read_deadline_s; a page
+        is started only with HISTORY_PAGE_MIN_TIME_S left. Stopped by either bound with more to read,
+        the result says complete=False. A 404 (Gmail no longer has the log from that id) raises
+        HistoryExpiredError at once, any other failure MailboxUnavailableError after bounded retries.
+        """
+        start = str(start_history_id)
+        if not _HISTORY_ID.fullmatch(start):
+            raise ValueError("start_history_id must be a historyId (decimal digits)")
+        if isinstance(max_pages, bool) or not isinstance(max_pages, int) or not 1 <= max_pages <= MAX_HISTORY_PAGES:
+            raise ValueError(f"max_pages must be an int within [1, {MAX_HISTORY_PAGES}]")
+        deadline = time.monotonic() + self._search_budget_s
+        found: dict[str, MailboxHit] = {}
+        newest = start
+        token: str | None = None
+        pages = 0
+
+        def expired() -> Any:
+            raise HistoryExpiredError(f"gmail history from {start} is no longer available (HTTP 404)")
+
+        while True:
+            def request(token: str | None = token) -> Any:
+                params: dict[str, Any] = {"userId": self.user, "startHistoryId": start, "labelId": "SENT",
+                                          "historyTypes": ["messageAdded"], "maxResults": HISTORY_PAGE_SIZE}
+                if token:
+                    params["pageToken"] = token
+                return self.service.users().history().list(**params)
+
+            response = self._read(request, deadline, not_found=expired)
+            pages += 1
+            if not isinstance(response, dict):
+                raise MailboxUnavailableError("gmail history answer is not an object")
+            for hit in _sent_added(response):
+                found.setdefault(hit.gmail_id, hit)
+            if response.get("historyId") is not None:
+                newest = _history_id(response.get("historyId"), "history.list")
+            token = response.get("nextPageToken") or None
+            if token is None:
+                return HistoryPage(tuple(found.values()), newest, complete=True, pages=pages)
+            if not isinstance(token, str):
+                raise MailboxUnavailableError("gmail history answer has a malformed nextPageToken")
+            if pages >= max_pages or deadline - time.monotonic() < HISTORY_PAGE_MIN_TIME_S:
+                return HistoryPage(tuple(found.values()), newest, complete=False, pages=pages)
+
+    def message_ids_of(self, gmail_ids: Sequence[str]) -> dict[str, str]:
+        """{gmail id: stored Message-ID} (messages.get format=metadata, 5 units per id not cached).
+
+        At most MAX_MESSAGE_IDS_PER_CALL ids; up to MESSAGE_ID_READERS reads at a time, each retried
+        like any read, all within read_deadline_s. A message Gmail no longer has (404), or one with
+        no Message-ID header, is left out. Raises MailboxUnavailableError if any read failed (what
+        was read is cached, so asking again costs only the rest).
+        """
+        ids = list(dict.fromkeys(gmail_ids))
+        if len(ids) > MAX_MESSAGE_IDS_PER_CALL:
+            raise ValueError(f"at most {MAX_MESSAGE_IDS_PER_CALL} ids per call")
+        if not all(isinstance(i, str) and i for i in ids):
+            raise ValueError("gmail ids must be non-empty strings")
+        result: dict[str, str] = {}
+        missing: list[str] = []
+        with self._message_ids_lock:
+            for gmail_id in ids:
+                cached = self._message_ids.get(gmail_id)
+                if cached is None:
+                    missing.append(gmail_id)
+                else:
+                    self._message_ids.move_to_end(gmail_id)
+                    result[gmail_id] = cached
+        if not missing:
+            return result
+        deadline = time.monotonic() + self._search_budget_s
+        self._refresh_for_reads(deadline)  # once, not once per thread
+        _ = self.service  # built before the threads share it
+
+        def fetch(gmail_id: str) -> tuple[str, str | None]:
+            meta = self._read(lambda: self.service.users().messages().get(
+                userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"]),
+                deadline, not_found=lambda: None)
+            return gmail_id, (_message_id_header(meta) if meta is not None else None)
+
+        pool = ThreadPoolExecutor(max_workers=min(MESSAGE_ID_READERS, len(missing)),
+                                  thread_name_prefix="gmail-message-ids")
+        try:
+            futures = [pool.submit(fetch, gmail_id) for gmail_id in missing]
+            # Every read ends by the deadline plus the transport's slack (one queued after it fails
+            # before connecting), so this wait ends then too; its timeout is only a backstop.
+            done, _pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()) + 2 * DEADLINE_SLACK_S)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        failure: BaseException | None = None
+        for future in futures:
+            if future not in done or future.cancelled():
+                failure = failure or MailboxUnavailableError("gmail read failed: deadline passed")
+                continue
+            exc = future.exception()
+            if exc is not None:
+                failure = failure or exc
+                continue
+            gmail_id, message_id = future.result()
+            if message_id is not None:
+                result[gmail_id] = message_id
+                self._remember_message_id(gmail_id, message_id)
+        if failure is not None:
+            if isinstance(failure, MailboxUnavailableError):
+                raise failure
+            raise MailboxUnavailableError(f"gmail read failed: {_describe(failure)}") from failure
+        return {gmail_id: result[gmail_id] for gmail_id in ids if gmail_id in result}
+
+    def _remember_message_id(self, gmail_id: str, message_id: str) -> None:
+        with self._message_ids_lock:
+            self._message_ids[gmail_id] = message_id
+            self._message_ids.move_to_end(gmail_id)
+            while len(self._message_ids) > MESSAGE_ID_CACHE_SIZE:
+                self._message_ids.popitem(last=False)
+
+    def _refresh_for_reads(self, deadline: float) -> None:
+        """Refresh an expired token once before reads fan out; a failure is MailboxUnavailableError."""
+        creds = self._credentials
+        if creds is None or creds.valid:
+            return
+        transport = OneShotHttp(timeout=self._read_timeout_s,
+                                deadline=min(time.monotonic() + self._read_timeout_s, deadline))
+        try:
+            creds.refresh(_OneTryRefreshRequest(transport))
+        except Exception as exc:  # noqa: BLE001 - reads: any failure is "unavailable"
+            raise MailboxUnavailableError(f"gmail read failed: {_describe(exc)}") from exc
+
+    def _read(self, make_request: Callable[[], Any], deadline: float, tries: int = READ_TRIES,
+              not_found: Callable[[], Any] | None = None) -> Any:
         """Up to `tries` tries of an idempotent read, none past `deadline`, each within the read timeout.
 
         Whatever goes wrong (HTTP, transport, token refresh, the unforeseen) comes out as
         MailboxUnavailableError, the Mailer port's promise, with a message that is safe to log.
+        With `not_found`, a 404 answer is not retried: its result is returned (or what it raises).
         """
         last: Exception | None = None
         for attempt in range(tries):
@@ -176,6 +335,8 @@ class GmailMailer:
                 return make_request().execute(http=self._http(transport), num_retries=0)
             except Exception as exc:  # noqa: BLE001 - reads are idempotent: any failure is "unavailable"
                 last = exc
+                if not_found is not None and isinstance(exc, HttpError) and exc.status_code == 404:
+                    return not_found()
                 if not _read_retryable(exc):
                     break
         raise MailboxUnavailableError(f"gmail read failed: {_describe(last)}") from last
@@ -202,6 +363,52 @@ class _OneTryRefreshRequest(AuthRequest):
                                {"error": code} if code else {},
                                retryable=response.status in DEFAULT_RETRYABLE_STATUS_CODES)
         return response
+
+
+def _message_id_header(meta: Any) -> str | None:
+    """The Message-ID header of a format=metadata answer, if it has one."""
+    if not isinstance(meta, dict):
+        return None
+    for header in (meta.get("payload") or {}).get("headers") or []:
+        if isinstance(header, dict) and str(header.get("name", "")).lower() == "message-id":
+            value = header.get("value")
+            return value if isinstance(value, str) else None
+    return None
+
+
+def _history_id(value: Any, where: str) -> str:
+    """A historyId from an answer (a uint64 as a JSON string; a number is tolerated)."""
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    if not _HISTORY_ID.fullmatch(text):
+        raise MailboxUnavailableError(f"gmail {where} answer has no valid historyId")
+    return text
+
+
+def _sent_added(response: dict[str, Any]) -> list[MailboxHit]:
+    """The messages of messagesAdded records that are SENT (or whose labels Gmail left out: the
+    request's labelId=SENT already filtered them). Malformed records fail the read: skipping one
+    could hide the very message we look for."""
+    hits: list[MailboxHit] = []
+    records = response.get("history") or []
+    if not isinstance(records, list):
+        raise MailboxUnavailableError("gmail history answer is malformed")
+    for record in records:
+        added = (record.get("messagesAdded") or []) if isinstance(record, dict) else None
+        if not isinstance(added, list):
+            raise MailboxUnavailableError("gmail history answer is malformed")
+        for item in added:
+            message = item.get("message") if isinstance(item, dict) else None
+            gmail_id = message.get("id") if isinstance(message, dict) else None
+            if not isinstance(gmail_id, str) or not gmail_id:
+                raise MailboxUnavailableError("gmail history answer has a message without an id")
+            labels = message.get("labelIds")
+            labels = tuple(label for label in labels if isinstance(label, str)) if isinstance(labels, list) else ()
+            if labels and "SENT" not in labels:
+                continue
+            thread_id = message.get("threadId")
+            hits.append(MailboxHit(gmail_id=gmail_id, thread_id=thread_id if isinstance(thread_id, str) else None,
+                                   label_ids=labels))
+    return hits
 
 
 def _read_retryable(exc: Exception) -> bool:
