@@ -78,8 +78,8 @@ class RecordingReceiver:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def refuse_next(self, count: int, status: int = 404) -> None:
-        """The next `count` requests get `status` (n8n answers 404 before its Wait node is reached)."""
+    def refuse_next(self, count: int, status: int = 409) -> None:
+        """The next `count` requests get `status` (n8n answers 409 before its Wait node is reached)."""
         with self._lock:
             self._refusals.extend([status] * count)
 

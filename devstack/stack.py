@@ -59,6 +59,7 @@ class StackConfig:
         "SAFESEND_INDEX_LAG_S": "1",
         "SAFESEND_UNKNOWN_WINDOW_S": "3",
         "SAFESEND_VERIFY_HORIZON_S": "10",
+        "SAFESEND_HISTORY_CHECK_S": "0.3",  # the change log first (index lag 1 s), then the search
         "SAFESEND_RECHECK_S": "1",
         "SAFESEND_PUBLISH_LEASE_S": "2",
         "SAFESEND_REQUEST_BUDGET_S": "8",

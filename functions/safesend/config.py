@@ -103,6 +103,7 @@ class Settings:
             publish_lease_s=_float(env, "SAFESEND_PUBLISH_LEASE_S", 60.0),
             verify_horizon_s=_float(env, "SAFESEND_VERIFY_HORIZON_S", 1800.0),
             retry_horizon_s=_float(env, "SAFESEND_RETRY_HORIZON_S", 3600.0),
+            history_check_s=_float(env, "SAFESEND_HISTORY_CHECK_S", 5.0),
         )
         send_timeout = _float(env, "SAFESEND_SEND_TIMEOUT_S", 20.0)
         if _float(env, "SAFESEND_MAX_BODY_BYTES", 400_000) > MAX_STORABLE_BODY_BYTES:

@@ -26,6 +26,9 @@ from .states import HUMAN_STATES, SETTLED_STATES, State, check_transition
 
 Uniform = Callable[[float, float], float]
 NOTICE_LEASE_S = 30.0  # a deliverer's hold on the notices it is posting
+# Answers after which another try cannot help. Not 409: n8n answers it both before its Wait node is
+# reached (retry) and after the execution ended; the horizon bounds those retries.
+FINAL_REFUSALS = frozenset({400, 401, 403, 404, 405, 410, 413, 422})
 # Safety bound on "definitely not accepted" retries of one job; the retry horizon is the real limit.
 MAX_REFUSALS = 500
 
@@ -51,6 +54,7 @@ class Timing:
     publish_lease_s: float = 60.0
     verify_horizon_s: float = 1800.0  # last verification check of a sent job that may have two copies
     retry_horizon_s: float = 3600.0  # how long "definitely not accepted" failures are retried
+    history_check_s: float = 5.0  # first look in the mailbox's change log after an ambiguous attempt (0: off)
 
     def index_lag(self, policy: ChannelPolicy) -> timedelta:
         return timedelta(seconds=policy.index_lag_s if policy.index_lag_s is not None else self.index_lag_s)
@@ -71,6 +75,8 @@ class Timing:
             found.append(f"lease ({self.lease_s:g} s) must exceed twice the send deadline ({send_deadline_s:g} s)")
         if self.recheck_s <= 0:
             found.append("recheck interval must be > 0")
+        if self.history_check_s < 0:
+            found.append("history check delay must be >= 0 (0 turns the change log off)")
         for policy in [None, *policies]:
             where = f"channel {policy.name}" if policy else "global"
             lag = self.index_lag(policy).total_seconds() if policy else self.index_lag_s
@@ -124,9 +130,7 @@ def record_outcome(job: Job, outcome: Accepted | Failure, owner: str, now: datet
         changed.add_event(now, "late_failure", error=outcome.as_dict())
         return changed
     if outcome.bucket is Bucket.MAYBE_ACCEPTED:
-        # Gmail may have accepted it any time since the attempt began; the window still guards resends.
-        attempt_at = job.last_attempt_at or now
-        return _enter_unknown(job, outcome, now, max(now, attempt_at + timing.index_lag(policy)))
+        return _enter_unknown(job, outcome, now, first_check_at(job, now, policy, timing))
     refused = job.copy()
     refused.maybe_landed = max(0, refused.maybe_landed - 1)  # Gmail provably did not take this one
     if not outcome.retryable:
@@ -202,8 +206,53 @@ def expire_lease(job: Job, now: datetime, policy: ChannelPolicy, timing: Timing)
     """A `sending` job whose lease ran out: the instance died somewhere around the send. Unknown."""
     if job.state is not State.SENDING or job.lease_until is None or job.lease_until > now:
         raise ValueError("only a sending job with an expired lease can be recovered")
-    attempt_at = job.last_attempt_at or job.claimed_at or now
-    return _enter_unknown(job, crash_failure(), now, max(now, attempt_at + timing.index_lag(policy)))
+    return _enter_unknown(job, crash_failure(), now, first_check_at(job, now, policy, timing))
+
+
+def search_from(job: Job, policy: ChannelPolicy, timing: Timing) -> datetime:
+    """When a search can first see this job's latest attempt (its index lag after the attempt)."""
+    return (job.last_attempt_at or job.claimed_at or job.created_at) + timing.index_lag(policy)
+
+
+def first_check_at(job: Job, now: datetime, policy: ChannelPolicy, timing: Timing) -> datetime:
+    """The first look after an ambiguous attempt: the change log in seconds when the job has a
+    checkpoint, else the search once the index can show the copy (Gmail may have accepted it any
+    time since the attempt began; the window still guards resends)."""
+    search = max(now, search_from(job, policy, timing))
+    if job.history_start and timing.history_check_s > 0:
+        return min(search, now + timedelta(seconds=timing.history_check_s))
+    return search
+
+
+def uses_history(job: Job, now: datetime, policy: ChannelPolicy, timing: Timing) -> bool:
+    """This check reads the change log (before the search could see the copy), not the search."""
+    return (job.state is State.UNKNOWN and bool(job.history_start) and timing.history_check_s > 0
+            and now < search_from(job, policy, timing))
+
+
+def apply_history_check(job: Job, hits: Sequence[MailboxHit], now: datetime, policy: ChannelPolicy,
+                        timing: Timing) -> Job:
+    """A copy in the change log settles the job now (one: sent, more: duplicate). None is no evidence
+    (the log lags too): look again, then hand over to the search once the index can show the copy."""
+    checked, sent = _checked(job, hits, now, "history_checked")
+    if len(checked.known_copies) > 1:
+        return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
+    if checked.known_copies:
+        ref = sent[0].as_dict() if sent else {"gmail_id": checked.known_copies[0], "thread_id": None}
+        return _mark_sent(checked, ref, now, "found_in_history", policy, timing)
+    again = _moved(checked, State.UNKNOWN, now)
+    again.next_check_at = min(now + timedelta(seconds=2 * timing.history_check_s),
+                              max(now, search_from(job, policy, timing)))
+    return again
+
+
+def without_history(job: Job, now: datetime, policy: ChannelPolicy, timing: Timing) -> Job:
+    """The checkpoint is older than Gmail keeps the log (404): settle by search only."""
+    changed = job.copy()
+    changed.history_start = None
+    changed.next_check_at = max(now, search_from(job, policy, timing))
+    changed.add_event(now, "history_expired")
+    return changed
 
 
 def apply_mailbox_check(job: Job, hits: Sequence[MailboxHit], now: datetime, owner: str,
@@ -442,7 +491,8 @@ def record_deliveries(job: Job, results: dict[str, Delivery], now: datetime, hor
             continue
         notice["last_error"] = (f"HTTP {result.status}" if result.status else "") + (
             f" {result.detail}" if result.detail else "")
-        retry_at = next_try_at(notice["tries"], now, notice["created_at"], horizon_s)
+        final = result.status in FINAL_REFUSALS  # e.g. n8n: 401 bad resume signature, 404 no such execution
+        retry_at = None if final else next_try_at(notice["tries"], now, notice["created_at"], horizon_s)
         if retry_at is None:
             notice["gave_up_at"] = now
             changed.add_event(now, "notice_given_up", notice_id=notice["id"], error=notice["last_error"])

@@ -127,6 +127,7 @@ class Job:
     updated_at: datetime
     state: State = State.PENDING
     attempts: int = 0
+    history_start: str | None = None  # a mailbox history id older than every attempt (history.py)
     maybe_landed: int = 0
     refusals: int = 0
     retrying_since: datetime | None = None

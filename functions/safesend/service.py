@@ -26,10 +26,11 @@ from typing import Any, Callable
 
 from . import lifecycle
 from .callbacks import MAX_CALLBACKS
+from .history import CheckpointCache, copies_in_history
 from .classify import unbuildable_failure
 from .errors import (ConcurrentUpdateError, IndexMissingError, MailboxUnavailableError, PayloadMismatchError,
-                     PublishError, RequestValidationError, SchedulerError, StaleReviewError,
-                     StoreUnavailableError)
+                     HistoryExpiredError, PublishError, RequestValidationError, SchedulerError,
+                     StaleReviewError, StoreUnavailableError)
 from .keys import job_id_for, message_id_for
 from .lifecycle import Timing
 from .logs import log
@@ -81,6 +82,7 @@ class SafeSendService:
                  verify_message_id_every: int = 100,
                  notifier: Notifier | None = None, callback_horizon_s: float = 3600.0,
                  reviewers: ReviewerTargets = ReviewerTargets(), default_from: str | None = None,
+                 checkpoint_in_background: bool = True,
                  clock: Callable[[], datetime] = utcnow, monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
                  uniform: Callable[[float, float], float] = random.uniform,
@@ -100,6 +102,8 @@ class SafeSendService:
         self.callback_horizon_s = callback_horizon_s
         self.reviewers = reviewers
         self.default_from = default_from
+        self._checkpoints = (CheckpointCache(mailer.current_history_id, monotonic, background=checkpoint_in_background)
+                             if timing.history_check_s > 0 else None)
         self._accepted_sends = itertools.count()
         self.clock = clock
         self.monotonic = monotonic
@@ -124,6 +128,8 @@ class SafeSendService:
                                   request.payload, request.payload_hash, now)
         if request.callback_url:
             draft.callbacks.append(request.callback_url)
+        if self._checkpoints is not None:  # from memory: no Gmail call on the send path
+            draft.history_start = self._checkpoints.for_attempt()
         job, created = self.store.claim_or_get(lifecycle.start_attempt(draft, now, owner, self.timing))
         if not created:
             if job.payload_hash != request.payload_hash:
@@ -318,6 +324,8 @@ class SafeSendService:
 
     def _check_mailbox_and_act(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
         owner = self.new_owner()
+        if lifecycle.uses_history(job, self.clock(), policy, self.timing):
+            return self._check_history(job, policy)
         if job.state is State.RETRY_WAIT and job.maybe_landed == 0:
             decided = lifecycle.resume_after_refusals(job, self.clock(), owner, self.timing)
             hits_seen = None
@@ -336,6 +344,24 @@ class SafeSendService:
             return self._attempt_loop(stored, owner, policy, deadline), "resent"
         self._follow_up(stored)
         return stored, f"checked_{stored.state.value}"
+
+    def _check_history(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
+        """Settle from the change log in seconds; found is proof, not found waits for the search."""
+        assert job.history_start is not None
+        try:
+            hits, _ = copies_in_history(self.mailer, job.history_start, job.message_id)
+        except HistoryExpiredError:
+            decided = lifecycle.without_history(job, self.clock(), policy, self.timing)
+        else:
+            decided = lifecycle.apply_history_check(job, hits, self.clock(), policy, self.timing)
+        try:
+            stored = self._cas(job, decided)
+        except ConcurrentUpdateError:
+            return self._reload(job), "conflict"
+        log(logging.INFO, "change log checked", job_id=job.id, state=stored.state.value,
+            copies=len(stored.known_copies))
+        self._follow_up(stored)
+        return stored, f"history_{stored.state.value}"
 
     def _verify(self, job: Job) -> tuple[Job, str]:
         """A verification check of a sent job that may have two copies (see lifecycle)."""

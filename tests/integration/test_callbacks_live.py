@@ -101,7 +101,7 @@ def test_a_payments_job_in_doubt_tells_the_workflow_review(stack, n8n, receiver)
 
 
 def test_a_callback_refused_until_the_workflow_waits_is_retried(stack, n8n, receiver):
-    receiver.refuse_next(2, 404)
+    receiver.refuse_next(2, 409)  # n8n: the execution has not reached its Wait node yet
     response = n8n.send(n8n.job(callback_url=f"{receiver.url}/wait/3"))
     assert response.status_code == 200
     (notice,) = notices(receiver, "/wait/3", timeout_s=40)

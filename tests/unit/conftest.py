@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,9 +71,12 @@ class World:
 
 
 def make_world(script: list | None = None, index_lag_s: float = 30.0, policies: dict | None = None,
-               verify: bool = True, reviewers: ReviewerTargets = ReviewerTargets()) -> World:
+               verify: bool = True, reviewers: ReviewerTargets = ReviewerTargets(),
+               history_check_s: float = 0.0, history_lag_s: float = 0.0) -> World:
+    """The service over fakes. The mailbox's change log is off unless `history_check_s` > 0: most
+    tests are about the search path, which the service falls back to without a checkpoint."""
     clock = FakeClock()
-    mailbox = FakeMailbox(clock, index_lag_s=index_lag_s)
+    mailbox = FakeMailbox(clock, index_lag_s=index_lag_s, history_lag_s=history_lag_s)
     mailer = FakeMailer(mailbox, script)
     store = InMemoryJobStore()
     scheduler = FakeScheduler()
@@ -80,10 +84,12 @@ def make_world(script: list | None = None, index_lag_s: float = 30.0, policies: 
     notifier = FakeNotifier()
     service = SafeSendService(store, mailer, scheduler, publisher,
                               ChannelPolicies.from_mapping(policies or POLICIES),
-                              message_id_domain="mail.example.com", timing=TIMING, request_budget_s=40,
+                              message_id_domain="mail.example.com",
+                              timing=dataclasses.replace(TIMING, history_check_s=history_check_s), request_budget_s=40,
                               send_timeout_s=10, verify_message_id_every=1 if verify else 0, clock=clock,
                               monotonic=clock.monotonic, sleep=clock.sleep, uniform=lambda a, b: b,
-                              notifier=notifier, reviewers=reviewers, default_from="Shop <shop@example.com>")
+                              notifier=notifier, reviewers=reviewers, default_from="Shop <shop@example.com>",
+                              checkpoint_in_background=False)
     return World(clock, mailbox, mailer, store, scheduler, publisher, service, notifier)
 
 

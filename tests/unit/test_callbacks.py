@@ -96,8 +96,8 @@ def test_a_sent_job_calls_its_callback_once_with_the_outcome(world):
 
 
 def test_a_refused_first_call_is_retried_with_identical_content(world):
-    """n8n answers an error until the execution reached its Wait node: retried, same bytes."""
-    world.notifier.script = [Delivery(False, 404), Delivery(False, None, "connect_refused")]
+    """n8n answers 409 until the execution reached its Wait node: retried, same bytes."""
+    world.notifier.script = [Delivery(False, 409), Delivery(False, None, "connect_refused")]
     job, _ = world.service.submit(world.request(callback_url=HOOK_A))
     settle(world, job.id)
     bodies = [body for url, body in world.notifier.posts]
@@ -204,3 +204,21 @@ def test_concurrent_registrations_are_all_kept():
     for thread in threads:
         thread.join(timeout=10)
     assert len(world.store.get(job.id).callbacks) == 7
+
+
+@pytest.mark.parametrize("status", [401, 404, 410])
+def test_a_final_refusal_is_not_retried(world, status):
+    """n8n: 401 for a bad resume signature, 404 for an execution that does not exist: final."""
+    world.notifier.script = [Delivery(False, status)]
+    job, _ = world.service.submit(world.request(callback_url=HOOK_A))
+    settle(world, job.id)
+    notice = world.store.get(job.id).notices[0]
+    assert len(world.notifier.posts) == 1 and notice["gave_up_at"] is not None
+
+
+def test_409_is_retried_until_the_workflow_waits(world):
+    """n8n answers 409 while the execution has not reached its Wait node yet."""
+    world.notifier.script = [Delivery(False, 409), Delivery(False, 409)]
+    job, _ = world.service.submit(world.request(callback_url=HOOK_A))
+    settle(world, job.id)
+    assert len(world.notifier.posts) == 3 and world.store.get(job.id).notices[0]["delivered_at"] is not None
