@@ -58,7 +58,8 @@ def job_view(job: Job, *, replayed: bool | None = None, with_events: bool = Fals
         "channel": job.channel,
         "next_check_at": _iso(job.next_check_at),
         "review_reason": job.review_reason,
-        "error": job.last_error if job.state is not State.SENT else None,
+        # Not `error`: n8n's HTTP Request node takes a top-level `error` in a 2xx body for a failure.
+        "last_error": job.last_error if job.state is not State.SENT else None,
         "created_at": _iso(job.created_at),
         "updated_at": _iso(job.updated_at),
     }

@@ -399,7 +399,7 @@ class Storm:
             if state in HUMAN and job.job_id in self.missing_review_items:
                 failures["lost: review/failed without a review item"].append(job.job_id)
             if state == "failed":
-                error = json.dumps(view.get("error") or {})
+                error = json.dumps(view.get("last_error") or {})
                 kind = "rate limit" if any(m in error for m in RATE_LIMIT_MARKERS) else "other"
                 failures[f"failed ({kind}) although nothing permanent was injected"].append(job.job_id)
             if n > 1:

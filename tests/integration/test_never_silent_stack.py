@@ -107,7 +107,7 @@ def test_a_trickled_answer_is_cut_at_the_send_deadline(n8n, stack):
     started = time.monotonic()
     response = n8n.send(n8n.job())
     elapsed = time.monotonic() - started
-    assert response.status_code == 202 and response.json()["error"]["code"] == "timeout"
+    assert response.status_code == 202 and response.json()["last_error"]["code"] == "timeout"
     assert elapsed < 2 + 1.5, f"the send took {elapsed:.1f} s with a 2 s deadline"
     view = wait_verified_or_review(n8n, response.json()["job_id"])
     assert (view["state"], view["attempts"]) == ("sent", 1)

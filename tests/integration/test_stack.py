@@ -184,7 +184,7 @@ def test_fail_before_forward_on_a_retry_channel_resends_once_after_the_window(n8
 def test_connection_closed_after_forward_is_not_silently_resent(n8n, stack):
     stack.relay.set_mode("close-after-forward", count=1)
     response = n8n.send(n8n.job())
-    assert response.status_code == 202 and response.json()["error"]["code"] == "disconnected_after_write"
+    assert response.status_code == 202 and response.json()["last_error"]["code"] == "disconnected_after_write"
     view = n8n.wait_for(response.json()["job_id"], SETTLED)
     assert view["state"] == "sent" and view["attempts"] == 1
     assert n8n.effects(view["message_id"]) == 1
@@ -193,7 +193,7 @@ def test_connection_closed_after_forward_is_not_silently_resent(n8n, stack):
 def test_gmail_5xx_is_reconciled_not_retried(n8n, stack):
     stack.relay.set_mode("forward-then-5xx", count=1)
     response = n8n.send(n8n.job())
-    assert response.status_code == 202 and response.json()["error"]["status"] == 503
+    assert response.status_code == 202 and response.json()["last_error"]["status"] == 503
     view = n8n.wait_for(response.json()["job_id"], SETTLED)
     assert view["state"] == "sent" and view["attempts"] == 1
     assert n8n.effects(view["message_id"]) == 1

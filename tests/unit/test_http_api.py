@@ -72,7 +72,7 @@ def test_permanent_failure_is_422_with_the_reason(api_and_world):
     api, world = api_and_world
     world.mailer.script = [classify_http(400, "invalidArgument", "Invalid To header")]
     status, payload, _ = call(api.send, body=BODY)
-    assert status == 422 and payload["state"] == "failed" and payload["error"]["status"] == 400
+    assert status == 422 and payload["state"] == "failed" and payload["last_error"]["status"] == 400
 
 
 def test_bad_requests_are_400_with_fields(api_and_world):
