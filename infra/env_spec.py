@@ -18,6 +18,8 @@ Rendering, exactly as functions.tf does it:
   4. env[name][function]: rendered over everything; names in `lists` are split on ",",
      empty items dropped, joined again; names in `omit_empty` are left out when "";
   5. secrets[name]: mounted on its functions when value[enabled_by] == "true", version value[version].
+  6. deploy[function]: deployed when value[enabled_by] == "true" (notify and review only with the
+     reviewer side), with its ingress, timeout and invokers (who holds roles/run.invoker on it).
 
     python3 infra/env_spec.py gcloud --out DIR [--fact name=value ...]   (facts also from
         SAFESEND_FACT_<name> environment variables, so values with spaces need no quoting)
@@ -33,9 +35,10 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_PATH = ROOT / "infra" / "modules" / "safesend" / "env_spec.json"
@@ -47,6 +50,13 @@ DEFAULT_JOBS_COLLECTION = "ai_jobs"
 GCLOUD_INGRESS = {"ALLOW_ALL": "all", "ALLOW_INTERNAL_ONLY": "internal-only",
                   "ALLOW_INTERNAL_AND_GCLB": "internal-and-gclb"}
 SECRET_FIELDS = {"secret", "version", "enabled_by", "functions"}
+DEPLOY_FIELDS = {"ingress", "timeout_s", "invokers", "enabled_by"}
+# Who holds roles/run.invoker on a function, by kind (rendered in render()):
+#   callers      the caller service accounts of send/status (+ allUsers with public_callers)
+#   tasks        the Cloud Tasks invoker          scheduler    the Cloud Scheduler invoker
+#   notify_push  the identity of the Pub/Sub push subscription to notify
+#   iap_agent    the IAP service agent (direct IAP on the review function's Cloud Run service)
+INVOKER_KINDS = ("callers", "tasks", "scheduler", "notify_push", "iap_agent")
 SWITCH_FIELDS = {"when", "equals", "then", "otherwise"}
 
 
@@ -112,7 +122,8 @@ def validate(spec: dict) -> list[str]:
             return
         if unknown:
             errors.append(f"{where}: unknown names {unknown} (allowed here: facts"
-                          f"{', templates' if allowed - facts else ''}{', switches' if set(switches) & allowed else ''})")
+                          f"{', templates' if allowed - facts else ''}"
+                          f"{', switches' if set(switches) & allowed else ''})")
 
     clash = (facts & set(templates)) | (facts & set(switches)) | (set(templates) & set(switches))
     if clash:
@@ -165,13 +176,21 @@ def validate(spec: dict) -> list[str]:
     waiting = set(spec.get("not_deployed", {}))
     if waiting & set(functions):
         errors.append(f"not_deployed: {sorted(waiting & set(functions))} are deployed functions")
+    missing_urls = [f for f in functions if f"url_{f}" not in templates]
+    if missing_urls:
+        errors.append(f"templates: no url_<function> for {missing_urls} (their run.app URLs)")
     deploy = spec.get("deploy", {})
     if sorted(deploy) != sorted(functions):
         errors.append(f"deploy: must describe exactly the functions {functions}")
     for function, settings in deploy.items():
+        if set(settings) != DEPLOY_FIELDS:
+            errors.append(f"deploy.{function}: must have exactly {sorted(DEPLOY_FIELDS)}")
+        if settings.get("enabled_by") not in everything:
+            errors.append(f"deploy.{function}.enabled_by: {settings.get('enabled_by')!r} "
+                          "is not a fact, template or switch")
         if settings.get("ingress") not in GCLOUD_INGRESS:
             errors.append(f"deploy.{function}.ingress: {settings.get('ingress')!r}")
-        if settings.get("invokers") not in ("callers", "tasks", "scheduler"):
+        if settings.get("invokers") not in INVOKER_KINDS:
             errors.append(f"deploy.{function}.invokers: {settings.get('invokers')!r}")
         if not isinstance(settings.get("timeout_s"), int):
             errors.append(f"deploy.{function}.timeout_s: must be an integer")
@@ -187,6 +206,8 @@ class Rendered:
     timeout_s: dict[str, int]
     invokers: dict[str, list[str]]
     jobs_collection: str
+    enabled: dict[str, bool] = field(default_factory=dict)  # function -> deployed in this configuration
+    urls: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -232,15 +253,18 @@ def render(spec: dict, facts: Mapping[str, str]) -> Rendered:
         "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS", "").split(",") if e]
     if values["caller_public_invoker"] == "true":
         callers.append("allUsers")
-    invokers = {}
-    for function, settings in spec["deploy"].items():
-        invokers[function] = {"callers": callers,
-                              "tasks": [f"serviceAccount:{values['sa_tasks_invoker']}"],
-                              "scheduler": [f"serviceAccount:{values['sa_scheduler_invoker']}"]}[settings["invokers"]]
+    kinds = {"callers": callers,
+             "tasks": [f"serviceAccount:{values['sa_tasks_invoker']}"],
+             "scheduler": [f"serviceAccount:{values['sa_scheduler_invoker']}"],
+             "notify_push": [f"serviceAccount:{values['sa_notify_push']}"],
+             "iap_agent": [f"serviceAccount:{values['sa_iap_agent']}"]}
+    invokers = {function: kinds[settings["invokers"]] for function, settings in spec["deploy"].items()}
     return Rendered(values=values, env=env, secrets=secrets,
                     ingress={f: s["ingress"] for f, s in spec["deploy"].items()},
                     timeout_s={f: s["timeout_s"] for f, s in spec["deploy"].items()},
-                    invokers=invokers, jobs_collection=facts["jobs_collection"])
+                    invokers=invokers, jobs_collection=facts["jobs_collection"],
+                    enabled={f: values[s["enabled_by"]] == "true" for f, s in spec["deploy"].items()},
+                    urls={f: values[f"url_{f}"] for f in spec["functions"]})
 
 
 def _caller_function(spec: dict) -> str:
@@ -254,7 +278,10 @@ def yaml_env_file(env: Mapping[str, str]) -> str:
 
 
 def write_gcloud_files(rendered: Rendered, out: Path) -> None:
+    """Per function: <f>.env.yaml, .secrets, .ingress, .timeout, .invokers, .url; and `functions`,
+    the functions this configuration deploys (one a line, in the spec's order)."""
     out.mkdir(parents=True, exist_ok=True)
+    (out / "functions").write_text("".join(f + "\n" for f, on in rendered.enabled.items() if on), encoding="utf-8")
     for function, env in rendered.env.items():
         (out / f"{function}.env.yaml").write_text(yaml_env_file(env), encoding="utf-8")
         secrets = ",".join(f"{name}={sid}:{version}"
@@ -264,6 +291,7 @@ def write_gcloud_files(rendered: Rendered, out: Path) -> None:
         (out / f"{function}.timeout").write_text(f"{rendered.timeout_s[function]}s", encoding="utf-8")
         (out / f"{function}.invokers").write_text("".join(m + "\n" for m in rendered.invokers[function]),
                                                   encoding="utf-8")
+        (out / f"{function}.url").write_text(rendered.urls[function], encoding="utf-8")
 
 
 # ------------------------------------------------------------------------ Firestore index
@@ -350,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
             rendered = render(spec, facts)
             write_gcloud_files(rendered, args.out)
             for function, env in rendered.env.items():
+                if not rendered.enabled[function]:
+                    print(f"{function}: not deployed in this configuration")
+                    continue
                 print(f"{function}: {len(env)} variables, secrets "
                       f"{sorted(rendered.secrets[function]) or 'none'}, invokers {rendered.invokers[function]}")
             return 0

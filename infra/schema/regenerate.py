@@ -8,7 +8,8 @@ CDK Terrain prebuilt provider wheels on PyPI (cdktn-provider-google, -google-bet
 resource and data source:
 
 * a class per resource/data source whose docs summary links the registry page and names the
-  Terraform type: "Represents a {@link https://registry.terraform.io/providers/hashicorp/google/8.7.0/docs/resources/pubsub_topic google_pubsub_topic}."
+  Terraform type: "Represents a {@link
+  https://registry.terraform.io/providers/hashicorp/google/8.7.0/docs/resources/pubsub_topic google_pubsub_topic}."
   Its getters are everything a reference may read: the arguments and the computed attributes
   (`createTime`, `serviceConfig` -> an OutputReference class with its own getters, ...).
 * an interface `<Class>Config` whose properties are the arguments, with their types; each
@@ -315,7 +316,7 @@ def snapshot(wheel: Path, provider_name: str, wanted: dict[str, set[str]]) -> di
 
 
 def download(requirement: str, into: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+    subprocess.run([sys.executable, "-m", "pip", "download",  # noqa: S603 - fixed argv, pinned requirement "--quiet", "--no-deps", "--only-binary=:all:",
                     "--disable-pip-version-check", "-d", str(into), requirement], check=True)
     return find_wheel(requirement, into)
 

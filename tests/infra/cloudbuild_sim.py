@@ -62,7 +62,7 @@ class Sim:
 
     @classmethod
     def create(cls, config_name: str, tmp: Path, overrides: dict[str, str] | None = None,
-               config_path: Path | None = None) -> "Sim":
+               config_path: Path | None = None) -> Sim:
         work = tmp / "workspace"
         shutil.copytree(ROOT / "infra", work / "infra",
                         ignore=shutil.ignore_patterns(".terraform", "__pycache__", "*.tfstate*"))

@@ -15,12 +15,13 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
-class Unsupported(Exception):
+class Unsupported(Exception):  # noqa: N818 - reads as "unsupported HCL", raised by name in tests
     """An expression or function this evaluator does not implement."""
 
 
@@ -204,7 +205,7 @@ class _Parser:
             return Node("cond", (cond, then, self.expr()))
         return cond
 
-    LEVELS = [("||",), ("&&",), ("==", "!="), ("<", ">", "<=", ">="), ("+", "-"), ("*", "/", "%")]
+    LEVELS = (("||",), ("&&",), ("==", "!="), ("<", ">", "<=", ">="), ("+", "-"), ("*", "/", "%"))
 
     def binary(self, level: int) -> Node:
         if level == len(self.LEVELS):
@@ -416,7 +417,7 @@ class Scope:
     _local_values: dict[str, Any] = field(default_factory=dict)
     _evaluating: set[str] = field(default_factory=set)
 
-    def child(self, **bindings: Any) -> "Scope":
+    def child(self, **bindings: Any) -> Scope:
         return Scope(self.variables, self.locals, self.module_dir, self.resolve, {**self.bindings, **bindings},
                      self._local_values, self._evaluating)
 
@@ -503,7 +504,7 @@ def _go_regex(pattern: str) -> re.Pattern:
 
 
 def _regex_result(match: re.Match, pattern: re.Pattern) -> Any:
-    names = [n for n in pattern.groupindex]
+    names = list(pattern.groupindex)
     if pattern.groups == 0:
         return match.group(0)
     if names and len(names) != pattern.groups:
@@ -651,7 +652,7 @@ def _equal(a: Any, b: Any) -> bool:
         return a is b or (isinstance(a, bool) and isinstance(b, bool) and a == b)
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b
-    return type(a) is type(b) and a == b or (a is None and b is None)
+    return (type(a) is type(b) and a == b) or (a is None and b is None)
 
 
 def evaluate(node: Node, scope: Scope) -> Any:

@@ -14,8 +14,8 @@ import sys
 
 def parse_hcl(lib_dir: str, files: list[str]) -> dict:
     sys.path.insert(0, lib_dir)
-    import hcl2  # noqa: PLC0415 - only importable once lib_dir is on the path
-    from hcl2.utils import SerializationOptions  # noqa: PLC0415
+    import hcl2
+    from hcl2.utils import SerializationOptions
 
     options = SerializationOptions(strip_string_quotes=True, with_comments=False, explicit_blocks=True)
     result = {}
@@ -29,7 +29,7 @@ def parse_hcl(lib_dir: str, files: list[str]) -> dict:
 
 
 def parse_yaml(files: list[str]) -> dict:
-    import yaml  # noqa: PLC0415 - PyYAML comes with checkov
+    import yaml
 
     result = {}
     for name in files:

@@ -140,6 +140,27 @@ def test_approved_prod_build_with_a_committed_lock_applies_the_saved_plan(tmp_pa
     assert not any("providers" in c for c in sim.calls()), "a committed lock is used as is"
 
 
+@pytest.mark.parametrize("output, enabled", [('"safesend-review"', True), ("null", False)])
+def test_an_applied_review_console_is_put_behind_iap(tmp_path, output, enabled):
+    """reviewers_enabled: after the apply, IAP is switched on for the console's service (the provider
+    cannot); without a console, or without an apply, nothing is touched."""
+    sim, results = run_pipeline(tmp_path, {"_AUTO_APPLY": "true"}, lock=True)
+    (sim.workdir / ".cloudbuild" / "review-service.json").write_text(output + "\n")
+    assert all(p.returncode == 0 for p in results.values()) and applied(sim)
+    assert any(c[:2] == ["terraform", "-chdir=infra/envs/dev"] and c[2:4] == ["output", "-json"] for c in sim.calls())
+    proc = sim.run("review-iap")
+    assert proc.returncode == 0, proc.stderr
+    updates = [c for c in sim.calls() if c[:5] == ["gcloud", "beta", "run", "services", "update"]]
+    assert updates == ([["gcloud", "beta", "run", "services", "update", "safesend-review", "--region=us-central1",
+                         "--iap", "--quiet"]] if enabled else [])
+
+
+def test_a_plan_only_build_puts_nothing_behind_iap(tmp_path):
+    sim, _results = run_pipeline(tmp_path, {}, lock=True)
+    assert sim.run("review-iap").returncode == 0
+    assert not [c for c in sim.calls() if "--iap" in c]
+
+
 def test_prod_plan_only_build_creates_the_lock_to_commit(tmp_path):
     sim, results = run_pipeline(tmp_path, {"_ENV": "prod"}, lock=False)
     assert all(p.returncode == 0 for p in results.values()) and not applied(sim)

@@ -1,6 +1,7 @@
 """(e) The deploy artifact: functions/ zipped with the Terraform module's exclude rules
 (infra/package_source.py, also used by cloudbuild-gcloud.yaml), installed into a fresh venv from
-its own requirements.txt, where main imports and functions-framework finds every entry point.
+its own requirements.txt, where main imports and functions-framework finds every entry point, each
+starting with exactly the environment the Terraform module renders for it (secrets as dummy values).
 
 Needs PyPI (pip install). Uses Python 3.12 (the functions' runtime, python312) when this machine
 has it, else the interpreter running the tests."""
@@ -8,8 +9,8 @@ has it, else the interpreter running the tests."""
 from __future__ import annotations
 
 import glob
-import json
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 from .support import FUNCTIONS, INFRA, blocks, entry_points, resource
+from .tfmodel import ModuleModel
 
 PACKAGE = INFRA / "package_source.py"
 
@@ -73,8 +75,9 @@ def runtime_python() -> str:
     runtime = resource("google_cloudfunctions2_function", "send").first("build_config", "runtime")
     assert runtime == "${var.runtime}"
     want = "3.12"
-    candidates = [shutil.which(f"python{want}")] + sorted(glob.glob(f"/root/.pyenv/versions/{want}*/bin/python{want}")) \
-        + sorted(glob.glob(str(Path.home() / f".pyenv/versions/{want}*/bin/python{want}")))
+    candidates = [shutil.which(f"python{want}"),
+                  *sorted(glob.glob(f"/root/.pyenv/versions/{want}*/bin/python{want}")),
+                  *sorted(glob.glob(str(Path.home() / f".pyenv/versions/{want}*/bin/python{want}")))]
     for candidate in filter(None, candidates):
         probe = subprocess.run([candidate, "-c", "import venv, ensurepip"], capture_output=True, timeout=30)
         if probe.returncode == 0:
@@ -82,11 +85,33 @@ def runtime_python() -> str:
     return sys.executable
 
 
-# What the deployed functions get from infra/ at the least (no network is touched at import).
-DEPLOYED_ENV = {"PATH": "/usr/bin:/bin", "GOOGLE_CLOUD_PROJECT": "demo-artifact",
-                "SAFESEND_MESSAGE_ID_DOMAIN": "notifications.mail.example-shop.com",
-                "SAFESEND_DEFAULT_FROM": "Shop <shop@example-shop.com>",
-                "SAFESEND_AUTH_HMAC_SECRET": "0123456789abcdef0123456789abcdef"}
+# Every switch on (reviewer side, webhooks, email, callbacks, public callers), so every variable and
+# secret the spec can render reaches the import-time checks. Secret values are dummies of the right shape.
+ALL_ON = {"message_id_domain": "notifications.mail.example-shop.com", "default_from": "Shop <shop@example-shop.com>",
+          "public_callers": True, "callback_allowed_hosts": ["n8n.example-shop.com"], "reviewers_enabled": True,
+          "review_iap_members": ["group:mail-reviewers@example-shop.com"],
+          "review_allowed_emails": ["ann@example-shop.com"],
+          "review_allowed_domains": ["example-shop.com"], "notify_chat_webhook": True, "notify_slack_webhook": True,
+          "notify_email_to": "mail-reviewers@example-shop.com"}
+SECRET_VALUES = {
+    "SAFESEND_AUTH_HMAC_SECRET": "0123456789abcdef0123456789abcdef",
+    "SAFESEND_AUTH_API_KEYS": "n8n:" + "ab" * 32,
+    "SAFESEND_CALLBACK_HMAC_SECRET": "fedcba9876543210fedcba9876543210",
+    "SAFESEND_GMAIL_CREDENTIALS_JSON": ('{"type": "authorized_user", "client_id": "c", "client_secret": "s", '
+                                        '"refresh_token": "r"}'),
+    "SAFESEND_NOTIFY_CHAT_WEBHOOK_URL": "https://chat.googleapis.com/v1/spaces/AAA/messages?key=k&token=t",
+    "SAFESEND_NOTIFY_SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T/B/X",
+    "SAFESEND_REVIEW_CSRF_SECRET": "0123456789abcdef0123456789abcdef0123456789abcdef",
+}
+
+
+def deployed_env(function: str) -> dict[str, str]:
+    """What Cloud Functions gives the function: its rendered variables, its secrets, its target."""
+    model = ModuleModel(ALL_ON)
+    env = dict(model.local("function_env")[function])
+    for name in model.local("function_secrets")[function]:
+        env[name] = SECRET_VALUES[name]
+    return {"PATH": "/usr/bin:/bin", **env, "FUNCTION_TARGET": function, "K_SERVICE": f"safesend-{function}"}
 
 CHECK = """
 import sys
@@ -118,14 +143,22 @@ def test_artifact_installs_in_a_fresh_venv_and_exposes_every_entry_point(tmp_pat
     # (test_policy.py), and may need settings of their own (e.g. the review console's).
     deployed = json.loads((INFRA / "modules" / "safesend" / "env_spec.json").read_text())["functions"]
     assert set(deployed) <= entry_points()
-    names = sorted(deployed)
     # -I: only the venv and the unpacked artifact, nothing from this checkout or PYTHONPATH.
-    command = [str(python), "-I", "-c", f"import sys; sys.path.insert(0, '.'); exec({CHECK!r})", ",".join(names)]
-    run = subprocess.run(command, cwd=app_dir, capture_output=True, text=True, timeout=120, env=DEPLOYED_ENV)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "entry points ok" in run.stdout
-    # The import-time gate: a Message-ID domain that cannot make a valid message stops the revision.
-    broken = subprocess.run(command, cwd=app_dir, capture_output=True, text=True, timeout=120,
-                            env={**DEPLOYED_ENV, "SAFESEND_MESSAGE_ID_DOMAIN": "no_underscores.example.com"})
+    command = lambda name: [str(python), "-I", "-c",  # noqa: E731
+                            f"import sys; sys.path.insert(0, '.'); exec({CHECK!r})", name]
+    for name in sorted(deployed):
+        run = subprocess.run(command(name), cwd=app_dir, capture_output=True, text=True, timeout=120,
+                             env=deployed_env(name))
+        assert run.returncode == 0, f"{name}: " + run.stdout[-3000:] + run.stderr[-3000:]
+        assert "entry points ok" in run.stdout
+    # The import-time gate: a Message-ID domain that cannot make a valid message stops the revision,
+    # and the console refuses a development identity on Cloud Run.
+    broken = subprocess.run(command("send"), cwd=app_dir, capture_output=True, text=True, timeout=120,
+                            env={**deployed_env("send"), "SAFESEND_MESSAGE_ID_DOMAIN": "no_underscores.example.com"})
+    assert broken.returncode != 0 and "refusing to start" in broken.stdout, broken.stdout[-2000:]
+    review = deployed_env("review")
+    review.pop("SAFESEND_REVIEW_IAP_AUDIENCE")
+    broken = subprocess.run(command("review"), cwd=app_dir, capture_output=True, text=True, timeout=120,
+                            env={**review, "SAFESEND_REVIEW_DEV_IDENTITY": "dev@localhost"})
     assert broken.returncode != 0 and "refusing to start" in broken.stdout, broken.stdout[-2000:]
     print(run.stdout.strip(), f"(venv + install + import: {time.monotonic() - started:.0f} s)")

@@ -16,7 +16,7 @@ import re
 import pytest
 
 from .cloudbuild_sim import Sim, flags, read_env_yaml
-from .support import FUNCTIONS, INFRA, MODULE, ROOT, locals_of, reference, resources, top_level
+from .support import FUNCTIONS, INFRA, MODULE, locals_of, reference, resources, top_level
 from .tfmodel import PROJECT_NUMBER, ModuleModel
 
 SPEC_MODULE = INFRA / "env_spec.py"
@@ -32,7 +32,17 @@ VARIABLE_TO_SUBSTITUTION = {
     "public_callers": "_PUBLIC_CALLERS", "callback_allowed_hosts": "_CALLBACK_ALLOWED_HOSTS",
     "gmail_credentials_version": "_GMAIL_CREDENTIALS_VERSION", "webhook_hmac_version": "_WEBHOOK_HMAC_VERSION",
     "api_keys_version": "_API_KEYS_VERSION", "callback_hmac_version": "_CALLBACK_HMAC_VERSION",
+    "reviewers_enabled": "_REVIEWERS", "notify_chat_webhook": "_NOTIFY_CHAT_WEBHOOK",
+    "notify_slack_webhook": "_NOTIFY_SLACK_WEBHOOK", "notify_email_to": "_NOTIFY_EMAIL_TO",
+    "notify_email_channel": "_NOTIFY_EMAIL_CHANNEL", "review_allowed_emails": "_REVIEW_ALLOWED_EMAILS",
+    "review_allowed_domains": "_REVIEW_ALLOWED_DOMAINS", "review_notify_timeout_seconds": "_REVIEW_NOTIFY_TIMEOUT_S",
+    "notify_chat_webhook_version": "_NOTIFY_CHAT_WEBHOOK_VERSION",
+    "notify_slack_webhook_version": "_NOTIFY_SLACK_WEBHOOK_VERSION", "review_csrf_version": "_REVIEW_CSRF_VERSION",
+    # not facts of the spec, but settings of resources both paths create
+    "review_iap_members": "_REVIEW_IAP_MEMBERS", "review_max_delivery_attempts": "_REVIEW_MAX_DELIVERY_ATTEMPTS",
 }
+REVIEWERS = {"reviewers_enabled": True, "review_iap_members": ["group:mail-reviewers@example.com"],
+             "review_allowed_emails": ["ann@example.com"]}
 
 SCENARIOS = {
     "defaults": {},
@@ -52,6 +62,17 @@ SCENARIOS = {
     "public-with-versions": {
         "public_callers": True, "create_n8n_invoker_service_account": False, "api_keys_version": "2",
         "callback_allowed_hosts": ["n8n.example.com"], "callback_hmac_version": "5",
+    },
+    "reviewers": {**REVIEWERS},
+    "reviewers-everything": {
+        **REVIEWERS, "region": "europe-west1", "name_prefix": "ss-prod", "gmail_delegated_user": "boss@example.com",
+        "callback_allowed_hosts": ["n8n.example.com"], "public_callers": True,
+        "review_iap_members": ["group:mail-reviewers@example.com", "user:ann@example.com", "domain:example.org"],
+        "review_allowed_emails": ["ann@example.com", "bob@example.org"], "review_allowed_domains": ["example.org"],
+        "notify_chat_webhook": True, "notify_slack_webhook": True, "notify_email_to": "reviewers@example.org",
+        "notify_email_channel": "notifications", "review_notify_timeout_seconds": 900,
+        "notify_chat_webhook_version": "4", "notify_slack_webhook_version": "6", "review_csrf_version": "2",
+        "review_max_delivery_attempts": 12,
     },
 }
 
@@ -85,13 +106,16 @@ def terraform_config(overrides: dict) -> dict:
     out = {}
     for fn_block in resources("google_cloudfunctions2_function"):
         fn = fn_block.name
+        if not model.instances(fn_block.type, fn):
+            continue  # not deployed in this configuration (count = 0)
         service = fn_block.blocks("service_config")[0]
         dynamic = service.get("dynamic", [])
         assert not [k for k in service if k == "secret_environment_variables"], \
             f"{fn}: secrets must come from env_spec.json (a dynamic block over local.function_secrets.{fn})"
         assert [list(d) for d in dynamic] == [["secret_environment_variables"]], fn
         assert dynamic[0]["secret_environment_variables"]["for_each"] == f"${{local.function_secrets.{fn}}}", fn
-        account = model.instances("google_service_account", reference(service["service_account_email"]).split(".")[1])[0]
+        account_name = re.sub(r"\[0\]$", "", reference(service["service_account_email"]).split(".")[1])
+        account = model.instances("google_service_account", account_name)[0]
         out[fn] = {
             "env": env[fn], "secrets": secrets[fn],
             "ingress": service["ingress_settings"], "timeout": service["timeout_seconds"],
@@ -101,16 +125,44 @@ def terraform_config(overrides: dict) -> dict:
         assert service["environment_variables"] == f"${{local.function_env.{fn}}}", \
             f"{fn}: environment_variables must be local.function_env.{fn} (env_spec.json)"
     for block in resources("google_cloud_run_v2_service_iam_member"):
-        match = re.fullmatch(r"google_cloudfunctions2_function\.(\w+)\.service_config\[0\]\.service",
+        match = re.fullmatch(r"google_cloudfunctions2_function\.(\w+)(\[0\])?\.service_config\[0\]\.service",
                              reference(block.body["name"]) or "")
         assert match and block.body["role"] == "roles/run.invoker", block.address
         for instance in model.instances(block.type, block.name):
             out[match.group(1)]["invokers"].add(instance["member"])
+    out["_push"] = None
+    blocks = lambda value: value if isinstance(value, list) else []  # noqa: E731 - unwritten block: UNKNOWN
+    for sub in model.instances("google_pubsub_subscription", "notify_push"):
+        oidc = blocks(sub["push_config"][0]["oidc_token"])
+        dead = blocks(sub["dead_letter_policy"])
+        retry = blocks(sub["retry_policy"])
+        out["_push"] = {
+            "name": sub["name"], "topic": sub["topic"], "endpoint": sub["push_config"][0]["push_endpoint"],
+            "oidc_account": oidc[0]["service_account_email"] if oidc else None,
+            "audience": oidc[0]["audience"] if oidc else None,
+            "ack_deadline_s": sub["ack_deadline_seconds"],
+            "min_backoff": retry[0]["minimum_backoff"] if retry else None,
+            "max_backoff": retry[0]["maximum_backoff"] if retry else None,
+            "dead_letter_topic": dead[0]["dead_letter_topic"] if dead else None,
+            "max_delivery_attempts": str(dead[0]["max_delivery_attempts"]) if dead else None,
+            "dead_letter_forwarder": [g["member"] for g in model.instances(
+                "google_pubsub_subscription_iam_member", "dead_letter_notify_push_subscriber")],
+        }
+    accessors = model.instances("google_iap_web_cloud_run_service_iam_member", "review_accessors")
+    out["_iap"] = {"enabled": bool(model.instances("google_cloudfunctions2_function", "review")),
+                   "accessors": sorted((a["member"], a["role"]) for a in accessors)}
     return out
+
+
+def seconds(duration: str) -> str:
+    """gcloud's "10s" / "7d" and Terraform's "10s" / "604800s" on one scale."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return str(int(duration[:-1]) * units[duration[-1]]) + "s"
 
 
 # ---------------------------------------------------------------- gcloud side
 def gcloud_config(tmp_path, overrides: dict) -> dict:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     subs = {"_SOURCE_BUCKET": "proj-1-safesend-fn-src", "_MESSAGE_ID_DOMAIN": "mail.example.com",
             "_DEFAULT_FROM": "Support <support@example.com>"}
     for variable, value in overrides.items():
@@ -119,7 +171,12 @@ def gcloud_config(tmp_path, overrides: dict) -> dict:
     sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0),
                    (r"storage objects describe", "", 1),
                    (r"indexes composite list", "[]\n", 0),
-                   (r"run services get-iam-policy", "\n", 0)]
+                   (r"run services get-iam-policy", "\n", 0),
+                   (r"services identity create --service=iap\.googleapis\.com",
+                    f"service-{PROJECT_NUMBER}@gcp-sa-iap.iam.gserviceaccount.com\n", 0),
+                   (r"services identity create --service=pubsub\.googleapis\.com",
+                    f"service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com\n", 0),
+                   (r"pubsub subscriptions describe", "", 1)]
     (sim.workdir / "functions-source.sha256").write_text("abc123 functions-source.zip\n")
     (sim.workdir / "functions-source.zip").write_bytes(b"PK")
     for step in ("render-config", "upload-and-index", "deploy-functions"):
@@ -134,7 +191,8 @@ def gcloud_config(tmp_path, overrides: dict) -> dict:
                    "no-allow-unauthenticated", "service-account", "build-service-account", "docker-repository",
                    "ingress-settings", "timeout", "env-vars-file", "set-secrets", "clear-secrets",
                    "max-instances", "concurrency", "memory"}
-        assert set(f) <= allowed, f"{fn}: gcloud deploy sets more than env_spec.json renders: {sorted(set(f) - allowed)}"
+        assert set(f) <= allowed, \
+            f"{fn}: gcloud deploy sets more than env_spec.json renders: {sorted(set(f) - allowed)}"
         assert f["env-vars-file"] == f"deploy-config/{fn}.env.yaml", fn
         secrets = {}
         if "set-secrets" in f:
@@ -154,6 +212,31 @@ def gcloud_config(tmp_path, overrides: dict) -> dict:
     for call in sim.calls():
         if call[:3] == ["gcloud", "functions", "add-invoker-policy-binding"]:
             out[call[3].split("-")[-1]]["invokers"].add(flags(call)["member"])
+    out["_push"] = None
+    creates = [c for c in sim.calls() if c[:4] == ["gcloud", "pubsub", "subscriptions", "create"]]
+    assert len(creates) <= 1
+    for call in creates:
+        f = flags(call)
+        allowed = {"topic", "push-endpoint", "push-auth-service-account", "push-auth-token-audience", "ack-deadline",
+                   "min-retry-delay", "max-retry-delay", "dead-letter-topic", "max-delivery-attempts",
+                   "expiration-period", "message-retention-duration"}
+        assert set(f) <= allowed, sorted(set(f) - allowed)
+        out["_push"] = {
+            "name": call[4], "topic": f.get("topic"), "endpoint": f.get("push-endpoint"),
+            "oidc_account": f.get("push-auth-service-account"), "audience": f.get("push-auth-token-audience"),
+            "ack_deadline_s": int(f["ack-deadline"]) if "ack-deadline" in f else None,
+            "min_backoff": f.get("min-retry-delay"), "max_backoff": f.get("max-retry-delay"),
+            "dead_letter_topic": f.get("dead-letter-topic"), "max_delivery_attempts": f.get("max-delivery-attempts"),
+            "dead_letter_forwarder": [flags(c)["member"] for c in sim.calls()
+                                      if c[:4] == ["gcloud", "pubsub", "subscriptions", "add-iam-policy-binding"]
+                                      and c[4] == call[4] and flags(c).get("role") == "roles/pubsub.subscriber"],
+        }
+        assert f.get("expiration-period") == "never" and seconds(f["message-retention-duration"]) == "604800s"
+    enabled = [c for c in sim.calls() if c[:5] == ["gcloud", "beta", "run", "services", "update"] and "--iap" in c]
+    out["_iap"] = {"enabled": bool(enabled),
+                   "accessors": sorted((flags(c)["member"], flags(c)["role"]) for c in sim.calls()
+                                       if c[:4] == ["gcloud", "iap", "web", "add-iam-policy-binding"]
+                                       and flags(c).get("resource-type") == "cloud-run")}
     out["_calls"] = sim.calls()
     return out
 
@@ -164,12 +247,22 @@ def test_both_deploy_paths_give_every_function_the_same_configuration(scenario, 
     terraform = terraform_config(overrides)
     gcloud = gcloud_config(tmp_path, overrides)
     gcloud.pop("_calls")
+    for key in ("_push", "_iap"):
+        tf, gc = terraform.pop(key), gcloud.pop(key)
+        if key == "_push" and tf is not None and gc is not None:
+            tf = {**tf, "min_backoff": seconds(tf["min_backoff"]), "max_backoff": seconds(tf["max_backoff"])}
+            gc = {**gc, "min_backoff": seconds(gc["min_backoff"] or "0s"),
+                  "max_backoff": seconds(gc["max_backoff"] or "0s")}
+        assert tf == gc, f"{scenario}: {key} differs: terraform {tf!r}, gcloud {gc!r}"
     assert sorted(gcloud) == sorted(terraform), "both paths deploy the same functions"
+    if overrides.get("reviewers_enabled"):
+        assert {"notify", "review"} <= set(terraform), scenario
     for fn in terraform:
         for key in ("env", "secrets", "ingress", "timeout", "runtime_account", "entry_point", "invokers"):
             tf, gc = terraform[fn][key], gcloud[fn][key]
             if key == "env":
-                differ = {name: (tf.get(name), gc.get(name)) for name in set(tf) | set(gc) if tf.get(name) != gc.get(name)}
+                differ = {name: (tf.get(name), gc.get(name))
+                          for name in set(tf) | set(gc) if tf.get(name) != gc.get(name)}
                 assert not differ, f"{scenario}/{fn}: variables differ (terraform, gcloud): {differ}"
             assert tf == gc, f"{scenario}/{fn}: {key} differs: terraform {tf!r}, gcloud {gc!r}"
 
@@ -188,7 +281,7 @@ def test_terraform_expressions_render_the_spec_exactly_as_env_spec_py(scenario):
 
 
 def test_gcloud_substitution_defaults_are_the_terraform_variable_defaults():
-    from .support import parsed_yaml, CLOUDBUILD_FILES
+    from .support import CLOUDBUILD_FILES, parsed_yaml
     subs = parsed_yaml(*CLOUDBUILD_FILES)["cloudbuild-gcloud.yaml"]["substitutions"]
     variables = top_level("variable", MODULE)
     for variable, substitution in VARIABLE_TO_SUBSTITUTION.items():
@@ -196,7 +289,8 @@ def test_gcloud_substitution_defaults_are_the_terraform_variable_defaults():
         if "default" not in variables[variable]:
             continue
         assert str(subs[substitution]) == as_substitution(variables[variable]["default"]), \
-            f"{substitution} default {subs[substitution]!r} vs var.{variable} default {variables[variable]['default']!r}"
+            f"{substitution} default {subs[substitution]!r} vs var.{variable} default " \
+            f"{variables[variable]['default']!r}"
 
 
 def test_every_fact_is_fed_by_a_variable_here_and_a_substitution_there():
@@ -204,9 +298,9 @@ def test_every_fact_is_fed_by_a_variable_here_and_a_substitution_there():
     facts = locals_of(MODULE)["env_facts"]
     assert sorted(facts) == sorted(spec["facts"]), "local.env_facts must supply exactly the spec's facts"
     for name, expr in facts.items():
-        assert re.fullmatch(r"\$\{(var\.\w+|tostring\(var\.\w+\)|join\(\",\", var\.\w+\)|data\.google_project\.this\.number)\}",
-                            expr), f"env_facts.{name} = {expr}: keep facts plain references to variables"
-    from .support import parsed_yaml, CLOUDBUILD_FILES
+        plain = r"\$\{(var\.\w+|tostring\(var\.\w+\)|join\(\",\", var\.\w+\)|data\.google_project\.this\.number)\}"
+        assert re.fullmatch(plain, expr), f"env_facts.{name} = {expr}: keep facts plain references to variables"
+    from .support import CLOUDBUILD_FILES, parsed_yaml
     render = {s["id"]: s for s in parsed_yaml(*CLOUDBUILD_FILES)["cloudbuild-gcloud.yaml"]["steps"]}["render-config"]
     fed = {item.split("=", 1)[0].removeprefix("SAFESEND_FACT_") for item in render["env"]}
     assert fed | {"project_number"} == set(spec["facts"]), "render-config must feed every fact (project number: gcloud)"
@@ -227,13 +321,24 @@ def test_spec_is_valid_and_names_what_the_module_creates():
         model.instances("google_service_account", "n8n_invoker")[0]["email"]
     for fn in spec["functions"]:
         assert values[f"url_{fn}"] == model.local("function_urls")[fn]
+    reviewers = ModuleModel(REVIEWERS)
+    on = reviewers.local("env_values")
+    assert on["sa_notify_push"] == reviewers.instances("google_service_account", "notify_push")[0]["email"]
+    assert on["sa_iap_agent"] == reviewers.instances("google_project_service_identity", "iap")[0]["email"]
+    assert "serviceAccount:" + on["sa_iap_agent"] == reviewers.local("iap_service_agent")
+    # a function is deployed exactly when the spec says so
+    for check in (model, reviewers):
+        for fn, settings in spec["deploy"].items():
+            wanted = check.local("env_values")[settings["enabled_by"]] == "true"
+            assert bool(check.instances("google_cloudfunctions2_function", fn)) == wanted, fn
     for name, template in spec["secret_ids"].items():
         block = resources("google_secret_manager_secret")
         assert any(b.name == name for b in block), f"no google_secret_manager_secret.{name}"
         rendered = module.substitute(spec, template, values, name)
         assert rendered == model.local("secret_ids")[name] or model.local("secret_ids")[name] is None
         everything_on = ModuleModel({"gmail_delegated_user": "", "public_callers": True,
-                                     "callback_allowed_hosts": ["n8n.example.com"]})
+                                     "callback_allowed_hosts": ["n8n.example.com"], **REVIEWERS,
+                                     "notify_chat_webhook": True, "notify_slack_webhook": True})
         assert everything_on.local("secret_ids")[name] == module.substitute(
             spec, template, everything_on.local("env_values"), name)
     # deploy settings of the spec are the functions' own
@@ -264,11 +369,63 @@ def test_the_spec_sets_only_variables_the_code_reads():
 
 
 def test_the_gcloud_path_is_checked_by_running_it(tmp_path):
-    """The stub sees what a real build would do: one deploy per function, the index before them."""
-    calls = gcloud_config(tmp_path, {})["_calls"]
+    """The stub sees what a real build would do: one deploy per function, the index before them; no
+    reviewer side unless asked for."""
+    calls = gcloud_config(tmp_path / "default", {})["_calls"]
     order = [" ".join(c[1:4]) for c in calls]
     create = next(i for i, c in enumerate(order) if c.startswith("firestore indexes composite"))
     first_deploy = next(i for i, c in enumerate(order) if c.startswith("functions deploy"))
     assert create < first_deploy
     assert sorted(c[3] for c in calls if c[:3] == ["gcloud", "functions", "deploy"]) == \
         sorted(f"safesend-{fn}" for fn in ("send", "reconcile", "sweep", "status"))
+    assert not [c for c in calls if "pubsub" in c or "iap" in " ".join(c)]
+
+
+def test_the_gcloud_reviewer_side_deploys_then_wires_push_and_iap(tmp_path):
+    """With _REVIEWERS=true: notify and review are deployed before their push subscription and IAP;
+    the IAP agent is created and checked; an existing push subscription is updated in place."""
+    calls = gcloud_config(tmp_path / "new", REVIEWERS)["_calls"]
+    text = [" ".join(c) for c in calls]
+    deploy_review = text.index(next(c for c in text if c.startswith("gcloud functions deploy safesend-review")))
+    agent = text.index(next(c for c in text if "identity create --service=iap.googleapis.com" in c))
+    iap_on = text.index(next(c for c in text if c.startswith("gcloud beta run services update safesend-review")))
+    sub = text.index(next(c for c in text if c.startswith("gcloud pubsub subscriptions create safesend-notify-push")))
+    deploy_notify = text.index(next(c for c in text if c.startswith("gcloud functions deploy safesend-notify")))
+    assert deploy_review < agent < iap_on and deploy_notify < sub
+    assert not [c for c in text if "allUsers" in c]
+
+
+@pytest.mark.parametrize("members", ["", "allUsers", "group:ok@example.com,allAuthenticatedUsers",
+                                     "serviceAccount:x@p.iam.gserviceaccount.com"])
+def test_the_gcloud_console_needs_people_to_let_through_and_never_the_public(tmp_path, members):
+    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, {
+        "_SOURCE_BUCKET": "b", "_MESSAGE_ID_DOMAIN": "mail.example.com", "_DEFAULT_FROM": "S <s@example.com>",
+        "_REVIEWERS": "true", "_REVIEW_ALLOWED_EMAILS": "ann@example.com", "_REVIEW_IAP_MEMBERS": members})
+    sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0), (r"storage objects describe", "", 1),
+                   (r"indexes composite list", "[]\n", 0), (r"run services get-iam-policy", "\n", 0),
+                   (r"services identity create --service=iap",
+                    f"service-{PROJECT_NUMBER}@gcp-sa-iap.iam.gserviceaccount.com\n", 0)]
+    (sim.workdir / "functions-source.sha256").write_text("abc123 functions-source.zip\n")
+    (sim.workdir / "functions-source.zip").write_bytes(b"PK")
+    for step in ("render-config", "upload-and-index"):
+        assert sim.run(step).returncode == 0
+    proc = sim.run("deploy-functions")
+    assert proc.returncode != 0 and "_REVIEW_IAP_MEMBERS" in proc.stderr
+    assert not [c for c in sim.calls() if c[:4] == ["gcloud", "iap", "web", "add-iam-policy-binding"]]
+
+
+def test_the_gcloud_path_refuses_an_iap_agent_it_did_not_render(tmp_path):
+    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, {
+        "_SOURCE_BUCKET": "b", "_MESSAGE_ID_DOMAIN": "mail.example.com", "_DEFAULT_FROM": "S <s@example.com>",
+        "_REVIEWERS": "true", "_REVIEW_ALLOWED_EMAILS": "ann@example.com",
+        "_REVIEW_IAP_MEMBERS": "group:r@example.com"})
+    sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0), (r"storage objects describe", "", 1),
+                   (r"indexes composite list", "[]\n", 0), (r"run services get-iam-policy", "\n", 0),
+                   (r"services identity create --service=iap", "service-999@gcp-sa-iap.iam.gserviceaccount.com\n", 0)]
+    (sim.workdir / "functions-source.sha256").write_text("abc123 functions-source.zip\n")
+    (sim.workdir / "functions-source.zip").write_bytes(b"PK")
+    for step in ("render-config", "upload-and-index"):
+        assert sim.run(step).returncode == 0
+    proc = sim.run("deploy-functions")
+    assert proc.returncode != 0 and "IAP service agent" in proc.stderr
+    assert not [c for c in sim.calls() if c[:3] == ["gcloud", "functions", "add-invoker-policy-binding"]]

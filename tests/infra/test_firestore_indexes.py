@@ -71,7 +71,7 @@ def required_index(query: dict) -> list[tuple[str, str]] | None:
 def default_collection() -> str:
     init = next(n for n in _store_class().body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     args = init.args
-    defaults = dict(zip([a.arg for a in args.args][-len(args.defaults):], args.defaults))
+    defaults = dict(zip([a.arg for a in args.args][-len(args.defaults):], args.defaults, strict=False))
     return ast.literal_eval(defaults["collection"])
 
 
@@ -96,7 +96,8 @@ def test_terraform_declares_exactly_the_needed_indexes_on_the_jobs_collection():
         assert index["query_scope"] == "COLLECTION" and index["collection"] == "ai_jobs"
         declared.append([(f["field_path"], f["order"]) for f in index["fields"]])
     assert sorted(declared) == sorted(expected())
-    import importlib.util, sys
+    import importlib.util
+    import sys
     spec = importlib.util.spec_from_file_location("env_spec_for_index", INFRA / "env_spec.py")
     env_spec = importlib.util.module_from_spec(spec)
     sys.modules["env_spec_for_index"] = env_spec

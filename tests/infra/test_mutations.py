@@ -159,6 +159,87 @@ MUTATIONS = [
              "infra/envs/prod/outputs.tf", "value       = module.safesend.send_url", "value       = module.safesend.send_ur",
              ("test_every_reference_resolves_against_declarations_and_the_schema[infra/envs/prod/outputs.tf]",),
              SCHEMA_TESTS),
+    # ---- issue 10: the reviewer side (notify, review behind IAP)
+    Mutation("all-users-on-review", "the console is never public: only the IAP agent invokes it",
+             f"{M}/iam.tf", "  role     = \"roles/run.invoker\"\n  member   = local.iap_service_agent",
+             "  role     = \"roles/run.invoker\"\n  member   = \"allUsers\"",
+             ("test_public_members_only_on_send_and_status", "test_run_invoker_grants_in_every_mode",
+              "test_iap_service_agent_is_created_explicitly"), POLICY_TESTS),
+    Mutation("iap-agent-not-invoker", "IAP's service agent (read, not built) holds run.invoker on the console",
+             f"{M}/iam.tf", "  role     = \"roles/run.invoker\"\n  member   = local.iap_service_agent",
+             "  role     = \"roles/run.invoker\"\n  member   = \"serviceAccount:${google_service_account.notify_push[0].email}\"",
+             ("test_run_invoker_grants_in_every_mode", "test_iap_service_agent_is_created_explicitly"), POLICY_TESTS),
+    Mutation("no-accessor-grant", "the reviewers get roles/iap.httpsResourceAccessor on the console",
+             f"{M}/iap.tf", 'role                   = "roles/iap.httpsResourceAccessor"',
+             'role                   = "roles/iap.tunnelResourceAccessor"',
+             ("test_iap_service_agent_is_created_explicitly", "test_both_deploy_paths_give_every_function_the_same_configuration[reviewers]"),
+             POLICY_TESTS + PARITY_TESTS),
+    Mutation("push-without-oidc", "the push to notify carries an OIDC token for notify's URL",
+             f"{M}/pubsub.tf", "    oidc_token {\n      service_account_email = google_service_account.notify_push[0].email\n"
+             "      audience              = local.function_urls.notify\n    }\n", "",
+             ("test_notify_push_subscription_carries_oidc", "test_both_deploy_paths_give_every_function_the_same_configuration[reviewers]"),
+             POLICY_TESTS + PARITY_TESTS),
+    Mutation("push-audience-elsewhere", "the OIDC audience is notify's own URL",
+             f"{M}/pubsub.tf", "      audience              = local.function_urls.notify",
+             "      audience              = local.function_urls.review",
+             ("test_notify_push_subscription_carries_oidc",), POLICY_TESTS),
+    Mutation("missing-dead-letter", "the push subscription dead-letters what notify keeps refusing",
+             f"{M}/pubsub.tf", "  dead_letter_policy {\n    dead_letter_topic     = google_pubsub_topic.review_dead_letter.id\n"
+             "    max_delivery_attempts = var.review_max_delivery_attempts\n  }\n\n  # Pushes start",
+             "  # Pushes start",
+             ("test_notify_push_subscription_carries_oidc", "test_both_deploy_paths_give_every_function_the_same_configuration[reviewers]"),
+             POLICY_TESTS + PARITY_TESTS),
+    Mutation("webhook-secret-on-send", "the reviewers' webhook URLs reach the outbox's deliverers alone",
+             f"{M}/env_spec.json", '"enabled_by": "notify_chat", "functions": ["reconcile", "sweep", "notify", "review"]',
+             '"enabled_by": "notify_chat", "functions": ["reconcile", "sweep", "notify", "review", "send"]',
+             ("test_runtime_configuration_combinations_in_every_mode",), POLICY_TESTS),
+    Mutation("dev-identity-in-env", "the console's development identity is never deployed",
+             f"{M}/env_spec.json", '  "SAFESEND_REVIEW_IAP_AUDIENCE": {"review": "{review_iap_audience}"},',
+             '  "SAFESEND_REVIEW_IAP_AUDIENCE": {"review": "{review_iap_audience}"},\n'
+             '  "SAFESEND_REVIEW_DEV_IDENTITY": {"review": "dev@localhost"},',
+             ("test_test_only_switches_are_never_set", "test_runtime_configuration_combinations_in_every_mode"),
+             POLICY_TESTS),
+    Mutation("tasks-api-key-in-env", "the local stacks' task key is never deployed",
+             f"{M}/env_spec.json", '  "SAFESEND_REVIEW_IAP_AUDIENCE": {"review": "{review_iap_audience}"},',
+             '  "SAFESEND_REVIEW_IAP_AUDIENCE": {"review": "{review_iap_audience}"},\n'
+             '  "SAFESEND_TASKS_API_KEY": {"reconcile": "{name_prefix}"},',
+             ("test_test_only_switches_are_never_set", "test_runtime_configuration_combinations_in_every_mode"),
+             POLICY_TESTS),
+    Mutation("iap-audience-as-url", "the IAP audience has the Cloud Run form, not the service URL",
+             f"{M}/env_spec.json", '"review_iap_audience": "/projects/{project_number}/locations/{region}/services/{name_prefix}-review"',
+             '"review_iap_audience": "https://{name_prefix}-review-{project_number}.{region}.run.app"',
+             ("test_runtime_configuration_combinations_in_every_mode",), POLICY_TESTS),
+    Mutation("console-url-http", "the console's own URL is https",
+             f"{M}/env_spec.json", '"SAFESEND_REVIEW_CONSOLE_URL": {"notify": "{url_review}", "review": "{url_review}"}',
+             '"SAFESEND_REVIEW_CONSOLE_URL": {"notify": "{url_review}", "review": "http://{name_prefix}-review-{project_number}.{region}.run.app"}',
+             ("test_runtime_configuration_combinations_in_every_mode",), POLICY_TESTS),
+    Mutation("csrf-not-mounted", "the CSRF key comes from Secret Manager whenever the console runs",
+             f"{M}/env_spec.json", '"version": "review_csrf_version", "enabled_by": "reviewers"',
+             '"version": "review_csrf_version", "enabled_by": "notify_slack"',
+             ("test_runtime_configuration_combinations_in_every_mode",), POLICY_TESTS),
+    Mutation("empty-allowlist-allowed", "an empty reviewer allowlist is refused at plan time",
+             f"{M}/functions.tf", "condition     = length(var.review_allowed_emails) + length(var.review_allowed_domains) > 0",
+             "condition     = true",
+             ("test_review_has_preconditions",), POLICY_TESTS),
+    Mutation("notify-ingress-all", "notify is internal-only (Pub/Sub push on the run.app URL)",
+             f"{M}/functions.tf", "    service_account_email            = google_service_account.notify[0].email\n"
+             "    ingress_settings                 = \"ALLOW_INTERNAL_ONLY\"",
+             "    service_account_email            = google_service_account.notify[0].email\n"
+             "    ingress_settings                 = \"ALLOW_ALL\"",
+             ("test_internal_functions_use_internal_ingress",), POLICY_TESTS),
+    Mutation("notify-accepts-tasks", "only the push identity may invoke notify, for the app too",
+             f"{M}/env_spec.json", '"notify": "{sa_notify_push}"', '"notify": "{sa_notify_push},{sa_tasks_invoker}"',
+             ("test_runtime_configuration_combinations_in_every_mode",), POLICY_TESTS),
+    Mutation("gcloud-push-without-dead-letter", "the gcloud path's push subscription dead-letters too",
+             GCLOUD, '                --dead-letter-topic="projects/$PROJECT_ID/topics/${_NAME_PREFIX}-review-dead-letter"\n', "",
+             ("test_both_deploy_paths_give_every_function_the_same_configuration[reviewers]",), PARITY_TESTS),
+    Mutation("gcloud-no-iap", "the gcloud path switches IAP on for the console",
+             GCLOUD, 'gcloud beta run services update "${_NAME_PREFIX}-review" --region=${_REGION} --iap --quiet >/dev/null',
+             "true",
+             ("test_both_deploy_paths_give_every_function_the_same_configuration[reviewers]",), PARITY_TESTS),
+    Mutation("terraform-ci-no-iap", "the Terraform pipeline switches IAP on for an applied console",
+             TF_PIPELINE, 'gcloud beta run services update "$$service" --region=${_REGION} --iap --quiet', "true",
+             ("test_an_applied_review_console_is_put_behind_iap",), PIPELINE_TESTS),
 ]
 
 COPY = ["infra", "functions", "cloudbuild.yaml", "cloudbuild-gcloud.yaml", "README.md", "pytest.ini"]
@@ -227,7 +308,7 @@ def outcomes(tmp_path_factory) -> dict[str, tuple[set[str], str]]:
         return {**broken, **{name: future.result() for name, future in futures.items()}}
 
 
-# The first test pays for the module fixture: ~30 pytest runs in scratch copies, 4 at a time.
+# The first test pays for the module fixture: ~48 pytest runs in scratch copies (47 mutations + the baseline), 4 at a time.
 @pytest.mark.timeout(1800)
 def test_the_unmutated_copy_passes_every_check_the_mutations_use(outcomes):
     failed, output = outcomes["baseline"]
@@ -241,6 +322,14 @@ def test_mutation_is_caught(mutation, outcomes):
     missing = [needle for needle in mutation.fails if not any(needle in node for node in failed)]
     assert not missing, (f"{mutation.name} ({mutation.proves}) was not caught by {missing}; "
                          f"failed: {sorted(failed)}\n{output}")
+
+
+def test_the_issue_10_mutations_are_all_here():
+    names = {m.name for m in MUTATIONS}
+    assert {"all-users-on-review", "push-without-oidc", "webhook-secret-on-send", "dev-identity-in-env",
+            "missing-dead-letter", "iap-agent-not-invoker", "no-accessor-grant", "iap-audience-as-url",
+            "console-url-http", "csrf-not-mounted", "empty-allowlist-allowed", "notify-ingress-all",
+            "notify-accepts-tasks"} <= names
 
 
 def test_the_issue_11_mutations_are_all_here():

@@ -28,9 +28,23 @@ from pathlib import Path
 
 import pytest
 
-from . import hcl_eval as H
-from .support import (ENVS, INFRA, META_ARGUMENTS, MODULE, ROOT, VENV_INFRA, Block, blocks, body_items, infra_bin,
-                      is_block, parsed_hcl, run_tool, top_level)
+from . import hcl_eval as H  # noqa: N812 - H reads like the HCL it evaluates
+from .support import (
+    ENVS,
+    INFRA,
+    META_ARGUMENTS,
+    MODULE,
+    ROOT,
+    VENV_INFRA,
+    Block,
+    blocks,
+    body_items,
+    infra_bin,
+    is_block,
+    parsed_hcl,
+    run_tool,
+    top_level,
+)
 
 SCHEMA = INFRA / "schema"
 PROVIDERS = ("google", "google-beta", "archive", "time")
@@ -95,7 +109,7 @@ def type_problem(value, tf_type: str) -> str | None:
     elif tf_type == "string":
         if isinstance(value, (list, dict)):
             return f"needs a string, got {type(value).__name__}"
-    elif tf_type.startswith("list(") or tf_type.startswith("set("):
+    elif tf_type.startswith(("list(", "set(")):
         if not isinstance(value, list):
             return f"needs a list, got {value!r}"
         inner = tf_type[tf_type.index("(") + 1:-1]
@@ -300,8 +314,9 @@ def test_snapshots_are_exactly_what_regenerate_makes_from_the_pinned_wheels():
     for requirement, _, _ in regenerate.WHEELS:
         name, version = requirement.split("==")
         if not list(WHEEL_CACHE.glob(f"{name.replace('-', '_')}-{version}-*.whl")):
-            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                                   "--disable-pip-version-check", "-d", str(WHEEL_CACHE), requirement],
+            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                                   "--only-binary=:all:", "--disable-pip-version-check", "-d", str(WHEEL_CACHE),
+                                   requirement],
                                   capture_output=True, text=True, timeout=600)
             assert proc.returncode == 0, f"pip download {requirement} (PyPI is needed once):\n{proc.stderr[-2000:]}"
     proc = subprocess.run([sys.executable, str(SCHEMA / "regenerate.py"), "--check", "--wheel-dir", str(WHEEL_CACHE)],
@@ -314,7 +329,8 @@ def test_snapshots_are_exactly_what_regenerate_makes_from_the_pinned_wheels():
 def test_every_type_used_is_in_a_snapshot_and_every_snapshot_type_is_used():
     snaps = snapshots()
     used = {(provider_of(b), b.kind, b.type) for b in all_blocks()}
-    unknown = sorted(f"{p} {k} {t}" for p, k, t in used if schema_for(Block("", k, t, "", {"provider": p}), snaps) is None)
+    unknown = sorted(f"{p} {k} {t}" for p, k, t in used
+                     if schema_for(Block("", k, t, "", {"provider": p}), snaps) is None)
     assert not unknown, f"not in the provider schema snapshots (typo, or run infra/schema/regenerate.py): {unknown}"
     in_snapshots = {(p, "resource", t) for p, s in snaps.items() for t in s["resources"]} | \
                    {(p, "data", t) for p, s in snaps.items() for t in s["data_sources"]}
@@ -372,7 +388,7 @@ def test_checks_reject_what_terraform_validate_or_the_provider_would():
     twice = {"name": "q", "location": "l", "retry_config": [{"__is_block__": True}, {"__is_block__": True}]}
     assert "at most one" in " ".join(check_body(twice, queue, "q", True))
     function = snaps["google"]["resources"]["google_cloudfunctions2_function"]
-    ref = lambda text: walk_schema(function, [s for s in H.traversals(H.parse(text))[0][1][1:]], "r")  # noqa: E731
+    ref = lambda text: walk_schema(function, list(H.traversals(H.parse(text))[0][1][1:]), "r")  # noqa: E731
     assert ref("google_cloudfunctions2_function.f.service_config[0].service") is None
     assert "no attribute 'locaton'" in ref("google_cloudfunctions2_function.f.locaton")
     assert "index it" in ref("google_cloudfunctions2_function.f.service_config.service")
@@ -388,7 +404,7 @@ def test_environment_pins_exactly_the_snapshot_provider_versions(env):
         assert providers[name]["source"] == data["provider"]["source"], (env, name)
         assert providers[name]["version"] == data["provider"]["version"], \
             f"{env}: pin {name} to {data['provider']['version']} (the version the schema snapshot was made from)"
-    assert set(k for k in providers if not k.startswith("__")) == set(snapshots()), f"{env}: pins without snapshots"
+    assert {k for k in providers if not k.startswith("__")} == set(snapshots()), f"{env}: pins without snapshots"
     assert terraform["backend"] == [{"gcs": {"__is_block__": True}}], f"{env}: want an empty backend \"gcs\" {{}}"
 
 

@@ -11,10 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import hcl_eval as H
-from .support import MODULE, Block, body_items, is_block, locals_of, resources, blocks, top_level
+from . import hcl_eval as H  # noqa: N812 - H reads like the HCL it evaluates
+from .support import MODULE, Block, blocks, body_items, is_block, locals_of, resources, top_level
 
 PROJECT_NUMBER = "123456789012"
+# The service agents google_project_service_identity answers with (Service Usage generateServiceIdentity).
+SERVICE_AGENTS = {
+    "pubsub.googleapis.com": f"service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com",
+    "iap.googleapis.com": f"service-{PROJECT_NUMBER}@gcp-sa-iap.iam.gserviceaccount.com",
+}
 
 
 def _email(args: dict, project: str) -> Any:
@@ -24,14 +29,14 @@ def _email(args: dict, project: str) -> Any:
 
 # Attributes the provider computes from arguments only (documented resource id formats).
 DERIVED = {
-    ("google_service_account", "email"): lambda a, p: _email(a, p),
+    ("google_service_account", "email"): _email,
     ("google_service_account", "name"): lambda a, p: H.UNKNOWN if _email(a, p) is H.UNKNOWN
     else f"projects/{p}/serviceAccounts/{_email(a, p)}",
     ("google_cloud_tasks_queue", "id"): lambda a, p: f"projects/{p}/locations/{a['location']}/queues/{a['name']}",
     ("google_pubsub_topic", "id"): lambda a, p: f"projects/{p}/topics/{a['name']}",
     ("google_project_service_identity", "member"): lambda a, p:
-        f"serviceAccount:service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
-        if a.get("service") == "pubsub.googleapis.com" else H.UNKNOWN,
+        f"serviceAccount:{SERVICE_AGENTS[a['service']]}" if a.get("service") in SERVICE_AGENTS else H.UNKNOWN,
+    ("google_project_service_identity", "email"): lambda a, p: SERVICE_AGENTS.get(a.get("service"), H.UNKNOWN),
 }
 
 
@@ -39,7 +44,7 @@ class _Lazy(dict):
     """An instance's attributes, evaluated on first read: arguments from the body, nested blocks
     as lists of _Lazy, DERIVED attributes, anything else UNKNOWN."""
 
-    def __init__(self, model: "ModuleModel", tf_type: str, body: dict, scope: H.Scope, top: bool):
+    def __init__(self, model: ModuleModel, tf_type: str, body: dict, scope: H.Scope, top: bool):
         super().__init__()
         self._model, self._type, self._body, self._scope, self._top = model, tf_type, body, scope, top
 

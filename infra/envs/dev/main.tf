@@ -6,8 +6,8 @@ provider "google" {
   default_labels = merge(var.labels, { environment = var.environment })
 }
 
-# Same project and labels; used by the module only for the Pub/Sub service
-# agent (google_project_service_identity, not in the GA provider).
+# Same project and labels; used by the module only for the Pub/Sub and IAP
+# service agents (google_project_service_identity, not in the GA provider).
 provider "google-beta" {
   project = var.project_id
   region  = var.region
@@ -48,6 +48,21 @@ module "safesend" {
   public_callers                     = var.public_callers
   review_subscriber_members          = var.review_subscriber_members
   review_max_delivery_attempts       = var.review_max_delivery_attempts
+
+  reviewers_enabled             = var.reviewers_enabled
+  review_allowed_emails         = var.review_allowed_emails
+  review_allowed_domains        = var.review_allowed_domains
+  review_iap_members            = var.review_iap_members
+  notify_chat_webhook           = var.notify_chat_webhook
+  notify_slack_webhook          = var.notify_slack_webhook
+  notify_email_to               = var.notify_email_to
+  notify_email_channel          = var.notify_email_channel
+  review_notify_timeout_seconds = var.review_notify_timeout_seconds
+  notify_chat_webhook_version   = var.notify_chat_webhook_version
+  notify_slack_webhook_version  = var.notify_slack_webhook_version
+  review_csrf_version           = var.review_csrf_version
+  notify_max_instances          = var.notify_max_instances
+  review_max_instances          = var.review_max_instances
 
   send_min_instances              = var.send_min_instances
   send_max_instances              = var.send_max_instances

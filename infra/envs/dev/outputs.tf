@@ -82,3 +82,43 @@ output "functions_source_object" {
   description = "Deployed source zip."
   value       = module.safesend.functions_source_object
 }
+
+output "notify_url" {
+  description = "URL of notify (push endpoint of the notify push subscription, internal only); null without reviewers_enabled."
+  value       = module.safesend.notify_url
+}
+
+output "review_url" {
+  description = "The review console's service URL (behind IAP): reviewers open <review_url>/review; null without reviewers_enabled."
+  value       = module.safesend.review_url
+}
+
+output "review_service" {
+  description = "Cloud Run service of the console: switch IAP on with gcloud beta run services update <it> --region=R --iap (infra/README.md)."
+  value       = module.safesend.review_service
+}
+
+output "review_iap_audience" {
+  description = "Audience IAP signs for the console (SAFESEND_REVIEW_IAP_AUDIENCE)."
+  value       = module.safesend.review_iap_audience
+}
+
+output "notify_push_subscription" {
+  description = "Push subscription feeding notify."
+  value       = module.safesend.notify_push_subscription
+}
+
+output "notify_chat_webhook_secret" {
+  description = "Secret to hold the Google Chat incoming-webhook URL (null unless enabled)."
+  value       = module.safesend.notify_chat_webhook_secret
+}
+
+output "notify_slack_webhook_secret" {
+  description = "Secret to hold the Slack incoming-webhook URL (null unless enabled)."
+  value       = module.safesend.notify_slack_webhook_secret
+}
+
+output "review_csrf_secret" {
+  description = "Secret to hold the console's CSRF key, >= 32 bytes (null without reviewers_enabled)."
+  value       = module.safesend.review_csrf_secret
+}

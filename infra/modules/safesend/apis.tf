@@ -1,8 +1,9 @@
 locals {
   # Every API the stack uses. cloudresourcemanager (project IAM), iam and
   # iamcredentials (ID tokens for n8n and for Cloud Tasks/Scheduler OIDC) are
-  # not called by the code but by Terraform and by the callers.
-  required_apis = toset([
+  # not called by the code but by Terraform and by the callers. iap only with
+  # the reviewer side (the console is behind Identity-Aware Proxy).
+  required_apis = toset(concat([
     "artifactregistry.googleapis.com", # function images (our repository, see build.tf)
     "cloudbuild.googleapis.com",       # builds those images from the source zip
     "cloudfunctions.googleapis.com",
@@ -18,7 +19,7 @@ locals {
     "run.googleapis.com", # gen2 functions are Cloud Run services
     "secretmanager.googleapis.com",
     "storage.googleapis.com",
-  ])
+  ], var.reviewers_enabled ? ["iap.googleapis.com"] : []))
 }
 
 resource "google_project_service" "enabled" {

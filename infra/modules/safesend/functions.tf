@@ -10,7 +10,7 @@ locals {
   # name_prefix <= 12 characters it is at most 35. env_spec.json builds the
   # same URLs for the environment (checked by tests/infra).
   function_urls = {
-    for name in ["send", "reconcile", "sweep", "status"] :
+    for name in ["send", "reconcile", "sweep", "status", "notify", "review"] :
     name => "https://${var.name_prefix}-${name}-${data.google_project.this.number}.${var.region}.run.app"
   }
 
@@ -47,6 +47,18 @@ locals {
     webhook_hmac_version      = var.webhook_hmac_version
     api_keys_version          = var.api_keys_version
     callback_hmac_version     = var.callback_hmac_version
+
+    reviewers                    = tostring(var.reviewers_enabled)
+    notify_chat_webhook          = tostring(var.notify_chat_webhook)
+    notify_slack_webhook         = tostring(var.notify_slack_webhook)
+    notify_email_to              = var.notify_email_to
+    notify_email_channel         = var.notify_email_channel
+    review_allowed_emails        = join(",", var.review_allowed_emails)
+    review_allowed_domains       = join(",", var.review_allowed_domains)
+    review_notify_timeout_s      = tostring(var.review_notify_timeout_seconds)
+    notify_chat_webhook_version  = var.notify_chat_webhook_version
+    notify_slack_webhook_version = var.notify_slack_webhook_version
+    review_csrf_version          = var.review_csrf_version
   }
 
   # "{name}" placeholders: regexall() yields literal text (lit) or a name (ref).
@@ -336,4 +348,155 @@ resource "google_cloudfunctions2_function" "status" {
   }
 
   depends_on = [time_sleep.iam_propagation]
+}
+
+# -----------------------------------------------------------------------------
+# notify (reviewers_enabled): POST, called only by the Pub/Sub push
+# subscription (pubsub.tf) with an OIDC token of <prefix>-notify-push for this
+# URL. Internal-only ingress: Cloud Run counts Pub/Sub push from the same
+# project on the run.app URL as internal (see reconcile). Posts each review
+# item to the configured reviewer targets (the webhook secrets are mounted here
+# and nowhere else) and emails the reviewers through the send path.
+# -----------------------------------------------------------------------------
+resource "google_cloudfunctions2_function" "notify" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project     = var.project_id
+  name        = "${var.name_prefix}-notify"
+  location    = var.region
+  description = "safesend: tells the reviewers of a review item (Pub/Sub push)."
+
+  build_config {
+    runtime           = var.runtime
+    entry_point       = "notify"
+    service_account   = local.build_service_account
+    docker_repository = local.docker_repository
+
+    source {
+      storage_source {
+        bucket = local.source_bucket
+        object = local.source_object
+      }
+    }
+
+    automatic_update_policy {}
+  }
+
+  service_config {
+    min_instance_count               = 0
+    max_instance_count               = var.notify_max_instances
+    max_instance_request_concurrency = 1
+    available_memory                 = var.function_memory
+    timeout_seconds                  = 120 # an email through the send path (40 s budget) + two webhook posts (10 s each); < the push ack deadline (180 s)
+    service_account_email            = google_service_account.notify[0].email
+    ingress_settings                 = "ALLOW_INTERNAL_ONLY"
+    all_traffic_on_latest_revision   = true
+    environment_variables            = local.function_env.notify
+
+    dynamic "secret_environment_variables" {
+      for_each = local.function_secrets.notify
+      content {
+        key        = secret_environment_variables.key
+        project_id = var.project_id
+        secret     = secret_environment_variables.value.secret_id
+        version    = secret_environment_variables.value.version
+      }
+    }
+  }
+
+  lifecycle {
+    # The push identity is the only internal caller notify accepts, for its own URL.
+    precondition {
+      condition     = local.function_env.notify["SAFESEND_AUTH_INTERNAL_INVOKERS"] == google_service_account.notify_push[0].email && local.function_env.notify["SAFESEND_AUTH_AUDIENCES"] == local.function_urls.notify
+      error_message = "notify must accept exactly the push subscription's identity, with its own URL as audience (env_spec.json)."
+    }
+  }
+
+  depends_on = [time_sleep.iam_propagation]
+}
+
+# -----------------------------------------------------------------------------
+# review (reviewers_enabled): the reviewers' console, GET pages and POST
+# decisions, behind Identity-Aware Proxy enabled directly on its Cloud Run
+# service (iap.tf). Ingress ALLOW_ALL: people reach it from their browsers on
+# the run.app URL, where IAP signs them in; only the IAP service agent may
+# invoke the service (iam.tf), and the app verifies IAP's signed assertion
+# (audience SAFESEND_REVIEW_IAP_AUDIENCE) and its own allowlist. A separate
+# service from notify: IAP on a service breaks Pub/Sub push to it (Cloud Run's
+# IAP documentation, "Known limitations"). Its list query uses the composite
+# index (state, updated_at), so it is deployed after the indexes.
+# -----------------------------------------------------------------------------
+resource "google_cloudfunctions2_function" "review" {
+  #checkov:skip=CKV_GCP_124:People open the console from their browsers, so it must be reachable from the internet; Identity-Aware Proxy on the Cloud Run service signs them in and checks roles/iap.httpsResourceAccessor, only the IAP service agent holds run.invoker, and the app verifies the IAP assertion and its own allowlist.
+
+  count = local.reviewers_enabled ? 1 : 0
+
+  project     = var.project_id
+  name        = "${var.name_prefix}-review"
+  location    = var.region
+  description = "safesend: the reviewers' console (behind Identity-Aware Proxy)."
+
+  build_config {
+    runtime           = var.runtime
+    entry_point       = "review"
+    service_account   = local.build_service_account
+    docker_repository = local.docker_repository
+
+    source {
+      storage_source {
+        bucket = local.source_bucket
+        object = local.source_object
+      }
+    }
+
+    automatic_update_policy {}
+  }
+
+  service_config {
+    min_instance_count               = 0
+    max_instance_count               = var.review_max_instances
+    max_instance_request_concurrency = 1
+    available_memory                 = var.function_memory
+    timeout_seconds                  = 120 # a resend decision: mailbox search + the send path's 40 s budget
+    service_account_email            = google_service_account.review[0].email
+    ingress_settings                 = "ALLOW_ALL"
+    all_traffic_on_latest_revision   = true
+    environment_variables            = local.function_env.review
+
+    dynamic "secret_environment_variables" {
+      for_each = local.function_secrets.review
+      content {
+        key        = secret_environment_variables.key
+        project_id = var.project_id
+        secret     = secret_environment_variables.value.secret_id
+        version    = secret_environment_variables.value.version
+      }
+    }
+  }
+
+  lifecycle {
+    # The app refuses to start without an allowlist; say so at plan time.
+    precondition {
+      condition     = length(var.review_allowed_emails) + length(var.review_allowed_domains) > 0
+      error_message = "reviewers_enabled: set review_allowed_emails and/or review_allowed_domains (the console's own allowlist behind IAP)."
+    }
+    # Somebody must get through IAP.
+    precondition {
+      condition     = length(var.review_iap_members) > 0
+      error_message = "reviewers_enabled: list the reviewers (a Google group, users or a domain) in review_iap_members."
+    }
+    # Signed-in reviewers only: IAP's audience in the Cloud Run form, an https
+    # console origin, the CSRF key from Secret Manager.
+    precondition {
+      condition = (
+        can(regex("^/projects/[0-9]+/locations/[a-z0-9-]+/services/[A-Za-z0-9_-]+$", local.function_env.review["SAFESEND_REVIEW_IAP_AUDIENCE"]))
+        && can(regex("^https://", local.function_env.review["SAFESEND_REVIEW_CONSOLE_URL"]))
+        && contains(keys(local.function_secrets.review), "SAFESEND_REVIEW_CSRF_SECRET")
+        && !contains(keys(local.function_env.review), "SAFESEND_REVIEW_CSRF_SECRET")
+      )
+      error_message = "review must run with an IAP audience /projects/NUMBER/locations/REGION/services/NAME, an https console URL and the CSRF secret from Secret Manager, never as a plain value (env_spec.json; tests/infra also refuse a development identity)."
+    }
+  }
+
+  depends_on = [time_sleep.iam_propagation, google_firestore_index.jobs]
 }

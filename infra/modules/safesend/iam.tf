@@ -1,4 +1,4 @@
-# Every grant of the four runtime identities, spelled out one by one so that
+# Every grant of the runtime identities, spelled out one by one so that
 # tests/infra/test_policy.py can check each function's exact set.
 #
 # roles/datastore.user is granted on the project: Firestore has no IAM on
@@ -234,6 +234,182 @@ resource "google_secret_manager_secret_iam_member" "status_api_keys" {
   member    = "serviceAccount:${google_service_account.status.email}"
 }
 
+# ------------------------------------------------------------------- notify
+# Takes up each review item (Pub/Sub push), queues and posts the reviewers' notices,
+# and emails the reviewers through the send path (Gmail, tasks, review topic).
+# Only with reviewers_enabled (count), like the function itself.
+
+resource "google_project_iam_member" "notify_datastore_user" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = "serviceAccount:${google_service_account.notify[0].email}"
+}
+
+resource "google_cloud_tasks_queue_iam_member" "notify_enqueuer" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project  = var.project_id
+  location = google_cloud_tasks_queue.reconcile.location
+  name     = google_cloud_tasks_queue.reconcile.name
+  role     = "roles/cloudtasks.enqueuer"
+  member   = "serviceAccount:${google_service_account.notify[0].email}"
+}
+
+resource "google_service_account_iam_member" "notify_acts_as_tasks_invoker" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  service_account_id = google_service_account.tasks_invoker.name
+  role               = "roles/iam.serviceAccountUser"
+  member             = "serviceAccount:${google_service_account.notify[0].email}"
+}
+
+resource "google_pubsub_topic_iam_member" "notify_review_publisher" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project = var.project_id
+  topic   = google_pubsub_topic.review.name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${google_service_account.notify[0].email}"
+}
+
+resource "google_secret_manager_secret_iam_member" "notify_gmail_credentials" {
+  count = local.reviewers_enabled && !local.gmail_keyless ? 1 : 0
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.gmail_credentials[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.notify[0].email}"
+}
+
+# Keyless domain-wide delegation: notify signs the delegation JWT as itself, on
+# its own account only (as send, reconcile and sweep).
+resource "google_service_account_iam_member" "notify_signs_own_jwt" {
+  count = local.reviewers_enabled && local.gmail_keyless ? 1 : 0
+
+  service_account_id = google_service_account.notify[0].name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = "serviceAccount:${google_service_account.notify[0].email}"
+}
+
+resource "google_secret_manager_secret_iam_member" "notify_callback_hmac" {
+  count = local.reviewers_enabled && local.callbacks_enabled ? 1 : 0
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.callback_hmac[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.notify[0].email}"
+}
+
+# The webhook URLs (one secret per target). The outbox posts to the reviewers' chats from whichever
+# function handles the job next: notify (the first post), a reconcile task or a sweep (retries of a
+# post that failed), review (the answer in the thread after a decision). Each of those reads them.
+locals {
+  webhook_readers = local.reviewers_enabled ? {
+    reconcile = google_service_account.reconcile.email
+    sweep     = google_service_account.sweep.email
+    notify    = google_service_account.notify[0].email
+    review    = google_service_account.review[0].email
+  } : {}
+}
+
+resource "google_secret_manager_secret_iam_member" "notify_chat_webhook" {
+  for_each = var.notify_chat_webhook ? local.webhook_readers : {}
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.notify_chat_webhook[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${each.value}"
+}
+
+resource "google_secret_manager_secret_iam_member" "notify_slack_webhook" {
+  for_each = var.notify_slack_webhook ? local.webhook_readers : {}
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.notify_slack_webhook[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${each.value}"
+}
+
+# ------------------------------------------------------------------- review
+# The console: reads the open items (Firestore), records decisions; a resend goes
+# through the send path (mailbox search, Gmail, tasks), a new review entry is published.
+# Only with reviewers_enabled (count), like the function itself.
+
+resource "google_project_iam_member" "review_datastore_user" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = "serviceAccount:${google_service_account.review[0].email}"
+}
+
+resource "google_cloud_tasks_queue_iam_member" "review_enqueuer" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project  = var.project_id
+  location = google_cloud_tasks_queue.reconcile.location
+  name     = google_cloud_tasks_queue.reconcile.name
+  role     = "roles/cloudtasks.enqueuer"
+  member   = "serviceAccount:${google_service_account.review[0].email}"
+}
+
+resource "google_service_account_iam_member" "review_acts_as_tasks_invoker" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  service_account_id = google_service_account.tasks_invoker.name
+  role               = "roles/iam.serviceAccountUser"
+  member             = "serviceAccount:${google_service_account.review[0].email}"
+}
+
+resource "google_pubsub_topic_iam_member" "review_review_publisher" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project = var.project_id
+  topic   = google_pubsub_topic.review.name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${google_service_account.review[0].email}"
+}
+
+resource "google_secret_manager_secret_iam_member" "review_gmail_credentials" {
+  count = local.reviewers_enabled && !local.gmail_keyless ? 1 : 0
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.gmail_credentials[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.review[0].email}"
+}
+
+# Keyless domain-wide delegation: review signs the delegation JWT as itself, on
+# its own account only (as send, reconcile and sweep).
+resource "google_service_account_iam_member" "review_signs_own_jwt" {
+  count = local.reviewers_enabled && local.gmail_keyless ? 1 : 0
+
+  service_account_id = google_service_account.review[0].name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = "serviceAccount:${google_service_account.review[0].email}"
+}
+
+resource "google_secret_manager_secret_iam_member" "review_callback_hmac" {
+  count = local.reviewers_enabled && local.callbacks_enabled ? 1 : 0
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.callback_hmac[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.review[0].email}"
+}
+
+# The key the console signs its decision forms with.
+resource "google_secret_manager_secret_iam_member" "review_csrf" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.review_csrf[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.review[0].email}"
+}
+
 # ------------------------------------------------------------- invocation
 # Requests to gen2 functions are authorised by Cloud Run: roles/run.invoker on
 # the service behind each function. reconcile and sweep are never public; send
@@ -275,6 +451,32 @@ resource "google_cloud_run_v2_service_iam_member" "status_callers" {
   name     = google_cloudfunctions2_function.status.service_config[0].service
   role     = "roles/run.invoker"
   member   = each.value
+}
+
+# Pub/Sub push -> notify: the push subscription's OIDC identity, nothing else.
+resource "google_cloud_run_v2_service_iam_member" "notify_push_invoker" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.notify[0].service_config[0].service
+  role     = "roles/run.invoker"
+  member   = "serviceAccount:${google_service_account.notify_push[0].email}"
+}
+
+# IAP -> review: with IAP enabled directly on the console's Cloud Run service,
+# IAP checks the person first (roles/iap.httpsResourceAccessor, iap.tf), then
+# calls the service with its own service agent's identity, which Cloud Run's
+# IAM check must admit (cloud.google.com/run/docs/securing/identity-aware-proxy-cloud-run).
+# No one else may invoke it: never allUsers.
+resource "google_cloud_run_v2_service_iam_member" "review_iap_invoker" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.review[0].service_config[0].service
+  role     = "roles/run.invoker"
+  member   = local.iap_service_agent
 }
 
 # public_callers: n8n outside Google Cloud calls send and status without a
@@ -342,5 +544,16 @@ resource "time_sleep" "iam_propagation" {
     google_project_iam_member.reconcile_datastore_user,
     google_project_iam_member.sweep_datastore_user,
     google_project_iam_member.status_datastore_user,
+    google_project_iam_member.notify_datastore_user,
+    google_project_iam_member.review_datastore_user,
+    google_secret_manager_secret_iam_member.notify_gmail_credentials,
+    google_secret_manager_secret_iam_member.review_gmail_credentials,
+    google_secret_manager_secret_iam_member.notify_callback_hmac,
+    google_secret_manager_secret_iam_member.review_callback_hmac,
+    google_secret_manager_secret_iam_member.notify_chat_webhook,
+    google_secret_manager_secret_iam_member.notify_slack_webhook,
+    google_secret_manager_secret_iam_member.review_csrf,
+    google_service_account_iam_member.notify_signs_own_jwt,
+    google_service_account_iam_member.review_signs_own_jwt,
   ]
 }

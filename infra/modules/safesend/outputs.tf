@@ -21,14 +21,37 @@ output "sweep_url" {
   value       = local.function_urls.sweep
 }
 
+output "notify_url" {
+  description = "URL of notify (push endpoint and OIDC audience of the notify push subscription; internal only); null without reviewers_enabled."
+  value       = local.reviewers_enabled ? local.function_urls.notify : null
+}
+
+output "review_url" {
+  description = "URL of the review console's service (behind IAP); reviewers open <review_url>/review. null without reviewers_enabled."
+  value       = local.reviewers_enabled ? local.function_urls.review : null
+}
+
+output "review_service" {
+  description = "Cloud Run service of the review console, on which IAP must be switched on (gcloud beta run services update <it> --region=R --iap); null without reviewers_enabled."
+  value       = one(google_cloudfunctions2_function.review[*].service_config[0].service)
+}
+
+output "review_iap_audience" {
+  description = "The audience IAP signs for the console (SAFESEND_REVIEW_IAP_AUDIENCE); null without reviewers_enabled."
+  value       = local.reviewers_enabled ? local.function_env.review["SAFESEND_REVIEW_IAP_AUDIENCE"] : null
+}
+
 output "function_uris" {
-  description = "The URIs Cloud Functions reports for each function (service_config.uri); they reach the same services."
-  value = {
+  description = "The URIs Cloud Functions reports for each deployed function (service_config.uri); they reach the same services."
+  value = merge({
     send      = google_cloudfunctions2_function.send.service_config[0].uri
     reconcile = google_cloudfunctions2_function.reconcile.service_config[0].uri
     sweep     = google_cloudfunctions2_function.sweep.service_config[0].uri
     status    = google_cloudfunctions2_function.status.service_config[0].uri
-  }
+    }, local.reviewers_enabled ? {
+    notify = google_cloudfunctions2_function.notify[0].service_config[0].uri
+    review = google_cloudfunctions2_function.review[0].service_config[0].uri
+  } : {})
 }
 
 output "review_topic" {
@@ -46,6 +69,16 @@ output "review_dead_letter_topic" {
   value       = google_pubsub_topic.review_dead_letter.id
 }
 
+output "notify_push_subscription" {
+  description = "Push subscription feeding notify (OIDC, dead-letter to the review dead-letter topic); null without reviewers_enabled."
+  value       = one(google_pubsub_subscription.notify_push[*].id)
+}
+
+output "notify_push_service_account_email" {
+  description = "OIDC identity of the notify push subscription (the only invoker of notify); null without reviewers_enabled."
+  value       = one(google_service_account.notify_push[*].email)
+}
+
 output "review_dead_letter_subscription" {
   description = "Subscription that keeps dead-lettered review items."
   value       = google_pubsub_subscription.review_dead_letter.id
@@ -58,12 +91,15 @@ output "tasks_queue" {
 
 output "function_service_accounts" {
   description = "Runtime service account of each function."
-  value = {
+  value = merge({
     send      = google_service_account.send.email
     reconcile = google_service_account.reconcile.email
     sweep     = google_service_account.sweep.email
     status    = google_service_account.status.email
-  }
+    }, local.reviewers_enabled ? {
+    notify = google_service_account.notify[0].email
+    review = google_service_account.review[0].email
+  } : {})
 }
 
 output "tasks_invoker_service_account_email" {
@@ -87,12 +123,15 @@ output "gmail_credentials_secret" {
 }
 
 output "gmail_delegation_client_ids" {
-  description = "Keyless domain-wide delegation: the OAuth client IDs (service account unique IDs) of send, reconcile and sweep, each to authorise once in the Admin console for the Gmail scopes; empty without delegation."
-  value = local.gmail_keyless ? {
+  description = "Keyless domain-wide delegation: the OAuth client IDs (service account unique IDs) of send, reconcile and sweep (and notify, review with reviewers_enabled), each to authorise once in the Admin console for the Gmail scopes; empty without delegation."
+  value = local.gmail_keyless ? merge({
     send      = google_service_account.send.unique_id
     reconcile = google_service_account.reconcile.unique_id
     sweep     = google_service_account.sweep.unique_id
-  } : {}
+    }, local.reviewers_enabled ? {
+    notify = google_service_account.notify[0].unique_id
+    review = google_service_account.review[0].unique_id
+  } : {}) : {}
 }
 
 output "api_keys_secret" {
@@ -103,6 +142,26 @@ output "api_keys_secret" {
 output "callback_hmac_secret" {
   description = "Secret that must hold the callback signing key (>= 32 bytes); null unless callback_allowed_hosts is set."
   value       = one(google_secret_manager_secret.callback_hmac[*].id)
+}
+
+output "notify_chat_webhook_secret" {
+  description = "Secret that must hold the Google Chat incoming-webhook URL; null unless reviewers_enabled and notify_chat_webhook."
+  value       = one(google_secret_manager_secret.notify_chat_webhook[*].id)
+}
+
+output "notify_slack_webhook_secret" {
+  description = "Secret that must hold the Slack incoming-webhook URL; null unless reviewers_enabled and notify_slack_webhook."
+  value       = one(google_secret_manager_secret.notify_slack_webhook[*].id)
+}
+
+output "review_csrf_secret" {
+  description = "Secret that must hold the console's CSRF signing key (>= 32 bytes); null without reviewers_enabled."
+  value       = one(google_secret_manager_secret.review_csrf[*].id)
+}
+
+output "iap_service_agent" {
+  description = "The project's IAP service agent (created explicitly; it invokes the review console); null without reviewers_enabled."
+  value       = one(google_project_service_identity.iap[*].email)
 }
 
 output "pubsub_service_agent" {

@@ -72,6 +72,64 @@ resource "google_pubsub_subscription" "review_dead_letter" {
   }
 }
 
+# notify's feed (reviewers_enabled): every review item is pushed to notify with
+# an OIDC token of <prefix>-notify-push, audience = notify's run.app URL (the
+# push endpoint too: internal-only ingress admits Pub/Sub push from this project
+# on the run.app URL, cloud.google.com/run/docs/securing/ingress#settings). The
+# app accepts it only from that account (SAFESEND_AUTH_INTERNAL_INVOKERS) with
+# that audience (SAFESEND_AUTH_AUDIENCES); Cloud Run admits only that account
+# (roles/run.invoker, iam.tf). A non-2xx answer is redelivered with backoff;
+# after review_max_delivery_attempts the item goes to the same dead-letter topic
+# as the inbox's (the forwarded message names its source subscription in the
+# CloudPubSubDeadLetterSourceSubscription attribute). The sweeper publishes an
+# item notify never took up again after review_notify_timeout_seconds.
+# Creating a push subscription with an OIDC identity needs
+# iam.serviceAccounts.actAs on that account (pubsub v1 PushConfig.OidcToken).
+resource "google_pubsub_subscription" "notify_push" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project = var.project_id
+  name    = "${var.name_prefix}-notify-push"
+  topic   = google_pubsub_topic.review.id
+
+  # Pub/Sub waits this long for notify's answer; notify's own timeout is 120 s
+  # (functions.tf): a slow push is notify's error, never a redelivery while it
+  # still runs.
+  ack_deadline_seconds       = 180
+  message_retention_duration = "604800s"
+  retain_acked_messages      = false
+
+  expiration_policy {
+    ttl = ""
+  }
+
+  push_config {
+    push_endpoint = local.function_urls.notify
+
+    oidc_token {
+      service_account_email = google_service_account.notify_push[0].email
+      audience              = local.function_urls.notify
+    }
+  }
+
+  retry_policy {
+    minimum_backoff = "10s"
+    maximum_backoff = "600s"
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.review_dead_letter.id
+    max_delivery_attempts = var.review_max_delivery_attempts
+  }
+
+  # Pushes start once notify exists and its push identity may call it, and
+  # dead-lettering works from the first message.
+  depends_on = [
+    google_pubsub_topic_iam_member.dead_letter_publisher,
+    google_cloud_run_v2_service_iam_member.notify_push_invoker,
+  ]
+}
+
 # Who may pull review items (and the dead letters).
 resource "google_pubsub_subscription_iam_member" "review_subscribers" {
   for_each = toset(var.review_subscriber_members)
@@ -136,6 +194,16 @@ resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {
 resource "google_pubsub_subscription_iam_member" "dead_letter_source_subscriber" {
   project      = var.project_id
   subscription = google_pubsub_subscription.review_inbox.name
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}
+
+# The same forwarding grant on notify's push subscription.
+resource "google_pubsub_subscription_iam_member" "dead_letter_notify_push_subscriber" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project      = var.project_id
+  subscription = google_pubsub_subscription.notify_push[0].name
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
 }

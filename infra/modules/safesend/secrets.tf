@@ -19,6 +19,10 @@ locals {
     webhook_hmac      = google_secret_manager_secret.webhook_hmac.secret_id
     api_keys          = one(google_secret_manager_secret.api_keys[*].secret_id)
     callback_hmac     = one(google_secret_manager_secret.callback_hmac[*].secret_id)
+
+    notify_chat_webhook  = one(google_secret_manager_secret.notify_chat_webhook[*].secret_id)
+    notify_slack_webhook = one(google_secret_manager_secret.notify_slack_webhook[*].secret_id)
+    review_csrf          = one(google_secret_manager_secret.review_csrf[*].secret_id)
   }
 }
 
@@ -76,6 +80,53 @@ resource "google_secret_manager_secret" "callback_hmac" {
 
   project   = var.project_id
   secret_id = "${var.name_prefix}-callback-hmac"
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.enabled]
+}
+
+# ----------------------------------------------------------------- reviewers
+# One secret per reviewer webhook target, each optional: the incoming-webhook
+# URL is the credential (anyone holding it can post into the room), so it is a
+# secret, mounted on notify only (SAFESEND_NOTIFY_CHAT_WEBHOOK_URL /
+# SAFESEND_NOTIFY_SLACK_WEBHOOK_URL) and readable by notify's account only.
+resource "google_secret_manager_secret" "notify_chat_webhook" {
+  count = local.reviewers_enabled && var.notify_chat_webhook ? 1 : 0
+
+  project   = var.project_id
+  secret_id = "${var.name_prefix}-notify-chat-webhook"
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_secret_manager_secret" "notify_slack_webhook" {
+  count = local.reviewers_enabled && var.notify_slack_webhook ? 1 : 0
+
+  project   = var.project_id
+  secret_id = "${var.name_prefix}-notify-slack-webhook"
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.enabled]
+}
+
+# Signs the console's decision forms (CSRF tokens bound to the reviewer and the
+# review entry; at least 32 bytes). Mounted as SAFESEND_REVIEW_CSRF_SECRET on
+# review only; never a plain environment value.
+resource "google_secret_manager_secret" "review_csrf" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project   = var.project_id
+  secret_id = "${var.name_prefix}-review-csrf"
 
   replication {
     auto {}

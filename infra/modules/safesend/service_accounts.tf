@@ -37,6 +37,44 @@ resource "google_service_account" "status" {
   depends_on = [google_project_service.enabled]
 }
 
+# The reviewer side (reviewers_enabled): notify posts review items to the
+# reviewers' channels (and may email them through the send path); review is the
+# console where a person decides (a resend goes through the send path too).
+resource "google_service_account" "notify" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-fn-notify"
+  display_name = "safesend notify function"
+  description  = "Runtime of notify: Firestore jobs, reviewer webhooks (secrets), reviewer emails through the send path."
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_service_account" "review" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-fn-review"
+  display_name = "safesend review console"
+  description  = "Runtime of the review console (behind IAP): Firestore jobs, decisions, resends through the send path."
+
+  depends_on = [google_project_service.enabled]
+}
+
+# Whose OIDC token the Pub/Sub push subscription attaches to notify calls. It
+# holds roles/run.invoker on notify and nothing else.
+resource "google_service_account" "notify_push" {
+  count = local.reviewers_enabled ? 1 : 0
+
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-notify-push"
+  display_name = "safesend notify push identity"
+  description  = "OIDC identity of the Pub/Sub push subscription to the safesend notify function."
+
+  depends_on = [google_project_service.enabled]
+}
+
 # Whose OIDC token Cloud Tasks attaches to reconcile calls. The functions that
 # create tasks hold iam.serviceAccountUser on this account only.
 resource "google_service_account" "tasks_invoker" {
@@ -71,6 +109,8 @@ resource "google_service_account" "n8n_invoker" {
 }
 
 locals {
+  reviewers_enabled = var.reviewers_enabled
+
   n8n_invoker_email = var.create_n8n_invoker_service_account ? google_service_account.n8n_invoker[0].email : null
 
   # Service accounts whose ID tokens send and status accept (run.invoker on

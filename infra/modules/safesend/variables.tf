@@ -23,7 +23,7 @@ variable "name_prefix" {
 }
 
 variable "runtime" {
-  description = "Cloud Functions runtime of all four functions."
+  description = "Cloud Functions runtime of all functions."
   type        = string
   default     = "python312"
 }
@@ -215,7 +215,7 @@ variable "review_subscriber_members" {
 }
 
 variable "review_max_delivery_attempts" {
-  description = "Deliveries of a review item before Pub/Sub moves it to the dead-letter topic (5-100)."
+  description = "Deliveries of a review item (on the reviewers' pull subscription, and on notify's push subscription) before Pub/Sub moves it to the dead-letter topic (5-100)."
   type        = number
   default     = 10
 
@@ -223,6 +223,119 @@ variable "review_max_delivery_attempts" {
     condition     = var.review_max_delivery_attempts >= 5 && var.review_max_delivery_attempts <= 100
     error_message = "review_max_delivery_attempts must be between 5 and 100."
   }
+}
+
+# ---------------------------------------------------------------- reviewers
+# The reviewer side (issue 10): notify (Pub/Sub push of each review item ->
+# Chat / Slack / email) and review (the console, behind Identity-Aware Proxy).
+
+variable "reviewers_enabled" {
+  description = "Deploy the reviewer side: the notify function and its OIDC push subscription on the review topic, the review console behind IAP, their service accounts, grants and secrets. Off by default: turning it on needs a reviewer allowlist and IAP principals (checked at plan time), a CSRF secret value before the first deploy, and one manual IAP step (infra/README.md)."
+  type        = bool
+  default     = false
+}
+
+variable "review_allowed_emails" {
+  description = "Reviewer addresses the console admits after IAP (SAFESEND_REVIEW_ALLOWED_EMAILS), e.g. [\"ann@example.com\"]. With reviewers_enabled, this and/or review_allowed_domains must be non-empty."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for e in var.review_allowed_emails : can(regex("^[^@\\s,<>\"']+@[a-z0-9.-]+\\.[a-z]{2,}$", e))])
+    error_message = "review_allowed_emails must be lowercase e-mail addresses such as \"ann@example.com\"."
+  }
+}
+
+variable "review_allowed_domains" {
+  description = "Google Workspace domains whose users the console admits after IAP (SAFESEND_REVIEW_ALLOWED_DOMAINS, matched against the signed hd claim), e.g. [\"example.com\"]."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for d in var.review_allowed_domains : can(regex("^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$", d))])
+    error_message = "review_allowed_domains must be lowercase domain names such as \"example.com\" (no @, no scheme)."
+  }
+}
+
+variable "review_iap_members" {
+  description = "Who IAP lets through to the console: roles/iap.httpsResourceAccessor on the review service, e.g. [\"group:mail-reviewers@example.com\"]. People only (user:, group:, domain:); never allUsers. The app's allowlist is the second gate."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for m in var.review_iap_members : can(regex("^(user|group|domain):[^\\s]+$", m))])
+    error_message = "review_iap_members must be \"user:...\", \"group:...\" or \"domain:...\" members; public and service-account members are not accepted."
+  }
+}
+
+variable "notify_chat_webhook" {
+  description = "Post review items to Google Chat: creates the <prefix>-notify-chat-webhook secret (its value is the incoming-webhook URL, added with gcloud) and mounts it on notify only (SAFESEND_NOTIFY_CHAT_WEBHOOK_URL)."
+  type        = bool
+  default     = false
+}
+
+variable "notify_slack_webhook" {
+  description = "Post review items to Slack: creates the <prefix>-notify-slack-webhook secret (the incoming-webhook URL) and mounts it on notify only (SAFESEND_NOTIFY_SLACK_WEBHOOK_URL)."
+  type        = bool
+  default     = false
+}
+
+variable "notify_email_to" {
+  description = "Address review items are emailed to by notify, through safesend's own send path (SAFESEND_NOTIFY_EMAIL_TO), e.g. \"mail-reviewers@example.com\". Empty: no email."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = var.notify_email_to == "" || can(regex("^[^@\\s,<>]+@[^@\\s,<>]+\\.[^@\\s,<>]+$", var.notify_email_to))
+    error_message = "notify_email_to must be empty or one e-mail address."
+  }
+}
+
+variable "notify_email_channel" {
+  description = "safesend channel of the reviewer emails (SAFESEND_NOTIFY_EMAIL_CHANNEL); it must exist in channels.toml with on_unknown = \"retry\" (the app checks at start-up)."
+  type        = string
+  default     = "review-notifications"
+}
+
+variable "review_notify_timeout_seconds" {
+  description = "With the reviewer side: seconds notify has to take up a published review item before the sweeper publishes it again (SAFESEND_REVIEW_NOTIFY_TIMEOUT_S on every function that publishes)."
+  type        = number
+  default     = 600
+
+  validation {
+    condition     = var.review_notify_timeout_seconds >= 60
+    error_message = "review_notify_timeout_seconds must be at least 60 (Pub/Sub retries with backoff before that)."
+  }
+}
+
+variable "notify_chat_webhook_version" {
+  description = "Version of the notify-chat-webhook secret notify loads at start-up."
+  type        = string
+  default     = "latest"
+}
+
+variable "notify_slack_webhook_version" {
+  description = "Version of the notify-slack-webhook secret notify loads at start-up."
+  type        = string
+  default     = "latest"
+}
+
+variable "review_csrf_version" {
+  description = "Version of the review-csrf secret (SAFESEND_REVIEW_CSRF_SECRET) the console loads at start-up."
+  type        = string
+  default     = "latest"
+}
+
+variable "notify_max_instances" {
+  description = "Maximum instances of notify (one push each); Pub/Sub backs off when they are all busy."
+  type        = number
+  default     = 5
+}
+
+variable "review_max_instances" {
+  description = "Maximum instances of the review console."
+  type        = number
+  default     = 3
 }
 
 # ---------------------------------------------------------- scaling, timing
