@@ -316,8 +316,9 @@ def snapshot(wheel: Path, provider_name: str, wanted: dict[str, set[str]]) -> di
 
 
 def download(requirement: str, into: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "pip", "download",  # noqa: S603 - fixed argv, pinned requirement "--quiet", "--no-deps", "--only-binary=:all:",
-                    "--disable-pip-version-check", "-d", str(into), requirement], check=True)
+    subprocess.run(  # noqa: S603 - fixed argv, pinned requirement
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+         "--disable-pip-version-check", "-d", str(into), requirement], check=True)
     return find_wheel(requirement, into)
 
 
