@@ -80,12 +80,14 @@ def run(stack: LocalStack, runs: int, budget_s: float) -> Bench:
     to_check: list[float] = []  # outcome_unknown recorded -> the mailbox check
     for i, res in enumerate(results):
         if "final" not in res:
-            bench.failures.append(f"run {i + 1}: {res.get('error', 'no result')} (first state {res.get('first_state')})")
+            bench.failures.append(f"run {i + 1}: {res.get('error', 'no result')} "
+                                  f"(first state {res.get('first_state')})")
             continue
         final = res["final"]
         mine = [e for e in effects if e["message_id"] == res["message_id"]]
         if res["status"] != 202 or res["first_state"] != "unknown":
-            bench.failures.append(f"run {i + 1}: /send answered {res['status']} {res['first_state']}, expected 202 unknown")
+            bench.failures.append(f"run {i + 1}: /send answered {res['status']} {res['first_state']}, "
+                                  "expected 202 unknown")
         if final["state"] != "sent" or len(mine) != 1:
             bench.failures.append(f"run {i + 1}: ended {final['state']} with {len(mine)} copies")
             continue

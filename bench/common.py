@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +20,7 @@ from safesend.mime import OutgoingMessage, build_mime  # noqa: E402
 DOMAIN = "mail.example.com"
 SENDER = "Shop <shop@example.com>"
 CHANNELS = frozenset({"receipts", "payments", "plain"})
-CREATED_AT = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+CREATED_AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 _TEXT = (
     "Hello Ann,\n\nthank you for your order 98765. We received your payment of EUR 42.50 and "

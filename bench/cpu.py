@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import time
 import tracemalloc
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from safesend.keys import job_id_for, message_id_for
 from safesend.mime import build_mime

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .results import percentile
 
@@ -221,7 +222,7 @@ def write_json(path: Path, header: dict[str, Any], benches: Sequence[Bench]) -> 
 def write_markdown(path: Path, header_lines: Sequence[str], benches: Sequence[Bench],
                    tail_lines: Sequence[str]) -> None:
     out = ["# safesend benchmarks, " + path.stem, ""]
-    out += list(header_lines) + [""]
+    out += [*header_lines, ""]
     out += [render_markdown_table(benches), ""]
     notes = [(b.title, n) for b in benches for n in b.notes]
     findings = [(b.title, f) for b in benches for f in b.findings]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 
 def percentile(values: Sequence[float], pct: float) -> float:

@@ -17,8 +17,9 @@ import platform
 import signal
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 from .common import progress, quiet_service_logs  # also puts functions/ and the repo root on sys.path
 from .results import Comparison, Variant, render_table

@@ -109,7 +109,8 @@ def run(m: int, budget_s: float) -> Comparison:
 
     # Correctness, from the fake mailbox's acceptance log.
     sent_ids = Counter(e["message_id"] for e in distinct_world.mailbox.effects)
-    once = sum(1 for r in distinct[:done] if sent_ids[distinct_world.store.get(job_id_for(r.dedup_key)).message_id] == 1)
+    once = sum(1 for r in distinct[:done]
+               if sent_ids[distinct_world.store.get(job_id_for(r.dedup_key)).message_id] == 1)
     if outcomes["Abad"] or once != done or len(distinct_world.mailbox.effects) != done:
         comp.failures.append(f"distinct: {outcomes['Abad']} bad results, {once}/{done} sent exactly once, "
                              f"{len(distinct_world.mailbox.effects)} effects")

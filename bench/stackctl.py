@@ -16,8 +16,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from devstack.emulators import ManagedProcess, free_port
 from devstack.stack import PROJECT, REPO_ROOT, LocalStack, StackConfig
@@ -93,11 +93,12 @@ def widen_sim_backlog(sim: object) -> bool:
 
 
 def functions_process(stack: LocalStack, source: Path, target: str, threads: int | None, name: str,
-                      port: int | None = None) -> tuple[ManagedProcess, str]:
-    """functions-framework for `source`/`target` with the stack's environment. threads=None leaves
-    THREADS unset, i.e. functions-framework's default (os.cpu_count() * 4), as deployed."""
+                      port: int | None = None, extra_env: dict[str, str] | None = None) -> tuple[ManagedProcess, str]:
+    """functions-framework for `source`/`target` with the stack's environment (plus `extra_env`, e.g.
+    another job store). threads=None leaves THREADS unset, i.e. functions-framework's default
+    (os.cpu_count() * 4), as deployed."""
     port = port or free_port()
-    env = {**os.environ, **stack.service_env(), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **stack.service_env(), "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     env.pop("THREADS", None)
     if threads is not None:
         env["THREADS"] = str(threads)
@@ -156,6 +157,20 @@ def proc_tree_cpu_s(pid: int | None) -> float:
     return sum(cpu.get(p, 0.0) for p in tree)
 
 
-__all__ = ["PROJECT", "REPO_ROOT", "LocalStack", "TIME_SCALE", "stack_config", "send_body", "firestore_env",
-           "functions_process", "wait_http", "proc_tree_cpu_s", "STACK_THREADS", "CHANNEL", "REVIEW_CHANNEL",
-           "GMAIL_INDEX_LAG_S", "scaled_env_text"]
+__all__ = [
+    "CHANNEL",
+    "GMAIL_INDEX_LAG_S",
+    "PROJECT",
+    "REPO_ROOT",
+    "REVIEW_CHANNEL",
+    "STACK_THREADS",
+    "TIME_SCALE",
+    "LocalStack",
+    "firestore_env",
+    "functions_process",
+    "proc_tree_cpu_s",
+    "scaled_env_text",
+    "send_body",
+    "stack_config",
+    "wait_http",
+]

@@ -10,8 +10,9 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .common import REPO_ROOT, progress, quiet_service_logs
 from .report import Bench, render_text, write_json, write_markdown
@@ -38,6 +39,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, help="runs per benchmark (default 5; quick 2)")
     parser.add_argument("--no-deployed", action="store_true",
                         help="4: skip the second, as-deployed functions instance (THREADS unset)")
+    parser.add_argument("--no-postgres", action="store_true",
+                        help="1-3: measure the Firestore store only (by default PostgreSQL runs side by side)")
     parser.add_argument("--out", type=Path, help="directory for results.json and results/<date>.md "
                         "(default: bench/ for a full run, nothing for --quick)")
     args = parser.parse_args(argv)
@@ -86,7 +89,8 @@ def _alive(pid: int | None) -> bool:
         return False
 
 
-STACK_PATTERNS = ("cloud-firestore-emulator", "pubsub-emulator", "tasks_emulator", "functions_framework")
+STACK_PATTERNS = ("cloud-firestore-emulator", "pubsub-emulator", "tasks_emulator", "functions_framework",
+                  "safesend-pg-")  # the last: PostgreSQL servers of devstack/postgres.py (their data directory)
 
 
 def _other_stack_processes() -> int:
@@ -110,10 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _terminate)
     quiet_service_logs()
-    from . import run as micro  # machine line helpers
-
     from devstack.stack import LocalStack
 
+    from . import run as micro  # machine line helpers
     from .stackctl import TIME_SCALE, firestore_env, scaled_env_text, stack_config
 
     started = time.monotonic()
@@ -124,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.sizes
     log_dir = Path(tempfile.mkdtemp(prefix="safesend-bench-stack-"))
     stack = LocalStack(stack_config(log_dir))
+    postgres: Any = None
     results: list[Bench] = []
     loads: dict[str, str] = {}
     pids: list[tuple[str, int | None]] = []
@@ -140,8 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         widen_sim_backlog(stack.sim)
         pids = [(e.name, e.pid) for e in stack.emulators.emulators] + [("functions", stack.functions.pid)]
         progress(f"stack up in {stack_s:.1f} s at {stack.url}")
+        if not args.no_postgres and {"latency", "paths"} & set(args.only):
+            postgres, failure = _start_postgres(log_dir)
+            if postgres is not None:
+                pids.append(("postgres", postgres.pid))
+            else:
+                results.append(Bench("postgres", "PostgreSQL store", skipped=failure, failures=[failure]))
         with firestore_env(stack):
-            runners = _runners(stack, args)
+            runners = _runners(stack, args, postgres)
             for key in args.only:
                 title, runner = runners[key]
                 loads[key] = _load()
@@ -167,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         progress("stopping the local stack")
         stack.stop()
+        if postgres is not None:
+            postgres.stop()
     left = [f"{name} pid {pid}" for name, pid in pids if _alive(pid)]
     load_end = _load()
     total = time.monotonic() - started
@@ -177,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"per latency; 4) {sizes['tp_jobs']} jobs x {sizes['tp_clients']} clients; 5) sweep of "
                 f"{sizes['sweep_due']} due among {'/'.join(f'{s:,}' for s in sizes['sweep_sizes'])} finished; "
                 f"delays scaled 1/{TIME_SCALE:g} on the stack ({scaled_env_text()}), production delays on a "
-                f"fake clock in 2-3")
+                f"fake clock in 2-3"
+                + (f"; 1-3 also on PostgreSQL {postgres.version} (Debian's, on this machine's disk, durable defaults: "
+                   f"fsync and synchronous_commit on) next to the Firestore emulator (in memory)"
+                   if postgres is not None else ""))
     busy = max(float(x) for x in (load_start.split("/")[0], load_end.split("/")[0]) if x != "?") \
         if "?" not in (load_start + load_end) else 0.0
     busy_text = (f"machine busy: load average above the core count ({os.cpu_count()}) at start or end; "
@@ -214,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         write_json(json_path, header, results)
         command = "bash scripts/bench.sh" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
-        write_markdown(md_path, [f"`{command}` on {started_at}", "", *[f"- {l}" for l in lines]],
+        write_markdown(md_path, [f"`{command}` on {started_at}", "", *[f"- {line}" for line in lines]],
                        results, ["Full data: `bench/results.json`. How to run and read: `bench/README.md`."])
         print(f"wrote {json_path.relative_to(REPO_ROOT) if json_path.is_relative_to(REPO_ROOT) else json_path} "
               f"and {md_path.relative_to(REPO_ROOT) if md_path.is_relative_to(REPO_ROOT) else md_path}")
@@ -234,13 +249,32 @@ def main(argv: list[str] | None = None) -> int:
     return 1
 
 
-def _runners(stack: Any, args: argparse.Namespace) -> dict[str, tuple[str, Callable[[], list[Bench]]]]:
+def _start_postgres(log_dir: Path) -> tuple[Any, str]:
+    """A durable PostgreSQL server of the suite's own (devstack/postgres.py), or why there is none."""
+    from devstack.emulators import DevstackError
+    from devstack.postgres import PostgresServer
+
+    progress("starting PostgreSQL (Debian's server, durable defaults) for the store side of 1-3")
+    server = PostgresServer(log_dir=log_dir, durable=True)
+    try:
+        server.start()
+    except DevstackError as exc:
+        server.stop()
+        first = str(exc).splitlines()[0]
+        return None, f"PostgreSQL could not start (bash scripts/install-postgres.sh, or --no-postgres): {first}"
+    progress(f"PostgreSQL {server.version} up in {server.startup_seconds:.1f} s on {server.host}")
+    return server, ""
+
+
+def _runners(stack: Any, args: argparse.Namespace,
+             postgres: Any = None) -> dict[str, tuple[str, Callable[[], list[Bench]]]]:
     from . import certainty, coldstart, latency, paths, sweep, throughput
 
     s, b = args.sizes, args.budgets
     return {
-        "latency": ("1. latency", lambda: latency.run(stack, s["latency_n"], (0.3, 0.05), b["latency"])),
-        "paths": ("2-3. store ops and Gmail units by path", lambda: paths.run(stack, s["runs"], b["paths"])),
+        "latency": ("1. latency", lambda: latency.run(stack, s["latency_n"], (0.3, 0.05), b["latency"], postgres)),
+        "paths": ("2-3. store ops and Gmail units by path",
+                  lambda: paths.run(stack, s["runs"], b["paths"], postgres)),
         "throughput": ("4. throughput", lambda: [throughput.run(stack, s["tp_jobs"], s["tp_clients"], s["runs"],
                                                                 b["throughput"], deployed=not args.no_deployed)]),
         "sweep": ("5. sweeper scaling", lambda: [sweep.run(stack, s["sweep_sizes"], s["sweep_due"], s["runs"],

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.cloud import firestore
@@ -25,7 +25,7 @@ from safesend.config import DEFAULT_CHANNELS_FILE
 from safesend.keys import job_id_for, message_id_for
 from safesend.lifecycle import Timing, new_job, record_outcome, start_attempt
 from safesend.mime import build_mime
-from safesend.model import Accepted, Failure, Bucket
+from safesend.model import Accepted, Bucket, Failure
 from safesend.policy import ChannelPolicies
 from safesend.service import SafeSendService
 from safesend.validation import message_from_payload, parse_send_request
@@ -99,7 +99,7 @@ def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float
         clients += [seeder, counted]
         fs_counter = count_firestore(counted)
         tag = uuid.uuid4().hex[:8]
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         template_finished = _finished_doc("bench-sweep:template", now)
         policies = ChannelPolicies.load(DEFAULT_CHANNELS_FILE)
         cases: list[dict[str, Any]] = []
@@ -161,7 +161,7 @@ def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float
         bench.finish()
         for case in cases:
             row: Row = case["row"]
-            case["work"] = [w - q for w, q in zip(row.samples, case["query_s"])]
+            case["work"] = [w - q for w, q in zip(row.samples, case["query_s"], strict=False)]
             row.check = (f"queries {fmt_s(median(case['query_s']))}, the rest {fmt_s(median(case['work']))}; "
                          f"{median(case['reads']):.0f} reads/sweep; examined {min(case['examined'], default=0)}")
             row.detail = {"reads": case["reads"], "query_s": case["query_s"]}
@@ -178,7 +178,7 @@ def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float
 
 
 def _reset_due(client: firestore.Client, case: dict[str, Any]) -> None:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     _write(client, case["collection"], [_due_doc(key, now) for key in case["due_keys"]])
 
 

@@ -23,7 +23,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httplib2
 import requests
@@ -33,8 +34,7 @@ from safesend.mime import encode_raw
 
 from .common import Budget, progress, raw_for
 from .report import Bench, Row, fmt_s, median
-from .stackctl import (REPO_ROOT, STACK_THREADS, LocalStack, functions_process, proc_tree_cpu_s, send_body,
-                       wait_http)
+from .stackctl import REPO_ROOT, STACK_THREADS, LocalStack, functions_process, proc_tree_cpu_s, send_body, wait_http
 
 LATENCY_S = 0.3
 TARGET = 0.9

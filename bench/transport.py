@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httplib2
 from googleapiclient.discovery import build

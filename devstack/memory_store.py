@@ -1,70 +1,123 @@
-"""An in-memory JobStore with the same semantics as Firestore's, for unit tests and benchmarks.
+"""An in-memory JobStore with the same semantics as the Firestore and PostgreSQL stores, for unit tests
+and benchmarks. tests/integration/test_store_contract.py runs the same contract suite against all three.
 
 Local tooling (devstack/), never deployed: the functions package holds only what production runs.
+
+Like the real stores it keeps each job as a stored document, not as the caller's object: what a
+read returns went through Job.to_dict / Job.from_dict, so nested values are never shared with a
+caller, the store token is never kept, every timestamp (nested ones included) comes back as an
+aware UTC datetime and tuples come back as lists. A document that cannot be read as a job
+(put_document, for tests) is left out of the queries and logged, never raised.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Sequence
+from typing import Any
 
 from safesend.errors import ConcurrentUpdateError
-from safesend.model import Job
+from safesend.logs import log
+from safesend.model import Job, as_utc
 from safesend.states import State
 
 
+def _stored(value: Any) -> Any:
+    """A deep copy as a document store keeps it: dicts, lists, aware UTC datetimes, scalars."""
+    if isinstance(value, dict):
+        return {key: _stored(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_stored(item) for item in value]
+    if isinstance(value, datetime):
+        return as_utc(value)
+    return value
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Job) if f.name != "store_token")
+
+
+def _document(job: Job) -> dict[str, Any]:
+    """What Job.to_dict() gives, stored: without dataclasses.asdict's deep copies (this one copies
+    once, in _stored), which made every unit test's store call several times slower."""
+    doc: dict[str, Any] = _stored({name: getattr(job, name) for name in _FIELDS})
+    doc["state"] = job.state.value
+    return doc
+
+
 class InMemoryJobStore:
-    """Thread-safe; every read and write copies, so callers cannot mutate stored state by accident."""
+    """Thread-safe; documents in a dict under one lock."""
 
     def __init__(self) -> None:
-        self._jobs: dict[str, Job] = {}
+        self._docs: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     def claim_or_get(self, job: Job) -> tuple[Job, bool]:
+        stored = job.copy()
+        stored.version, stored.store_token = 1, None
         with self._lock:
-            existing = self._jobs.get(job.id)
-            if existing is not None:
-                return existing.copy(), False
-            stored = job.copy()
-            stored.version = 1
-            self._jobs[job.id] = stored
-            return stored.copy(), True
+            existing = self._docs.get(job.id)
+            if existing is None:
+                self._docs[job.id] = _document(stored)
+        if existing is not None:
+            return Job.from_dict(_stored(existing)), False
+        return stored, True
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
-            job = self._jobs.get(job_id)
-            return job.copy() if job else None
+            doc = self._docs.get(job_id)
+        return Job.from_dict(_stored(doc)) if doc is not None else None
 
     def compare_and_set(self, job: Job, expected_version: int) -> Job:
+        stored = job.copy()
+        stored.version, stored.store_token = expected_version + 1, None
         with self._lock:
-            current = self._jobs.get(job.id)
-            if current is None or current.version != expected_version:
+            current = self._docs.get(job.id)
+            if current is None or current.get("version") != expected_version:
                 raise ConcurrentUpdateError(job.id)
-            stored = job.copy()
-            stored.version = expected_version + 1
-            self._jobs[job.id] = stored
-            return stored.copy()
+            self._docs[job.id] = _document(stored)
+        return stored
 
     def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
-        with self._lock:
-            due = [j for j in self._jobs.values()
-                   if j.state is state and j.next_check_at is not None and j.next_check_at <= now]
-        due.sort(key=lambda j: j.next_check_at)  # type: ignore[arg-type, return-value]
-        return [j.copy() for j in due[:limit]]
+        now = as_utc(now)
+        return self._query(lambda d: d.get("state") == state.value and _at_or_before(d.get("next_check_at"), now),
+                           "next_check_at", limit)
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
-        with self._lock:
-            open_jobs = [j for j in self._jobs.values() if j.state in (State.REVIEW, State.FAILED)]
-        open_jobs.sort(key=lambda j: j.updated_at)
-        return [j.copy() for j in open_jobs[:limit]]
+        return self._query(lambda d: d.get("state") in (State.REVIEW.value, State.FAILED.value)
+                           and isinstance(d.get("updated_at"), datetime), "updated_at", limit)
 
     def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
-        with self._lock:
-            due = [j for j in self._jobs.values() if j.notice_due_at is not None and j.notice_due_at <= now]
-        due.sort(key=lambda j: j.notice_due_at)  # type: ignore[arg-type, return-value]
-        return [j.copy() for j in due[:limit]]
+        now = as_utc(now)
+        return self._query(lambda d: _at_or_before(d.get("notice_due_at"), now), "notice_due_at", limit)
 
     def all(self) -> list[Job]:
         with self._lock:
-            return [j.copy() for j in self._jobs.values()]
+            docs = [_stored(d) for d in self._docs.values()]
+        return [Job.from_dict(d) for d in docs]
+
+    def put_document(self, job_id: str, document: dict[str, Any]) -> None:
+        """Store a raw document, as a bug or a hand edit could leave one (tests only)."""
+        with self._lock:
+            self._docs[job_id] = _stored(document)
+
+    def _query(self, matches: Callable[[dict[str, Any]], bool], order_by: str, limit: int) -> list[Job]:
+        """Like the real stores: match on the stored fields, order by (field, id), limit, then read
+        each document as a job, leaving out (and logging) the ones that are not."""
+        with self._lock:
+            found = [(doc[order_by], job_id, _stored(doc)) for job_id, doc in self._docs.items() if matches(doc)]
+        found.sort(key=lambda item: (item[0], item[1]))
+        jobs = []
+        for _, job_id, doc in found[:max(limit, 0)]:
+            try:
+                jobs.append(Job.from_dict(doc))
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                log(logging.ERROR, "job document cannot be read as a job; the sweeper skips it", job_id=job_id,
+                    error_type=type(exc).__name__, error=str(exc)[:300])
+        return jobs
+
+
+def _at_or_before(value: Any, now: datetime) -> bool:
+    return isinstance(value, datetime) and value <= now

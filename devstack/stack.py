@@ -6,6 +6,7 @@ and by the end-to-end tests (tests/integration/test_stack.py). Loopback only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -14,20 +15,22 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from devstack.emulators import EmulatorStack, ManagedProcess, free_port
+from devstack.gmail_sim import GmailSimulator
+from devstack.postgres import PostgresServer
+from devstack.push_relay import PushRelay
+from devstack.receiver import RecordingReceiver
+from devstack.relay import FaultRelay
 
 _FUNCTIONS_DIR = Path(__file__).resolve().parent.parent / "functions"
 if str(_FUNCTIONS_DIR) not in sys.path:
     sys.path.insert(0, str(_FUNCTIONS_DIR))
 from safesend.api_keys import mint  # noqa: E402
-from devstack.gmail_sim import GmailSimulator
-from devstack.push_relay import PushRelay
-from devstack.receiver import RecordingReceiver
-from devstack.relay import FaultRelay
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "demo-safesend"
@@ -68,6 +71,9 @@ class StackConfig:
             "notifications": {"retry_base_s": 0.2, "retry_cap_s": 1.0},
         }),
     })
+    # The job store: "firestore" (its emulator, as deployed by default) or "postgres" (a throwaway
+    # PostgreSQL server from Debian's packages, devstack/postgres.py; SAFESEND_STORE=postgres).
+    store: str = "firestore"
 
 
 class LocalStack:
@@ -82,6 +88,9 @@ class LocalStack:
         self.slack: RecordingReceiver | None = None
         self.push_relay: PushRelay | None = None
         self.functions: ManagedProcess | None = None
+        if self.config.store not in ("firestore", "postgres"):
+            raise ValueError(f"StackConfig.store must be firestore or postgres, not {self.config.store!r}")
+        self.postgres = PostgresServer(log_dir=self.log_dir) if self.config.store == "postgres" else None
         self.port = self.config.port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key, api_key_entry = mint("local-caller")
@@ -158,14 +167,18 @@ class LocalStack:
             **self.emulators.env(),
             **self.config.service_env,
         }
+        if self.postgres is not None:  # one pooled connection per functions-framework thread (THREADS=16)
+            env.update({**self.postgres.env(), "SAFESEND_POSTGRES_POOL_MAX": "16"})
         if self.relay is not None:
             env["SAFESEND_GMAIL_API_ENDPOINT"] = self.relay.url
         return env
 
-    def start(self) -> "LocalStack":
+    def start(self) -> LocalStack:
         try:
             self.emulators.start()
             self._create_topic_and_subscription()
+            if self.postgres is not None:
+                self.postgres.start()
             if self.config.use_simulator:
                 self.sim = GmailSimulator(index_lag_s=self.config.sim_index_lag_s,
                                           effects_path=str(self.log_dir / "effects.jsonl")).start()
@@ -196,10 +209,8 @@ class LocalStack:
                                                                   topic=self.topic_path),
                            lambda: subscriber.create_subscription(name=self.notify_subscription_path,
                                                                   topic=self.topic_path)):
-                try:
+                with contextlib.suppress(gexc.AlreadyExists):
                     create()
-                except gexc.AlreadyExists:
-                    pass
             subscriber.close()
         finally:
             if previous is None:
@@ -234,13 +245,14 @@ class LocalStack:
                      lambda: self.slack and self.slack.stop(),
                      lambda: self.relay and self.relay.stop(),
                      lambda: self.sim and self.sim.stop(),
+                     lambda: self.postgres and self.postgres.stop(),
                      self.emulators.stop):
             try:
                 stop()
             except Exception as exc:  # noqa: BLE001 - report and continue stopping the rest
                 print(f"stack stop: {exc}", file=sys.stderr)
 
-    def __enter__(self) -> "LocalStack":
+    def __enter__(self) -> LocalStack:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -255,6 +267,8 @@ class LocalStack:
         """pgid of each process this stack started in its own group (for freezing one in tests)."""
         groups = {emulator.name: emulator.pgid for emulator in self.emulators.emulators}
         groups["functions"] = self.functions.pgid if self.functions else None
+        if self.postgres is not None:
+            groups["postgres"] = self.postgres.pgid
         return groups
 
 
@@ -268,7 +282,7 @@ class SweepTicker:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sweep-ticker", daemon=True)
 
-    def start(self) -> "SweepTicker":
+    def start(self) -> SweepTicker:
         self._thread.start()
         return self
 
@@ -326,7 +340,8 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
 def local_banner(stack: LocalStack, real_gmail: bool, sweep_interval_s: float) -> str:
     """What run-local.sh prints: the URLs, the credentials of this run, and a curl that works."""
     gmail = "real Gmail (credentials from the environment)" if real_gmail else \
-        f"Gmail simulator {stack.sim.url if stack.sim else '?'} behind fault relay {stack.relay.url if stack.relay else '?'}"
+        (f"Gmail simulator {stack.sim.url if stack.sim else '?'} "
+         f"behind fault relay {stack.relay.url if stack.relay else '?'}")
     auth = (f"""  API key   {stack.api_key}
             (n8n: a Bearer Auth credential with this token; a new key every run)
   HMAC      X-Safesend-Signature secret {stack.hmac_secret}
@@ -347,7 +362,7 @@ def local_banner(stack: LocalStack, real_gmail: bool, sweep_interval_s: float) -
   logs      {stack.log_dir}
 Try:
   curl -s -XPOST {stack.url}/send -H 'Content-Type: application/json'{bearer} -d '{{"customer_id":"c1","event_type":"order_paid","order_id":"42","channel":"transactional","to":"ann@example.com","subject":"Receipt","text":"Thanks!"}}'
-Ctrl-C stops everything."""
+Ctrl-C stops everything."""  # noqa: E501 - the curl line is meant to be copied whole
 
 
 if __name__ == "__main__":

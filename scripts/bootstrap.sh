@@ -8,6 +8,7 @@
 #                .venv-infra/python-hcl2 (pip --target: checkov's fork installs the same module)
 #   java + the Firestore and Pub/Sub emulators of the Google Cloud CLI
 #   Debian's chromium for the review console's browser tests (scripts/install-browser.sh)
+#   Debian's postgresql for the PostgreSQL job store's tests (scripts/install-postgres.sh)
 #
 # A stamp file in each venv holds the sha256 of what was installed, so a second
 # run with unchanged requirements does no pip work at all.
@@ -223,4 +224,7 @@ java_ok || die "java not found or not runnable: the emulators need Java 11+ (apt
 # ---------------------------------------------------------------- chromium (the console's browser tests)
 bash "$ROOT/scripts/install-browser.sh"
 
-log "ok (.venv, .venv-tasks, .venv-infra, java, Firestore and Pub/Sub emulators, chromium)"
+# ---------------------------------------------------------------- PostgreSQL (the second job store's tests)
+bash "$ROOT/scripts/install-postgres.sh"
+
+log "ok (.venv, .venv-tasks, .venv-infra, java, Firestore and Pub/Sub emulators, chromium, postgresql)"

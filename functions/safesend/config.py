@@ -1,168 +1,283 @@
-"""Settings from the environment, read once per instance. Bad values fail at start-up, not mid-send."""
+"""Settings from the environment, read once per instance. Bad values fail at start-up, not mid-send.
+
+Each setting is declared once, below: its field, environment name, default, parser and meaning.
+`Settings.from_env` reads them from those declarations, and the README's settings table is
+generated from them (`python -m safesend.config`; a test keeps the README in step).
+"""
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from email.utils import parseaddr
 from pathlib import Path
-from typing import Mapping
+from typing import Any
 
 from .api_keys import ApiKeyRing
 from .errors import ConfigurationError
-from .notify import ReviewerTargets
 from .keys import is_valid_hostname
 from .lifecycle import Timing
+from .notify import ReviewerTargets
 
 DEFAULT_CHANNELS_FILE = Path(__file__).resolve().parent.parent / "channels.toml"
 FALLBACK_DOMAIN = "safesend.localhost"
 # One Firestore document holds the job (1 MiB limit) with its events; the MIME built from it then
 # stays far below Gmail's 35 MB message limit.
 MAX_STORABLE_BODY_BYTES = 700_000
+PROJECT_ALIASES = ("GCLOUD_PROJECT", "SAFESEND_PROJECT")
+
+Parser = Callable[[str, str], Any]  # (environment name, raw text) -> value; raises ConfigurationError
+
+
+def _text(name: str, raw: str) -> str:
+    return raw
+
+
+def _seconds(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ConfigurationError(f"{name} must be a finite number >= 0, got {raw!r}")
+    return value
+
+
+def _count(name: str, raw: str) -> int:
+    return int(_seconds(name, raw))
+
+
+def _flag(name: str, raw: str) -> bool:
+    word = raw.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name} must be true or false, got {raw!r}")
+
+
+def _names(name: str, raw: str) -> frozenset[str]:
+    return frozenset(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _lower_names(name: str, raw: str) -> frozenset[str]:
+    return frozenset(item.lower() for item in _names(name, raw))
+
+
+def _store_kind(name: str, raw: str) -> str:
+    kind = raw.strip().lower()
+    if kind not in ("firestore", "postgres"):
+        raise ConfigurationError(f"{name} must be firestore or postgres, got {raw!r}")
+    return kind
+
+
+def setting(env: str, default: Any, parse: Parser, doc: str, *, shown: str | None = None,
+            secret: bool = False, local_only: bool = False) -> Any:
+    """One setting: its environment name, default, parser and meaning, in one place.
+    `shown` is the default as the table prints it; `secret`: from Secret Manager when deployed;
+    `local_only`: never in a deployed configuration (the infra policy tests forbid it)."""
+    return field(default=default, metadata={"env": env, "parse": parse, "doc": doc, "shown": shown,
+                                            "secret": secret, "local_only": local_only})
 
 
 @dataclass(frozen=True)
 class Settings:
-    project: str
-    jobs_collection: str = "ai_jobs"
-    message_id_domain: str = FALLBACK_DOMAIN
-    default_from: str | None = None
-    channels_file: str | None = str(DEFAULT_CHANNELS_FILE)
-    channels_json: str | None = None
+    project: str = setting("GOOGLE_CLOUD_PROJECT", "", _text, "project of Firestore, Tasks, Pub/Sub "
+                           "(also read from GCLOUD_PROJECT, SAFESEND_PROJECT)", shown="required")
+    jobs_collection: str = setting("SAFESEND_JOBS_COLLECTION", "ai_jobs", _text, "Firestore collection of the jobs")
+    message_id_domain: str = setting("SAFESEND_MESSAGE_ID_DOMAIN", "", _text,
+                                     "right-hand side of every Message-ID; checked with a probe message at start-up",
+                                     shown="domain of SAFESEND_DEFAULT_FROM")
+    default_from: str | None = setting("SAFESEND_DEFAULT_FROM", None, _text, "sender when a request has no `from`")
+    channels_file: str = setting("SAFESEND_CHANNELS_FILE", str(DEFAULT_CHANNELS_FILE), _text,
+                                 "channel policies (TOML)", shown="functions/channels.toml")
+    channels_json: str | None = setting("SAFESEND_CHANNELS_JSON", None, _text,
+                                        "channel policies merged over the file (JSON)")
+    # The job store (runtime.build_store)
+    store: str = setting("SAFESEND_STORE", "firestore", _store_kind, "job store: `firestore` or `postgres`")
+    postgres_dsn: str | None = setting(
+        "SAFESEND_POSTGRES_DSN", None, _text,
+        "libpq DSN or URI of the PostgreSQL job store, never with a password (IAM login, a local socket, or trust "
+        "on a local stack); its `options` may set `-c search_path=<schema>`")
+    postgres_iam_auth: bool = setting("SAFESEND_POSTGRES_IAM_AUTH", False, _flag,
+                                      "Cloud SQL IAM database authentication: each new connection logs in with an "
+                                      "access token of the runtime service account as its password")
+    postgres_pool_max: int = setting("SAFESEND_POSTGRES_POOL_MAX", 4, _count, "PostgreSQL connections per instance")
+    postgres_timeout_s: float = setting("SAFESEND_POSTGRES_TIMEOUT_S", 10.0, _seconds,
+                                        "bound on a PostgreSQL connect, statement and wait for a pooled connection")
+    postgres_migrate: bool = setting("SAFESEND_POSTGRES_MIGRATE", True, _flag,
+                                     "apply pending schema migrations on first use (off: only check, and refuse "
+                                     "to run on an old schema)")
     # Gmail
-    gmail_user: str = "me"
-    gmail_api_endpoint: str | None = None  # the local simulator; None means real Gmail
-    gmail_credentials_json: str | None = None
-    gmail_credentials_file: str | None = None
-    gmail_delegated_user: str | None = None
-    send_timeout_s: float = 20.0  # wall-clock deadline of one send attempt, token refresh included
-    read_timeout_s: float = 15.0
-    verify_message_id_every: int = 100  # read back the stored Message-ID: 1st send, then 1 in N (0: never)
-    # Timing
-    timing: Timing = field(default_factory=Timing)
-    request_budget_s: float = 40.0
-    # Cloud Tasks
-    tasks_queue: str | None = None
-    tasks_emulator_host: str | None = None
-    reconcile_url: str | None = None
-    tasks_service_account: str | None = None
-    tasks_api_key: str | None = None  # local stacks: the emulator sends no OIDC token, tasks carry this key
-    # Pub/Sub
-    review_topic: str | None = None
-    # Sweeper
-    sweep_batch: int = 50
-    sweep_budget_s: float = 90.0
-    # Who may call (see auth.py)
-    auth_disabled: bool = False  # local stacks only; never set in infra/
-    auth_hmac_secret: str | None = None
-    auth_caller_emails: frozenset[str] = frozenset()
-    auth_internal_emails: frozenset[str] = frozenset()
-    auth_audiences: frozenset[str] = frozenset()
-    auth_window_s: float = 300.0
-    auth_certs_url: str | None = None
-    auth_trust_cloud_run_iam: bool = False  # set by infra/: functions are behind IAM, never public
-    auth_api_keys: str | None = None  # key_id:sha256 entries (api_keys.py), for send and status
-    auth_internal_api_keys: str | None = None  # the same for reconcile/sweep: local stacks only
-    public_invoker: bool = False  # this function is invocable by allUsers: the app is the only gate
+    gmail_user: str = setting("SAFESEND_GMAIL_USER", "me", _text, "Gmail API userId")
+    gmail_api_endpoint: str | None = setting("SAFESEND_GMAIL_API_ENDPOINT", None, _text,
+                                             "Gmail API base URL; unset: real Gmail (local: the simulator)")
+    gmail_credentials_json: str | None = setting(
+        "SAFESEND_GMAIL_CREDENTIALS_JSON", None, _text,
+        "authorized-user token JSON for one mailbox (a service-account key file: local runs only)", secret=True)
+    gmail_credentials_file: str | None = setting("SAFESEND_GMAIL_CREDENTIALS_FILE", None, _text,
+                                                 "the same, from a file (local runs)")
+    gmail_delegated_user: str | None = setting(
+        "SAFESEND_GMAIL_DELEGATED_USER", None, _text,
+        "mailbox for keyless domain-wide delegation, signed by the runtime account; refused with a user token")
+    send_timeout_s: float = setting("SAFESEND_SEND_TIMEOUT_S", 20.0, _seconds,
+                                    "wall-clock deadline of one send attempt, token refresh included")
+    read_timeout_s: float = setting("SAFESEND_READ_TIMEOUT_S", 15.0, _seconds, "wall-clock deadline of one Gmail read")
+    verify_message_id_every: int = setting("SAFESEND_VERIFY_MESSAGE_ID_EVERY", 100, _count,
+                                           "read back the stored Message-ID: first send per instance, then 1 in N "
+                                           "(0: never)")
+    # Timing (lifecycle.Timing)
+    lease_s: float = setting("SAFESEND_LEASE_S", 120.0, _seconds, "an attempt's lease; must exceed twice the send "
+                             "deadline")
+    index_lag_s: float = setting("SAFESEND_INDEX_LAG_S", 90.0, _seconds, "first search after an ambiguous attempt")
+    recheck_s: float = setting("SAFESEND_RECHECK_S", 60.0, _seconds, "searches again this often while in doubt")
+    unknown_window_s: float = setting("SAFESEND_UNKNOWN_WINDOW_S", 300.0, _seconds,
+                                      "how long 'not found' stays inconclusive; must be >= the index lag "
+                                      "(globally and per channel)")
+    verify_horizon_s: float = setting("SAFESEND_VERIFY_HORIZON_S", 1800.0, _seconds,
+                                      "last search of a sent job that may have two copies; must be >= every window")
+    retry_horizon_s: float = setting("SAFESEND_RETRY_HORIZON_S", 3600.0, _seconds,
+                                     "how long refusals (429, rate limits) are retried after the first one")
+    history_check_s: float = setting("SAFESEND_HISTORY_CHECK_S", 5.0, _seconds,
+                                     "first look in the mailbox's change log after an ambiguous attempt (0: off)")
+    publish_lease_s: float = setting("SAFESEND_PUBLISH_LEASE_S", 60.0, _seconds,
+                                     "one sweeper's hold on publishing a review item")
+    request_budget_s: float = setting("SAFESEND_REQUEST_BUDGET_S", 40.0, _seconds,
+                                      "time for quick retries inside one request")
+    # Cloud Tasks, Pub/Sub, the sweeper
+    tasks_queue: str | None = setting("SAFESEND_TASKS_QUEUE", None, _text, "Cloud Tasks queue of the reconcile calls")
+    reconcile_url: str | None = setting("SAFESEND_RECONCILE_URL", None, _text, "URL the tasks call")
+    tasks_service_account: str | None = setting("SAFESEND_TASKS_SERVICE_ACCOUNT", None, _text,
+                                                "OIDC identity of the tasks")
+    tasks_emulator_host: str | None = setting("SAFESEND_TASKS_EMULATOR_HOST", None, _text,
+                                              "the Cloud Tasks emulator (local stacks)", local_only=True)
+    tasks_api_key: str | None = setting("SAFESEND_TASKS_API_KEY", None, _text,
+                                        "internal API key the tasks carry (local stacks: the emulator has no OIDC)",
+                                        local_only=True)
+    review_topic: str | None = setting("SAFESEND_REVIEW_TOPIC", None, _text, "Pub/Sub topic of the review items")
+    sweep_batch: int = setting("SAFESEND_SWEEP_BATCH", 50, _count, "jobs per sweeper query")
+    sweep_budget_s: float = setting("SAFESEND_SWEEP_BUDGET_S", 90.0, _seconds, "time budget of one sweep")
+    # Who may call (auth.py)
+    auth_api_keys: str | None = setting("SAFESEND_AUTH_API_KEYS", None, _text,
+                                        "`key_id:sha256` entries of the API keys for send/status "
+                                        "(`python -m safesend.api_keys new <id>`)", secret=True)
+    auth_hmac_secret: str | None = setting("SAFESEND_AUTH_HMAC_SECRET", None, _text,
+                                           "HMAC secret for send/status signatures (>= 32 bytes)", secret=True)
+    auth_caller_emails: frozenset[str] = setting("SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS", frozenset(), _lower_names,
+                                                 "service accounts allowed to call send/status with an ID token",
+                                                 shown="none")
+    auth_internal_emails: frozenset[str] = setting("SAFESEND_AUTH_INTERNAL_INVOKERS", frozenset(), _lower_names,
+                                                   "service accounts allowed on reconcile/sweep/notify",
+                                                   shown="none")
+    auth_audiences: frozenset[str] = setting("SAFESEND_AUTH_AUDIENCES", frozenset(), _names,
+                                             "accepted ID-token audiences (the function URLs)",
+                                             shown="SAFESEND_RECONCILE_URL")
+    auth_window_s: float = setting("SAFESEND_AUTH_WINDOW_S", 300.0, _seconds, "HMAC timestamp window")
+    auth_certs_url: str | None = setting("SAFESEND_AUTH_GOOGLE_CERTS_URL", None, _text,
+                                         "Google's ID-token certificates (tests serve their own)",
+                                         shown="Google's")
+    auth_trust_cloud_run_iam: bool = setting("SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM", False, _flag,
+                                             "accept ID tokens Cloud Run IAM verified and stripped (behind IAM only)")
+    public_invoker: bool = setting("SAFESEND_PUBLIC_INVOKER", False, _flag,
+                                   "this function is invocable by allUsers: the app is the only gate")
+    auth_internal_api_keys: str | None = setting("SAFESEND_AUTH_INTERNAL_API_KEYS", None, _text,
+                                                 "API keys for the internal endpoints (local stacks)", local_only=True)
+    auth_disabled: bool = setting("SAFESEND_AUTH_DISABLED", False, _flag, "no authentication (local stacks only)",
+                                  local_only=True)
     # Callbacks to the caller's workflow (callbacks.py)
-    callback_hmac_secret: str | None = None
-    callback_allowed_hosts: frozenset[str] = frozenset()
-    callback_allow_http: bool = False  # plain http and loopback targets: local stacks only
-    callback_horizon_s: float = 3600.0
-    # Reviewers (notify.py): where review items are posted, and the console's address for links
-    notify_chat_webhook_url: str | None = None  # secret: the URL is the credential
-    notify_slack_webhook_url: str | None = None  # secret
-    notify_email_to: str | None = None
-    notify_email_channel: str = "review-notifications"
-    review_console_url: str | None = None
-    review_notify_timeout_s: float = 0.0  # > 0 where notify is deployed: unnotified items are republished
+    callback_allowed_hosts: frozenset[str] = setting("SAFESEND_CALLBACK_ALLOWED_HOSTS", frozenset(), _lower_names,
+                                                     "hosts callback_url may target (`*.suffix` allowed); none: "
+                                                     "no callbacks", shown="none")
+    callback_hmac_secret: str | None = setting("SAFESEND_CALLBACK_HMAC_SECRET", None, _text,
+                                               "signs every callback (>= 32 bytes)", secret=True)
+    callback_horizon_s: float = setting("SAFESEND_CALLBACK_HORIZON_S", 3600.0, _seconds,
+                                        "how long an unanswered callback is retried")
+    callback_allow_http: bool = setting("SAFESEND_CALLBACK_ALLOW_HTTP", False, _flag,
+                                        "plain http and loopback callback targets (local stacks)", local_only=True)
+    # Reviewers (notify.py, console.py)
+    notify_chat_webhook_url: str | None = setting("SAFESEND_NOTIFY_CHAT_WEBHOOK_URL", None, _text,
+                                                  "Google Chat incoming webhook for review items", secret=True)
+    notify_slack_webhook_url: str | None = setting("SAFESEND_NOTIFY_SLACK_WEBHOOK_URL", None, _text,
+                                                   "Slack incoming webhook for review items", secret=True)
+    notify_email_to: str | None = setting("SAFESEND_NOTIFY_EMAIL_TO", None, _text,
+                                          "reviewers' address (mailed through safesend's own send path)")
+    notify_email_channel: str = setting("SAFESEND_NOTIFY_EMAIL_CHANNEL", "review-notifications", _text,
+                                        "channel of those emails (on_unknown = retry)")
+    review_notify_timeout_s: float = setting("SAFESEND_REVIEW_NOTIFY_TIMEOUT_S", 0.0, _seconds,
+                                             "where notify runs: an item it never took up is published again "
+                                             "after this (0: off)")
+    review_console_url: str | None = setting("SAFESEND_REVIEW_CONSOLE_URL", None, _text,
+                                             "the console's https base URL (links in chat; its CSRF origin)")
+    # The review console's sign-in (reviewer_auth.ReviewerSettings parses and checks these)
+    review_iap_audience: str | None = setting("SAFESEND_REVIEW_IAP_AUDIENCE", None, _text,
+                                              "IAP audience(s) of the console, Cloud Run form "
+                                              "`/projects/NUMBER/locations/REGION/services/NAME`")
+    review_allowed_emails: str | None = setting("SAFESEND_REVIEW_ALLOWED_EMAILS", None, _text,
+                                                "reviewers allowed after IAP (comma-separated)")
+    review_allowed_domains: str | None = setting("SAFESEND_REVIEW_ALLOWED_DOMAINS", None, _text,
+                                                 "Workspace domains allowed after IAP (the signed `hd` claim)")
+    review_csrf_secret: str | None = setting("SAFESEND_REVIEW_CSRF_SECRET", None, _text,
+                                             "signs the console's CSRF tokens (>= 32 bytes)", secret=True)
+    review_iap_keys_url: str | None = setting("SAFESEND_REVIEW_IAP_KEYS_URL", None, _text,
+                                              "IAP's signing keys (tests serve their own)", shown="Google's")
+    review_dev_identity: str | None = setting("SAFESEND_REVIEW_DEV_IDENTITY", None, _text,
+                                              "the console's development identity, e.g. dev@localhost",
+                                              local_only=True)
     # Input bounds
-    max_request_bytes: int = 1_048_576
-    max_body_bytes: int = 400_000
+    max_request_bytes: int = setting("SAFESEND_MAX_REQUEST_BYTES", 1_048_576, _count, "request body limit",
+                                     shown="1 MiB")
+    max_body_bytes: int = setting("SAFESEND_MAX_BODY_BYTES", 400_000, _count, "text + html limit", shown="400 kB")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Every declared setting from `env` (default: the process environment), then the rules
+        that tie several together. Raises ConfigurationError naming the setting at fault."""
         env = os.environ if env is None else env
-        get = lambda name, default=None: (env.get(name) or default)  # noqa: E731
-        project = get("GOOGLE_CLOUD_PROJECT") or get("GCLOUD_PROJECT") or get("SAFESEND_PROJECT")
-        if not project:
+        values: dict[str, Any] = {}
+        for spec in fields(cls):
+            raw = env.get(spec.metadata["env"]) or ""
+            if spec.name == "project":
+                raw = raw or next((env[a] for a in PROJECT_ALIASES if env.get(a)), "")
+            if raw:
+                values[spec.name] = spec.metadata["parse"](spec.metadata["env"], raw)
+        settings = cls(**values)
+        settings._check()
+        return settings
+
+    def _check(self) -> None:
+        if not self.project:
             raise ConfigurationError("GOOGLE_CLOUD_PROJECT is not set")
-        default_from = get("SAFESEND_DEFAULT_FROM")
-        domain = get("SAFESEND_MESSAGE_ID_DOMAIN") or _domain_of(default_from) or FALLBACK_DOMAIN
-        if not is_valid_hostname(domain):
-            raise ConfigurationError(f"SAFESEND_MESSAGE_ID_DOMAIN {domain!r} is not a valid host name")
-        queue = get("SAFESEND_TASKS_QUEUE")
-        if queue and not get("SAFESEND_RECONCILE_URL"):
+        if not is_valid_hostname(self.message_id_domain):
+            raise ConfigurationError(f"SAFESEND_MESSAGE_ID_DOMAIN {self.message_id_domain!r} is not a valid host name")
+        if self.store == "postgres" and not self.postgres_dsn:
+            raise ConfigurationError("SAFESEND_STORE=postgres needs SAFESEND_POSTGRES_DSN")
+        if self.tasks_queue and not self.reconcile_url:
             raise ConfigurationError("SAFESEND_TASKS_QUEUE is set but SAFESEND_RECONCILE_URL is not")
-        timing = Timing(
-            lease_s=_float(env, "SAFESEND_LEASE_S", 120.0),
-            index_lag_s=_float(env, "SAFESEND_INDEX_LAG_S", 90.0),
-            unknown_window_s=_float(env, "SAFESEND_UNKNOWN_WINDOW_S", 300.0),
-            recheck_s=_float(env, "SAFESEND_RECHECK_S", 60.0),
-            publish_lease_s=_float(env, "SAFESEND_PUBLISH_LEASE_S", 60.0),
-            verify_horizon_s=_float(env, "SAFESEND_VERIFY_HORIZON_S", 1800.0),
-            retry_horizon_s=_float(env, "SAFESEND_RETRY_HORIZON_S", 3600.0),
-            history_check_s=_float(env, "SAFESEND_HISTORY_CHECK_S", 5.0),
-        )
-        send_timeout = _float(env, "SAFESEND_SEND_TIMEOUT_S", 20.0)
-        if _float(env, "SAFESEND_MAX_BODY_BYTES", 400_000) > MAX_STORABLE_BODY_BYTES:
+        if self.max_body_bytes > MAX_STORABLE_BODY_BYTES:
             raise ConfigurationError(f"SAFESEND_MAX_BODY_BYTES may not exceed {MAX_STORABLE_BODY_BYTES}: the "
                                      "payload lives in one Firestore document (1 MiB, events included)")
-        problems = timing.problems([], send_timeout)  # per channel: runtime.preflight, with the policies
+        problems = self.timing.problems([], self.send_timeout_s)  # per channel: runtime.preflight
         if problems:
             raise ConfigurationError("timing settings break a guarantee: " + "; ".join(problems)
                                      + " (SAFESEND_LEASE_S, SAFESEND_SEND_TIMEOUT_S, SAFESEND_INDEX_LAG_S, "
                                      "SAFESEND_UNKNOWN_WINDOW_S, SAFESEND_VERIFY_HORIZON_S)")
-        return cls(
-            project=project,
-            jobs_collection=get("SAFESEND_JOBS_COLLECTION", "ai_jobs"),
-            message_id_domain=domain,
-            default_from=default_from,
-            channels_file=get("SAFESEND_CHANNELS_FILE", str(DEFAULT_CHANNELS_FILE)),
-            channels_json=get("SAFESEND_CHANNELS_JSON"),
-            gmail_user=get("SAFESEND_GMAIL_USER", "me"),
-            gmail_api_endpoint=get("SAFESEND_GMAIL_API_ENDPOINT"),
-            gmail_credentials_json=get("SAFESEND_GMAIL_CREDENTIALS_JSON"),
-            gmail_credentials_file=get("SAFESEND_GMAIL_CREDENTIALS_FILE"),
-            gmail_delegated_user=get("SAFESEND_GMAIL_DELEGATED_USER"),
-            send_timeout_s=send_timeout,
-            read_timeout_s=_float(env, "SAFESEND_READ_TIMEOUT_S", 15.0),
-            verify_message_id_every=int(_float(env, "SAFESEND_VERIFY_MESSAGE_ID_EVERY", 100)),
-            timing=timing,
-            request_budget_s=_float(env, "SAFESEND_REQUEST_BUDGET_S", 40.0),
-            tasks_queue=queue,
-            tasks_emulator_host=get("SAFESEND_TASKS_EMULATOR_HOST"),
-            reconcile_url=get("SAFESEND_RECONCILE_URL"),
-            tasks_service_account=get("SAFESEND_TASKS_SERVICE_ACCOUNT"),
-            tasks_api_key=get("SAFESEND_TASKS_API_KEY"),
-            review_topic=get("SAFESEND_REVIEW_TOPIC"),
-            sweep_batch=int(_float(env, "SAFESEND_SWEEP_BATCH", 50)),
-            sweep_budget_s=_float(env, "SAFESEND_SWEEP_BUDGET_S", 90.0),
-            auth_disabled=_bool(env, "SAFESEND_AUTH_DISABLED", False),
-            auth_hmac_secret=get("SAFESEND_AUTH_HMAC_SECRET"),
-            auth_caller_emails=_emails(get("SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS")),
-            auth_internal_emails=_emails(get("SAFESEND_AUTH_INTERNAL_INVOKERS")),
-            auth_audiences=_list(get("SAFESEND_AUTH_AUDIENCES")) or _list(get("SAFESEND_RECONCILE_URL")),
-            auth_window_s=_float(env, "SAFESEND_AUTH_WINDOW_S", 300.0),
-            auth_certs_url=get("SAFESEND_AUTH_GOOGLE_CERTS_URL"),
-            auth_trust_cloud_run_iam=_bool(env, "SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM", False),
-            auth_api_keys=get("SAFESEND_AUTH_API_KEYS"),
-            auth_internal_api_keys=get("SAFESEND_AUTH_INTERNAL_API_KEYS"),
-            public_invoker=_bool(env, "SAFESEND_PUBLIC_INVOKER", False),
-            callback_hmac_secret=get("SAFESEND_CALLBACK_HMAC_SECRET"),
-            callback_allowed_hosts=frozenset(h.lower() for h in _list(get("SAFESEND_CALLBACK_ALLOWED_HOSTS"))),
-            callback_allow_http=_bool(env, "SAFESEND_CALLBACK_ALLOW_HTTP", False),
-            callback_horizon_s=_float(env, "SAFESEND_CALLBACK_HORIZON_S", 3600.0),
-            notify_chat_webhook_url=get("SAFESEND_NOTIFY_CHAT_WEBHOOK_URL"),
-            notify_slack_webhook_url=get("SAFESEND_NOTIFY_SLACK_WEBHOOK_URL"),
-            notify_email_to=get("SAFESEND_NOTIFY_EMAIL_TO"),
-            notify_email_channel=get("SAFESEND_NOTIFY_EMAIL_CHANNEL", "review-notifications"),
-            review_console_url=get("SAFESEND_REVIEW_CONSOLE_URL"),
-            review_notify_timeout_s=_float(env, "SAFESEND_REVIEW_NOTIFY_TIMEOUT_S", 0.0),
-            max_request_bytes=int(_float(env, "SAFESEND_MAX_REQUEST_BYTES", 1_048_576)),
-            max_body_bytes=int(_float(env, "SAFESEND_MAX_BODY_BYTES", 400_000)),
-        )
+
+    def __post_init__(self) -> None:
+        """Defaults derived from other settings (frozen: set once, here)."""
+        if not self.message_id_domain:
+            object.__setattr__(self, "message_id_domain", _domain_of(self.default_from) or FALLBACK_DOMAIN)
+        if not self.auth_audiences and self.reconcile_url:
+            object.__setattr__(self, "auth_audiences", frozenset({self.reconcile_url}))
+
+    @property
+    def timing(self) -> Timing:
+        return Timing(lease_s=self.lease_s, index_lag_s=self.index_lag_s, unknown_window_s=self.unknown_window_s,
+                      recheck_s=self.recheck_s, publish_lease_s=self.publish_lease_s,
+                      verify_horizon_s=self.verify_horizon_s, retry_horizon_s=self.retry_horizon_s,
+                      history_check_s=self.history_check_s)
 
     def check_auth(self) -> None:
         """Fail closed: a deployment must say how somebody authenticates. Each function checks its
@@ -193,7 +308,7 @@ class Settings:
         return (ApiKeyRing.parse(self.auth_api_keys, "SAFESEND_AUTH_API_KEYS"),
                 ApiKeyRing.parse(self.auth_internal_api_keys, "SAFESEND_AUTH_INTERNAL_API_KEYS"))
 
-    def reviewer_targets(self) -> "ReviewerTargets":
+    def reviewer_targets(self) -> ReviewerTargets:
         configured = {name for name, value in (("chat", self.notify_chat_webhook_url),
                                                ("slack", self.notify_slack_webhook_url),
                                                ("email", self.notify_email_to)) if value}
@@ -209,14 +324,6 @@ class Settings:
             raise ConfigurationError("SAFESEND_CALLBACK_HMAC_SECRET must be at least 32 bytes")
 
 
-def _list(raw: str | None) -> frozenset[str]:
-    return frozenset(item.strip() for item in (raw or "").split(",") if item.strip())
-
-
-def _emails(raw: str | None) -> frozenset[str]:
-    return frozenset(item.lower() for item in _list(raw))
-
-
 def _domain_of(address: str | None) -> str | None:
     if not address:
         return None
@@ -224,25 +331,38 @@ def _domain_of(address: str | None) -> str | None:
     return addr.rsplit("@", 1)[1].lower() if "@" in addr else None
 
 
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise ConfigurationError(f"{name} must be a finite number >= 0, got {raw!r}")
-    return value
+def settings_table() -> str:
+    """The README's configuration table, made from the declarations above."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for spec in fields(Settings):
+        meta = spec.metadata
+        shown = meta["shown"] if meta["shown"] is not None else _shown(spec.default)
+        notes = (" Secret Manager in the deployment." if meta["secret"] else "") + (
+            " Local stacks only: never deployed." if meta["local_only"] else "")
+        rows.append(f"| `{meta['env']}` | {shown} | {meta['doc']}.{notes} |")
+    return "\n".join(rows) + "\n"
 
 
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = (env.get(name) or "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ConfigurationError(f"{name} must be true or false, got {raw!r}")
+def _shown(default: Any) -> str:
+    if default is None or default == frozenset():
+        return "none"
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    if isinstance(default, float) and default.is_integer():
+        return f"{int(default)}"
+    return f"`{default}`" if isinstance(default, str) else f"{default}"
+
+
+def local_only_settings() -> frozenset[str]:
+    """What a deployed configuration must never carry (the infra policy tests read this)."""
+    return frozenset(spec.metadata["env"] for spec in fields(Settings) if spec.metadata["local_only"])
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable of a declared setting (one declaration, read by name elsewhere)."""
+    name: str = next(spec.metadata["env"] for spec in fields(Settings) if spec.name == field_name)
+    return name
+
+
+if __name__ == "__main__":
+    sys.stdout.write(settings_table())

@@ -6,22 +6,22 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
-from .auth import AuthPolicy, Authenticator
+from .auth import Authenticator, AuthPolicy
 from .callbacks import CallbackPolicy
 from .config import Settings
 from .errors import ConfigurationError
 from .logs import log
 from .mime import probe_mime
 from .policy import ChannelPolicies
-from .ports import Notifier
+from .ports import JobStore, NoticePoster
 from .reviewer_auth import ReviewerSettings
 from .service import SafeSendService
 
 _lock = threading.Lock()
-_runtime: "Runtime | None" = None
+_runtime: Runtime | None = None
 
 
 @dataclass
@@ -42,11 +42,18 @@ def build_authenticator(settings: Settings) -> Authenticator:
     caller_keys, internal_keys = settings.api_key_rings()
     policy = AuthPolicy(
         hmac_secret=settings.auth_hmac_secret.encode() if settings.auth_hmac_secret else None,
-        caller_emails=settings.auth_caller_emails, internal_emails=settings.auth_internal_emails,
-        window_s=settings.auth_window_s, disabled=settings.auth_disabled,
-        caller_keys=caller_keys, internal_keys=internal_keys)
-    verifier = GoogleIdTokenVerifier(settings.auth_audiences, settings.auth_certs_url or GOOGLE_CERTS_URL,
-                                     trust_cloud_run_iam=settings.auth_trust_cloud_run_iam)
+        caller_emails=settings.auth_caller_emails,
+        internal_emails=settings.auth_internal_emails,
+        window_s=settings.auth_window_s,
+        disabled=settings.auth_disabled,
+        caller_keys=caller_keys,
+        internal_keys=internal_keys,
+    )
+    verifier = GoogleIdTokenVerifier(
+        settings.auth_audiences,
+        settings.auth_certs_url or GOOGLE_CERTS_URL,
+        trust_cloud_run_iam=settings.auth_trust_cloud_run_iam,
+    )
     return Authenticator(policy, verifier, time.time)
 
 
@@ -56,15 +63,16 @@ def preflight(settings: Settings) -> ChannelPolicies:
     policies, timing per channel, a probe message built with the Message-ID domain and default
     sender, and the authentication settings. Raises ConfigurationError naming what is wrong."""
     policies = ChannelPolicies.load(settings.channels_file, settings.channels_json)
-    problems = settings.timing.problems([policies.get(name) for name in policies.names()],
-                                        settings.send_timeout_s)
+    problems = settings.timing.problems([policies.get(name) for name in policies.names()], settings.send_timeout_s)
     if problems:
         raise ConfigurationError("timing settings break a guarantee: " + "; ".join(problems))
     try:
         probe_mime(settings.message_id_domain, settings.default_from)
     except ValueError as exc:
-        raise ConfigurationError(f"a message cannot be built with SAFESEND_MESSAGE_ID_DOMAIN="
-                                 f"{settings.message_id_domain!r} and SAFESEND_DEFAULT_FROM: {exc}") from None
+        raise ConfigurationError(
+            f"a message cannot be built with SAFESEND_MESSAGE_ID_DOMAIN="
+            f"{settings.message_id_domain!r} and SAFESEND_DEFAULT_FROM: {exc}"
+        ) from None
     settings.check_auth()
     settings.check_callbacks()
     _check_reviewer_email(settings, policies)
@@ -78,36 +86,58 @@ def _check_reviewer_email(settings: Settings, policies: ChannelPolicies) -> None
     try:
         policy = policies.get(settings.notify_email_channel)
     except ValueError:
-        raise ConfigurationError(f"SAFESEND_NOTIFY_EMAIL_TO is set but the channel "
-                                 f"{settings.notify_email_channel!r} (SAFESEND_NOTIFY_EMAIL_CHANNEL) is not "
-                                 "configured") from None
+        raise ConfigurationError(
+            f"SAFESEND_NOTIFY_EMAIL_TO is set but the channel "
+            f"{settings.notify_email_channel!r} (SAFESEND_NOTIFY_EMAIL_CHANNEL) is not "
+            "configured"
+        ) from None
     if policy.on_unknown.value != "retry":
-        raise ConfigurationError(f"channel {policy.name}: reviewer emails need on_unknown = \"retry\"")
+        raise ConfigurationError(f'channel {policy.name}: reviewer emails need on_unknown = "retry"')
+
+
+def build_store(settings: Settings) -> JobStore:
+    """The job store SAFESEND_STORE names: Firestore unless it says postgres. Clients stay lazy (the
+    PostgreSQL pool connects in the background; its schema is migrated or checked on first use)."""
+    if settings.store == "postgres":
+        from .adapters.postgres_store import build_store as build_postgres_store
+
+        return build_postgres_store(settings)
+    from .adapters.firestore_store import FirestoreJobStore
+
+    return FirestoreJobStore(settings.project, settings.jobs_collection)
 
 
 def build_runtime(settings: Settings) -> Runtime:
     """Create the adapters (their Google clients stay lazy until first use)."""
-    from .adapters.cloud_tasks import CloudTasksScheduler
-    from .adapters.firestore_store import FirestoreJobStore
-    from .adapters.gmail_auth import load_gmail_credentials
-    from .adapters.gmail_mailer import GmailMailer
     from .adapters.callback_http import HttpNotifier
     from .adapters.chat_webhooks import RoutingNotifier, chat_webhook, slack_webhook
+    from .adapters.cloud_tasks import CloudTasksScheduler
+    from .adapters.gmail_auth import load_gmail_credentials
+    from .adapters.gmail_mailer import GmailMailer
     from .adapters.pubsub_review import PubSubReviewPublisher
 
     policies = preflight(settings)
     credentials = None
     if not settings.gmail_api_endpoint or settings.gmail_credentials_json or settings.gmail_credentials_file:
-        credentials = load_gmail_credentials(settings.gmail_credentials_json, settings.gmail_credentials_file,
-                                             settings.gmail_delegated_user)
-    mailer = GmailMailer(user=settings.gmail_user, credentials=credentials,
-                         api_endpoint=settings.gmail_api_endpoint, send_timeout_s=settings.send_timeout_s,
-                         read_timeout_s=settings.read_timeout_s)
+        credentials = load_gmail_credentials(
+            settings.gmail_credentials_json, settings.gmail_credentials_file, settings.gmail_delegated_user
+        )
+    mailer = GmailMailer(
+        user=settings.gmail_user,
+        credentials=credentials,
+        api_endpoint=settings.gmail_api_endpoint,
+        send_timeout_s=settings.send_timeout_s,
+        read_timeout_s=settings.read_timeout_s,
+    )
     scheduler = None
     if settings.tasks_queue and settings.reconcile_url:
-        scheduler = CloudTasksScheduler(settings.tasks_queue, settings.reconcile_url,
-                                        settings.tasks_service_account, settings.tasks_emulator_host,
-                                        api_key=settings.tasks_api_key)
+        scheduler = CloudTasksScheduler(
+            settings.tasks_queue,
+            settings.reconcile_url,
+            settings.tasks_service_account,
+            settings.tasks_emulator_host,
+            api_key=settings.tasks_api_key,
+        )
     publisher = None
     if settings.review_topic:
         topic = settings.review_topic
@@ -115,7 +145,7 @@ def build_runtime(settings: Settings) -> Runtime:
             topic = f"projects/{settings.project}/topics/{topic}"
         publisher = PubSubReviewPublisher(topic)
     callbacks = CallbackPolicy(settings.callback_allowed_hosts, settings.callback_allow_http)
-    routes: dict[str, Notifier] = {}
+    routes: dict[str, NoticePoster] = {}
     if callbacks.enabled and settings.callback_hmac_secret:
         routes["callback"] = HttpNotifier(callbacks, settings.callback_hmac_secret.encode())
     if settings.notify_chat_webhook_url:
@@ -124,12 +154,22 @@ def build_runtime(settings: Settings) -> Runtime:
         routes["slack"] = slack_webhook(settings.notify_slack_webhook_url)
     notifier = RoutingNotifier(routes) if routes else None
     service = SafeSendService(
-        FirestoreJobStore(settings.project, settings.jobs_collection), mailer, scheduler, publisher, policies,
-        message_id_domain=settings.message_id_domain, timing=settings.timing,
-        request_budget_s=settings.request_budget_s, send_timeout_s=settings.send_timeout_s,
-        read_timeout_s=settings.read_timeout_s, verify_message_id_every=settings.verify_message_id_every,
-        notifier=notifier, callback_horizon_s=settings.callback_horizon_s,
-        reviewers=settings.reviewer_targets(), default_from=settings.default_from)
+        build_store(settings),
+        mailer,
+        scheduler,
+        publisher,
+        policies,
+        message_id_domain=settings.message_id_domain,
+        timing=settings.timing,
+        request_budget_s=settings.request_budget_s,
+        send_timeout_s=settings.send_timeout_s,
+        read_timeout_s=settings.read_timeout_s,
+        verify_message_id_every=settings.verify_message_id_every,
+        notifier=notifier,
+        callback_horizon_s=settings.callback_horizon_s,
+        reviewers=settings.reviewer_targets(),
+        default_from=settings.default_from,
+    )
     return Runtime(settings, policies, service, build_authenticator(settings), callbacks)
 
 
@@ -143,7 +183,11 @@ def check_configuration(env: Mapping[str, str] | None = None) -> None:
     target = env.get("GOOGLE_FUNCTION_TARGET") or env.get("FUNCTION_TARGET") or ""
     try:
         preflight(Settings.from_env(env))
-        if target in REVIEW_TARGETS or env.get("SAFESEND_REVIEW_IAP_AUDIENCE") or env.get("SAFESEND_REVIEW_DEV_IDENTITY"):
+        if (
+            target in REVIEW_TARGETS
+            or env.get("SAFESEND_REVIEW_IAP_AUDIENCE")
+            or env.get("SAFESEND_REVIEW_DEV_IDENTITY")
+        ):
             ReviewerSettings.from_env(env)
     except ConfigurationError as exc:
         log(logging.CRITICAL, "refusing to start: configuration error", error=str(exc))
@@ -151,7 +195,7 @@ def check_configuration(env: Mapping[str, str] | None = None) -> None:
 
 
 def get_runtime() -> Runtime:
-    global _runtime
+    global _runtime  # noqa: PLW0603 - one runtime per instance, built on first use
     if _runtime is None:
         with _lock:
             if _runtime is None:

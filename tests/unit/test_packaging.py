@@ -12,8 +12,8 @@ FUNCTIONS = ROOT / "functions"
 
 def pins(path: Path) -> dict[str, str]:
     result = {}
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
         if not line or line.startswith("-"):
             continue
         name, _, version = line.partition("==")
@@ -42,19 +42,35 @@ def test_deployed_code_imports_nothing_from_outside_functions():
 
 def test_every_third_party_import_is_a_declared_requirement():
     declared = set(pins(FUNCTIONS / "requirements.txt"))
-    provided_by = {"functions_framework": "functions-framework", "googleapiclient": "google-api-python-client",
-                   "google_auth_httplib2": "google-auth-httplib2", "httplib2": "httplib2",
-                   "google.auth": "google-auth", "google.oauth2": "google-auth",
-                   "google.cloud.firestore": "google-cloud-firestore", "google.cloud.firestore_v1": "google-cloud-firestore",
-                   "google.cloud.pubsub_v1": "google-cloud-pubsub", "google.cloud.tasks_v2": "google-cloud-tasks",
-                   "google.api_core": "google-cloud-firestore", "google.protobuf": "google-cloud-tasks",
-                   "google.cloud": "google-cloud-firestore", "grpc": "google-cloud-tasks", "flask": "functions-framework"}
+    provided_by = {
+        "functions_framework": "functions-framework",
+        "googleapiclient": "google-api-python-client",
+        "google_auth_httplib2": "google-auth-httplib2",
+        "httplib2": "httplib2",
+        "google.auth": "google-auth",
+        "google.oauth2": "google-auth",
+        "google.cloud.firestore": "google-cloud-firestore",
+        "google.cloud.firestore_v1": "google-cloud-firestore",
+        "google.cloud.pubsub_v1": "google-cloud-pubsub",
+        "google.cloud.tasks_v2": "google-cloud-tasks",
+        "google.api_core": "google-cloud-firestore",
+        "google.protobuf": "google-cloud-tasks",
+        "google.cloud": "google-cloud-firestore",
+        "grpc": "google-cloud-tasks",
+        "flask": "functions-framework",
+        "psycopg": "psycopg",
+        "psycopg_pool": "psycopg-pool",
+    }
     import sys
+
     stdlib = set(sys.stdlib_module_names) | {"safesend", "main"}
     for source in FUNCTIONS.rglob("*.py"):
         for node in ast.walk(ast.parse(source.read_text())):
-            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            modules = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            )
             for module in modules:
                 if module.split(".")[0] in stdlib:
                     continue
@@ -68,4 +84,5 @@ def test_entry_points_and_policy_file_ship_inside_functions():
     assert entry_points == {"send", "reconcile", "sweep", "status", "notify", "review"}
     assert (FUNCTIONS / "channels.toml").is_file()
     from safesend.config import DEFAULT_CHANNELS_FILE
+
     assert DEFAULT_CHANNELS_FILE == FUNCTIONS / "channels.toml"

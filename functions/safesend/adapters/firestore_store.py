@@ -15,10 +15,10 @@ so we send it again (a bounded number of times); anything else -> someone else w
 from __future__ import annotations
 
 import logging
-import time
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry, if_exception_type
@@ -30,34 +30,44 @@ from ..errors import ConcurrentUpdateError, IndexMissingError, StoreUnavailableE
 from ..logs import log
 from ..model import Job
 from ..states import State
+from .store_attempts import BoundedAttempts
 
 T = TypeVar("T")
-Snapshot = firestore.DocumentSnapshot
+Snapshot = firestore.DocumentSnapshot[firestore.DocumentReference]
 
 WRITE_ID_FIELD = "_write_id"
 MAX_WRITE_ATTEMPTS = 3  # and none started after the store's timeout; backoff 0.1 s, then 0.2 s
 _BACKOFF_S = 0.1
 
 # After these the server may or may not have applied a commit: only a re-read can tell.
-_AMBIGUOUS = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.Unknown, gexc.InternalServerError,
-              gexc.Aborted, gexc.Cancelled, gexc.RetryError, auth_exceptions.TransportError)
+_AMBIGUOUS = (
+    gexc.ServiceUnavailable,
+    gexc.DeadlineExceeded,
+    gexc.Unknown,
+    gexc.InternalServerError,
+    gexc.Aborted,
+    gexc.Cancelled,
+    gexc.RetryError,
+    auth_exceptions.TransportError,
+)
 # Transient failures of idempotent reads, retried by the library within the store's timeout.
-_TRANSIENT_READ = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.Unknown,
-                   gexc.InternalServerError, gexc.Aborted)
+_TRANSIENT_READ = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.Unknown, gexc.InternalServerError, gexc.Aborted)
 
 
 class FirestoreJobStore:
     """One document per job, id = job id. The client is created lazily, once per instance."""
 
-    def __init__(self, project: str, collection: str = "ai_jobs",
-                 client: firestore.Client | None = None, timeout_s: float = 10.0):
+    def __init__(
+        self, project: str, collection: str = "ai_jobs", client: firestore.Client | None = None, timeout_s: float = 10.0
+    ):
         self._project = project
         self._collection = collection
         self._client = client
         self._timeout_s = timeout_s
         # Reads only: the library default keeps retrying UNAVAILABLE for 60 s+. Writes: see _commit.
-        self._read_retry = Retry(predicate=if_exception_type(*_TRANSIENT_READ),
-                                 initial=0.1, maximum=1.0, multiplier=2.0, timeout=timeout_s)
+        self._read_retry = Retry(
+            predicate=if_exception_type(*_TRANSIENT_READ), initial=0.1, maximum=1.0, multiplier=2.0, timeout=timeout_s
+        )
 
     @property
     def client(self) -> firestore.Client:
@@ -83,10 +93,12 @@ class FirestoreJobStore:
         ref, write_id = self._ref(job.id), _new_write_id()
         data = _document(stored, write_id)
         update_time = self._commit(
-            ref, lambda: ref.create(data, retry=None, timeout=self._timeout_s),
+            ref,
+            lambda: ref.create(data, retry=None, timeout=self._timeout_s),
             refused=gexc.AlreadyExists,
             is_ours=lambda snapshot: _written_by(snapshot, write_id, stored.version),
-            untouched=lambda snapshot: not snapshot.exists)
+            untouched=lambda snapshot: not snapshot.exists,
+        )
         if update_time is None:
             existing = self.get(job.id)
             if existing is None:
@@ -111,10 +123,12 @@ class FirestoreJobStore:
         data = _document(stored, write_id)
         option = self.client.write_option(last_update_time=token)
         update_time = self._commit(
-            ref, lambda: ref.update(data, option=option, retry=None, timeout=self._timeout_s),
+            ref,
+            lambda: ref.update(data, option=option, retry=None, timeout=self._timeout_s),
             refused=(gexc.FailedPrecondition, gexc.NotFound),
             is_ours=lambda snapshot: _written_by(snapshot, write_id, stored.version),
-            untouched=lambda snapshot: snapshot.exists and snapshot.update_time == token)
+            untouched=lambda snapshot: snapshot.exists and snapshot.update_time == token,
+        )
         if update_time is None:
             raise ConcurrentUpdateError(job.id)
         stored.store_token = update_time
@@ -122,29 +136,35 @@ class FirestoreJobStore:
 
     def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
         """Needs the composite index (state ASC, next_check_at ASC): see infra/."""
-        query = (self.client.collection(self._collection)
-                 .where(filter=FieldFilter("state", "==", state.value))
-                 .where(filter=FieldFilter("next_check_at", "<=", now))
-                 .order_by("next_check_at")
-                 .limit(limit))
+        query = (
+            self.client.collection(self._collection)
+            .where(filter=FieldFilter("state", "==", state.value))
+            .where(filter=FieldFilter("next_check_at", "<=", now))
+            .order_by("next_check_at")
+            .limit(limit)
+        )
         docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
         return [job for job in map(_readable_job, docs) if job is not None]
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
         """Needs the composite index (state ASC, updated_at ASC): see infra/."""
-        query = (self.client.collection(self._collection)
-                 .where(filter=FieldFilter("state", "in", [State.REVIEW.value, State.FAILED.value]))
-                 .order_by("updated_at")
-                 .limit(limit))
+        query = (
+            self.client.collection(self._collection)
+            .where(filter=FieldFilter("state", "in", [State.REVIEW.value, State.FAILED.value]))
+            .order_by("updated_at")
+            .limit(limit)
+        )
         docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
         return [job for job in map(_readable_job, docs) if job is not None]
 
     def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
         """One field, so Firestore's automatic single-field index serves it (no composite index)."""
-        query = (self.client.collection(self._collection)
-                 .where(filter=FieldFilter("notice_due_at", "<=", now))
-                 .order_by("notice_due_at")
-                 .limit(limit))
+        query = (
+            self.client.collection(self._collection)
+            .where(filter=FieldFilter("notice_due_at", "<=", now))
+            .order_by("notice_due_at")
+            .limit(limit)
+        )
         docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
         return [job for job in map(_readable_job, docs) if job is not None]
 
@@ -156,25 +176,27 @@ class FirestoreJobStore:
         snapshot = self._read(ref)
         if not snapshot.exists or (snapshot.to_dict() or {}).get("version") != expected_version:
             raise ConcurrentUpdateError(ref.id)
-        return snapshot.update_time
+        return _update_time(snapshot)
 
-    def _commit(self, ref: firestore.DocumentReference, commit: Callable[[], Any],
-                refused: type[Exception] | tuple[type[Exception], ...],
-                is_ours: Callable[[Snapshot], bool], untouched: Callable[[Snapshot], bool]) -> datetime | None:
+    def _commit(
+        self,
+        ref: firestore.DocumentReference,
+        commit: Callable[[], Any],
+        refused: type[Exception] | tuple[type[Exception], ...],
+        is_ours: Callable[[Snapshot], bool],
+        untouched: Callable[[Snapshot], bool],
+    ) -> datetime | None:
         """Send one conditional commit until its fate is known: our write's update time, or None if
         another write won. `refused` (the precondition failure) is final unless an earlier attempt
         may have landed; after an ambiguous failure a re-read decides. Every attempt sends the same
         document under the same precondition, so at most one of them can ever apply."""
         maybe_landed = False
         error: Exception | None = None
-        deadline = time.monotonic() + self._timeout_s  # no new attempt after this
-        for attempt in range(1, MAX_WRITE_ATTEMPTS + 1):
-            if attempt > 1:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(_BACKOFF_S * 2 ** (attempt - 2))
+        attempts = BoundedAttempts(MAX_WRITE_ATTEMPTS, self._timeout_s, _BACKOFF_S)
+        for _ in attempts:
             try:
-                return commit().update_time
+                written: datetime = commit().update_time  # the WriteResult's commit time
+                return written
             except refused as exc:
                 if not maybe_landed:
                     return None
@@ -186,12 +208,13 @@ class FirestoreJobStore:
             maybe_landed = True
             snapshot = self._read(ref)
             if is_ours(snapshot):
-                return snapshot.update_time
+                return _update_time(snapshot)
             if not untouched(snapshot):
                 return None
         raise StoreUnavailableError(
-            f"firestore: write of {ref.id} not stored after {attempt} attempt(s) "
-            f"(a late one may still land): {error}") from error
+            f"firestore: write of {ref.id} not stored after {attempts.made} attempt(s) "
+            f"(a late one may still land): {error}"
+        ) from error
 
 
 def _reading(fn: Callable[[], T]) -> T:
@@ -229,12 +252,26 @@ def _readable_job(snapshot: Snapshot) -> Job | None:
     try:
         return _job_from(snapshot)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        log(logging.ERROR, "job document cannot be read as a job; the sweeper skips it", job_id=snapshot.id,
-            error_type=type(exc).__name__, error=str(exc)[:300])
+        log(
+            logging.ERROR,
+            "job document cannot be read as a job; the sweeper skips it",
+            job_id=snapshot.id,
+            error_type=type(exc).__name__,
+            error=str(exc)[:300],
+        )
         return None
 
 
 def _job_from(snapshot: Snapshot) -> Job:
-    job = Job.from_dict(snapshot.to_dict())
-    job.store_token = snapshot.update_time
+    data = snapshot.to_dict()
+    if data is None:  # never for a document that exists (get() and queries only pass those)
+        raise ValueError(f"job document {snapshot.id} does not exist")
+    job = Job.from_dict(data)
+    job.store_token = _update_time(snapshot)
     return job
+
+
+def _update_time(snapshot: Snapshot) -> datetime:
+    """The document's update time: the token every conditional write of it is checked against."""
+    updated: datetime = snapshot.update_time  # unannotated in the client library
+    return updated
