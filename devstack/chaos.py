@@ -26,9 +26,10 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 import requests
 
@@ -50,7 +51,7 @@ MAX_FREEZE_S = 30.0  # no freeze may last longer than this, whatever the caller 
 
 
 # --------------------------------------------------------------------------- /proc helpers
-def _stat_fields(pid: int) -> Optional[list[str]]:
+def _stat_fields(pid: int) -> list[str] | None:
     """Fields of /proc/<pid>/stat after the parenthesised comm: state, ppid, pgrp, ..."""
     try:
         text = (_PROC / str(pid) / "stat").read_text()
@@ -59,7 +60,7 @@ def _stat_fields(pid: int) -> Optional[list[str]]:
     return text.rsplit(")", 1)[-1].split()
 
 
-def process_state(pid: int) -> Optional[str]:
+def process_state(pid: int) -> str | None:
     """One-letter state (R, S, T, Z, ...) or None when the process is gone."""
     fields = _stat_fields(pid)
     return fields[0] if fields else None
@@ -77,14 +78,15 @@ def children_of(pid: int) -> list[int]:
     return sorted(found)
 
 
-def find_gunicorn_worker(master_pid: int) -> Optional[int]:
+def find_gunicorn_worker(master_pid: int) -> int | None:
     """The worker of a one-worker gunicorn (functions-framework's default): the master's only child."""
     children = children_of(master_pid)
     return children[0] if len(children) == 1 else (max(children) if children else None)
 
 
-def kill_gunicorn_worker(master_pid: int, respawn_timeout_s: float = 20.0,
-                         ready: Optional[Callable[[], bool]] = None) -> dict[str, Any]:
+def kill_gunicorn_worker(
+    master_pid: int, respawn_timeout_s: float = 20.0, ready: Callable[[], bool] | None = None
+) -> dict[str, Any]:
     """SIGKILL the worker and wait (bounded) until gunicorn has a new one, and ``ready()`` if given.
 
     Returns what happened: old and new pid, seconds until respawned, or an ``error``.
@@ -108,11 +110,15 @@ def kill_gunicorn_worker(master_pid: int, respawn_timeout_s: float = 20.0,
     serving = ready is None
     while new_worker is not None and not serving and time.monotonic() < deadline:
         with contextlib.suppress(Exception):
-            serving = bool(ready())
+            serving = ready is None or bool(ready())
         if not serving:
             time.sleep(0.1)
-    result = {"action": "kill_worker", "old_pid": worker, "new_pid": new_worker,
-              "respawn_s": round(time.monotonic() - started, 2)}
+    result = {
+        "action": "kill_worker",
+        "old_pid": worker,
+        "new_pid": new_worker,
+        "respawn_s": round(time.monotonic() - started, 2),
+    }
     if new_worker is None:
         result["error"] = f"no new worker within {respawn_timeout_s}s"
     elif not serving:
@@ -154,8 +160,9 @@ class GroupFreezer:
         with self._lock:
             return dict(self._frozen)
 
-    def freeze_for(self, pgid: int, seconds: float, name: str = "",
-                   stop: Optional[threading.Event] = None) -> dict[str, Any]:
+    def freeze_for(
+        self, pgid: int, seconds: float, name: str = "", stop: threading.Event | None = None
+    ) -> dict[str, Any]:
         """Freeze, hold (cut short by ``stop``), thaw: always thawed, even on an exception."""
         seconds = min(max(0.0, float(seconds)), MAX_FREEZE_S)
         started = time.monotonic()
@@ -176,8 +183,14 @@ class GroupFreezer:
 class RecordingSweepTicker:
     """POST /sweep every ``interval_s`` (one at a time), recording each answer; bounded by ``max_ticks``."""
 
-    def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 60.0, max_ticks: int = 2000,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        url: str,
+        interval_s: float = 1.0,
+        timeout_s: float = 60.0,
+        max_ticks: int = 2000,
+        headers: dict[str, str] | None = None,
+    ):
         self.url = url.rstrip("/")
         self.headers = dict(headers or {})
         self.interval_s = interval_s
@@ -189,7 +202,7 @@ class RecordingSweepTicker:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="storm-sweep-ticker", daemon=True)
 
-    def start(self) -> "RecordingSweepTicker":
+    def start(self) -> RecordingSweepTicker:
         self._thread.start()
         return self
 
@@ -248,8 +261,15 @@ class RelayCycler:
     mode is exercised even when traffic is thin; every third step is a calm pause.
     """
 
-    def __init__(self, relay: Any, modes: Iterable[str], rng: random.Random,
-                 gap_s: tuple[float, float] = (0.3, 0.8), hold_s: float = 4.0, max_steps: int = 1000):
+    def __init__(
+        self,
+        relay: Any,
+        modes: Iterable[str],
+        rng: random.Random,
+        gap_s: tuple[float, float] = (0.3, 0.8),
+        hold_s: float = 4.0,
+        max_steps: int = 1000,
+    ):
         self.relay = relay
         self.modes = list(modes)
         self.rng = rng
@@ -262,7 +282,7 @@ class RelayCycler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="storm-relay-cycler", daemon=True)
 
-    def start(self) -> "RelayCycler":
+    def start(self) -> RelayCycler:
         self._thread.start()
         return self
 
@@ -283,8 +303,9 @@ class RelayCycler:
                     return
                 params = relay_mode_params(self._next_mode(step), self.rng)
                 try:
-                    self.relay.set_mode(params["mode"], match=params["match"], count=params["count"],
-                                        delay_s=params["delay_s"])
+                    self.relay.set_mode(
+                        params["mode"], match=params["match"], count=params["count"], delay_s=params["delay_s"]
+                    )
                 except ValueError as exc:
                     self.errors.append(f"{params}: {exc}")
                     self._stop.wait(self.gap_s[0])
@@ -330,9 +351,15 @@ class ChaosRunner:
     nothing more). ``stop()`` cuts a freeze short and thaws everything; no further action starts after it.
     """
 
-    def __init__(self, actions: Iterable[ChaosAction], *, groups: dict[str, Callable[[], Optional[int]]],
-                 functions_master_pid: Callable[[], Optional[int]],
-                 functions_ready: Optional[Callable[[], bool]] = None, min_gap_s: float = 2.0):
+    def __init__(
+        self,
+        actions: Iterable[ChaosAction],
+        *,
+        groups: dict[str, Callable[[], int | None]],
+        functions_master_pid: Callable[[], int | None],
+        functions_ready: Callable[[], bool] | None = None,
+        min_gap_s: float = 2.0,
+    ):
         self.actions = sorted(actions)
         self.min_gap_s = min_gap_s
         self.groups = groups
@@ -344,7 +371,7 @@ class ChaosRunner:
         self._started = 0.0
         self._thread = threading.Thread(target=self._run, name="storm-chaos", daemon=True)
 
-    def start(self) -> "ChaosRunner":
+    def start(self) -> ChaosRunner:
         self._started = time.monotonic()
         self._thread.start()
         return self

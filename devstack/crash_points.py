@@ -12,7 +12,8 @@ import contextlib
 import contextvars
 import os
 import sys
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 CRASH_HEADER = "X-Safesend-Fault"
 POINTS = frozenset({"after_claim", "after_send"})

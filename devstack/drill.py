@@ -28,6 +28,8 @@ through Application Default Credentials, as deployed). SAFESEND_GMAIL_USER names
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import math
 import os
@@ -37,11 +39,12 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 _FUNCTIONS_DIR = _REPO_ROOT / "functions"
@@ -50,7 +53,9 @@ if str(_FUNCTIONS_DIR) not in sys.path:
 
 from safesend.adapters.gmail_mailer import MAX_MESSAGE_IDS_PER_CALL, GmailMailer  # noqa: E402
 from safesend.adapters.one_shot_http import (  # noqa: E402
-    MIN_PHASE_TIMEOUT_S, OneShotHttp, TransportError,
+    MIN_PHASE_TIMEOUT_S,
+    OneShotHttp,
+    TransportError,
 )
 from safesend.classify import TransportFault  # noqa: E402
 from safesend.errors import HistoryExpiredError, MailboxUnavailableError  # noqa: E402
@@ -59,7 +64,7 @@ from safesend.logs import mask_emails  # noqa: E402
 from safesend.mime import OutgoingMessage, build_mime, encode_raw  # noqa: E402
 from safesend.model import Accepted, Bucket, Failure  # noqa: E402
 
-__all__ = ["DrillSettings", "Drill", "CutAfterWriteHttp", "render_markdown", "write_report", "main"]
+__all__ = ["CutAfterWriteHttp", "Drill", "DrillSettings", "main", "render_markdown", "write_report"]
 
 LIVE, MOCK = "LIVE", "MOCK"
 ANSWERED, DROPPED = "answered", "dropped"
@@ -86,14 +91,17 @@ class DrillSettings:
     max_wait_s: float = 300.0  # per message, from its send
     spacing_s: float = 1.0  # between two sends
     cut_hold_s: float = 0.0  # after the request was acknowledged, before the cut
-    sender: Optional[str] = None  # From; default SAFESEND_DEFAULT_FROM, else the mailbox's address
-    message_id_domain: Optional[str] = None  # default SAFESEND_MESSAGE_ID_DOMAIN, else the From's domain
+    sender: str | None = None  # From; default SAFESEND_DEFAULT_FROM, else the mailbox's address
+    message_id_domain: str | None = None  # default SAFESEND_MESSAGE_ID_DOMAIN, else the From's domain
 
     def check(self) -> None:
         if not isinstance(self.to, str) or "@" not in self.to:
             raise DrillError("--to must be the sink address (an address you own)")
-        if not 0 <= self.count <= MAX_MESSAGES or not 0 <= self.dropped <= MAX_MESSAGES \
-                or not 1 <= self.count + self.dropped <= MAX_MESSAGES:
+        if (
+            not 0 <= self.count <= MAX_MESSAGES
+            or not 0 <= self.dropped <= MAX_MESSAGES
+            or not 1 <= self.count + self.dropped <= MAX_MESSAGES
+        ):
             raise DrillError(f"between 1 and {MAX_MESSAGES} messages in all")
         if not MIN_POLL_S <= self.poll_s <= 60:
             raise DrillError(f"--poll-s must be within [{MIN_POLL_S}, 60]")
@@ -112,17 +120,17 @@ class Row:
     dedup_key: str
     message_id: str
     sent_at_utc: str = ""
-    send_s: Optional[float] = None  # the send call (answered) or until the request was acknowledged (dropped)
+    send_s: float | None = None  # the send call (answered) or until the request was acknowledged (dropped)
     outcome: str = ""  # "accepted", a failure code, or "cut_after_write"
     written: bool = False  # Gmail may have the message (accepted, or the request was written)
-    gmail_id: Optional[str] = None
-    stored_message_id: Optional[str] = None
-    message_id_kept: Optional[bool] = None
+    gmail_id: str | None = None
+    stored_message_id: str | None = None
+    message_id_kept: bool | None = None
     copies: int = 0  # SENT copies the search found (more than one: a duplicate)
-    index_lag_s: Optional[float] = None  # seen by the end of the first poll that found it ...
-    index_lag_after_s: Optional[float] = None  # ... not yet at the start of the poll before it
-    history_lag_s: Optional[float] = None
-    history_lag_after_s: Optional[float] = None
+    index_lag_s: float | None = None  # seen by the end of the first poll that found it ...
+    index_lag_after_s: float | None = None  # ... not yet at the start of the poll before it
+    history_lag_s: float | None = None
+    history_lag_after_s: float | None = None
     read_errors: int = 0
     _t: float = field(default=0.0, repr=False)  # monotonic time the lags count from
 
@@ -141,25 +149,35 @@ class CutAfterWriteHttp(OneShotHttp):
     def __init__(self, timeout: float = 20.0, hold_s: float = 0.0):
         super().__init__(timeout=timeout, deadline=time.monotonic() + timeout + ACK_WAIT_S + hold_s)
         self.hold_s = hold_s
-        self.written_at: Optional[float] = None
+        self.written_at: float | None = None
 
-    def _exchange(self, conn: Any, method: str, path: str, payload: Optional[bytes], headers: dict[str, str],
-                  deadline: float, watchdog: Any) -> Any:
+    # The base's is a staticmethod; this one needs the instance (hold_s, written_at). Called as
+    # self._exchange(...) either way.
+    def _exchange(  # type: ignore[override]
+        self,
+        conn: Any,
+        method: str,
+        path: str,
+        payload: bytes | None,
+        headers: dict[str, str],
+        deadline: float,
+        watchdog: Any,
+    ) -> Any:
         conn.sock.settimeout(max(deadline - time.monotonic(), MIN_PHASE_TIMEOUT_S))
         try:
             conn.request(method, path, body=payload, headers=headers)
-        except Exception as exc:  # noqa: BLE001 - partly written: as ambiguous as any send failure
+        except Exception as exc:  # partly written: as ambiguous as any send failure
             raise TransportError(TransportFault.DISCONNECTED_AFTER_WRITE, f"drill: write failed: {exc!r}") from exc
         _wait_until_acknowledged(conn.sock, min(ACK_WAIT_S, max(0.0, deadline - time.monotonic())))
         self.written_at = time.monotonic()
         if self.hold_s:
             time.sleep(min(self.hold_s, max(0.0, deadline - time.monotonic())))
-        try:
+        with contextlib.suppress(OSError):
             conn.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        raise TransportError(TransportFault.DISCONNECTED_AFTER_WRITE,
-                             "drill: connection cut after the request was written, answer never read")
+        raise TransportError(
+            TransportFault.DISCONNECTED_AFTER_WRITE,
+            "drill: connection cut after the request was written, answer never read",
+        )
 
 
 def _wait_until_acknowledged(sock: socket.socket, bound_s: float) -> None:
@@ -192,7 +210,7 @@ def _percentiles(values: Sequence[float]) -> dict[str, Any]:
     """n, p50, p90 (nearest rank, as bench/), max."""
     ordered = sorted(values)
 
-    def rank(pct: float) -> Optional[float]:
+    def rank(pct: float) -> float | None:
         if not ordered:
             return None
         return round(ordered[max(1, math.ceil(pct / 100 * len(ordered))) - 1], 3)
@@ -203,9 +221,17 @@ def _percentiles(values: Sequence[float]) -> dict[str, Any]:
 class Drill:
     """One run. `cut_send(raw) -> monotonic time the request was written` performs a dropped send."""
 
-    def __init__(self, mailer: GmailMailer, settings: DrillSettings, label: str, mailbox_kind: str,
-                 cut_send: Callable[[bytes], float], progress: Callable[[str], None] = lambda line: None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        mailer: GmailMailer,
+        settings: DrillSettings,
+        label: str,
+        mailbox_kind: str,
+        cut_send: Callable[[bytes], float],
+        progress: Callable[[str], None] = lambda line: None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         settings.check()
         if label not in (LIVE, MOCK):
             raise DrillError("label must be LIVE or MOCK")
@@ -217,10 +243,10 @@ class Drill:
         self.progress = progress
         self.clock = clock
         self.sleep = sleep
-        self.run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
-        self.calls = {name: 0 for name in UNITS}
+        self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+        self.calls = dict.fromkeys(UNITS, 0)
         self.rows: list[Row] = []
-        self.mapped: dict[str, Optional[str]] = {}  # gmail id -> stored Message-ID (None: gone)
+        self.mapped: dict[str, str | None] = {}  # gmail id -> stored Message-ID (None: gone)
         self.history_ok = True
         self.history_errors = 0
         self.history_incomplete = 0
@@ -230,7 +256,7 @@ class Drill:
     # ------------------------------------------------------------------ run
     def run(self) -> dict[str, Any]:
         s = self.settings
-        started_utc = datetime.now(timezone.utc)
+        started_utc = datetime.now(UTC)
         try:
             profile = self._count("profile", self.mailer.profile)
         except MailboxUnavailableError as exc:
@@ -238,12 +264,17 @@ class Drill:
         mailbox = str(profile.get("emailAddress") or "")
         checkpoint = str(profile.get("historyId") or "")
         sender = s.sender or os.environ.get("SAFESEND_DEFAULT_FROM") or mailbox
-        domain = s.message_id_domain or os.environ.get("SAFESEND_MESSAGE_ID_DOMAIN") or \
-            sender.rsplit("@", 1)[-1].rstrip(">").strip().lower()
+        domain = (
+            s.message_id_domain
+            or os.environ.get("SAFESEND_MESSAGE_ID_DOMAIN")
+            or sender.rsplit("@", 1)[-1].rstrip(">").strip().lower()
+        )
         if not is_valid_hostname(domain):
             raise DrillError(f"no usable Message-ID domain ({domain!r}): pass --message-id-domain")
-        self.progress(f"drill {self.run_id} ({self.label}): mailbox {mask_emails(mailbox)}, checkpoint "
-                      f"historyId {checkpoint}; {s.count} answered + {s.dropped} dropped to {mask_emails(s.to)}")
+        self.progress(
+            f"drill {self.run_id} ({self.label}): mailbox {mask_emails(mailbox)}, checkpoint "
+            f"historyId {checkpoint}; {s.count} answered + {s.dropped} dropped to {mask_emails(s.to)}"
+        )
         plan = [ANSWERED] * s.count + [DROPPED] * s.dropped
         next_send = self.clock()
         next_poll = self.clock()
@@ -263,8 +294,7 @@ class Drill:
                 if now >= next_poll:
                     self._poll(pool, checkpoint)
                     next_poll += s.poll_s
-                    if next_poll < self.clock():
-                        next_poll = self.clock()
+                    next_poll = max(next_poll, self.clock())
                 if not plan and all(self._settled(row) for row in self.rows):
                     break
                 wake = min(next_poll, next_send) if plan else next_poll
@@ -291,12 +321,16 @@ class Drill:
         key = f"drill:{self.run_id}:{n}"
         row = Row(n=n, kind=kind, dedup_key=key, message_id=message_id_for(key, domain))
         message = OutgoingMessage(
-            sender=sender, to=(self.settings.to,),
+            sender=sender,
+            to=(self.settings.to,),
             subject=f"safesend drill {self.run_id} #{n} ({kind})",
-            text=(f"Sent by safesend's drill (devstack/drill.py), run {self.run_id}, message {n}, "
-                  f"{'answer dropped on purpose' if kind == DROPPED else 'answer read'}. Safe to delete.\n"))
-        raw = build_mime(message, row.message_id, job_id_for(key), datetime.now(timezone.utc))
-        row.sent_at_utc = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+            text=(
+                f"Sent by safesend's drill (devstack/drill.py), run {self.run_id}, message {n}, "
+                f"{'answer dropped on purpose' if kind == DROPPED else 'answer read'}. Safe to delete.\n"
+            ),
+        )
+        raw = build_mime(message, row.message_id, job_id_for(key), datetime.now(UTC))
+        row.sent_at_utc = datetime.now(UTC).isoformat(timespec="milliseconds")
         started = self.clock()
         if kind == ANSWERED:
             outcome = self._count("send", lambda: self.mailer.send(raw))
@@ -320,20 +354,27 @@ class Drill:
                 row.send_s = round(written_at - started, 3)
                 row.outcome, row.written = "cut_after_write", True
         self.rows.append(row)
-        self.progress(f"#{n} {kind}: {row.outcome}" + (f" in {row.send_s:.2f} s" if row.send_s is not None else "")
-                      + (f", Message-ID {'kept' if row.message_id_kept else 'REWRITTEN'}"
-                         if row.message_id_kept is not None else ""))
+        self.progress(
+            f"#{n} {kind}: {row.outcome}"
+            + (f" in {row.send_s:.2f} s" if row.send_s is not None else "")
+            + (
+                f", Message-ID {'kept' if row.message_id_kept else 'REWRITTEN'}"
+                if row.message_id_kept is not None
+                else ""
+            )
+        )
 
     def _read_stored_message_id(self, row: Row) -> None:
-        if row.gmail_id is None:
+        gmail_id = row.gmail_id
+        if gmail_id is None:
             return
         try:
-            found = self._count("get", lambda: self.mailer.message_ids_of([row.gmail_id]), 1)
+            found = self._count("get", lambda: self.mailer.message_ids_of([gmail_id]), 1)
         except MailboxUnavailableError:
             row.read_errors += 1
             return
-        stored = found.get(row.gmail_id)
-        self.mapped[row.gmail_id] = stored
+        stored = found.get(gmail_id)
+        self.mapped[gmail_id] = stored
         if stored is not None:
             row.stored_message_id = stored
             row.message_id_kept = stored == row.message_id
@@ -350,7 +391,7 @@ class Drill:
             if row.index_lag_s is None:
                 term = row.stored_message_id or row.message_id  # a rewritten id: search what Gmail stored
                 searches.append((row, self.clock(), pool.submit(self._search, term)))
-        history: Optional[tuple[float, Future]] = None
+        history: tuple[float, Future] | None = None
         if self.history_ok and any(row.history_lag_s is None for row in active):
             answered = {row.gmail_id for row in self.rows if row.gmail_id and row.kind == ANSWERED}
             history = (self.clock(), pool.submit(self._history, checkpoint, answered))
@@ -369,8 +410,10 @@ class Drill:
                     row.gmail_id = sent[0].gmail_id
                 if row.stored_message_id is None:  # found by our own id: stored as ours
                     row.stored_message_id, row.message_id_kept = row.message_id, True
-                self.progress(f"#{row.n} {row.kind}: searchable after {row.index_lag_s:.2f} s"
-                              + (f" ({row.copies} copies!)" if row.copies > 1 else ""))
+                self.progress(
+                    f"#{row.n} {row.kind}: searchable after {row.index_lag_s:.2f} s"
+                    + (f" ({row.copies} copies!)" if row.copies > 1 else "")
+                )
             else:
                 row.index_lag_after_s = round(began - row._t, 3)
         if history is not None:
@@ -416,22 +459,21 @@ class Drill:
                 self.history_incomplete += 1
         new = [gid for gid in page.gmail_ids() if gid not in self.mapped and gid not in answered]
         for start in range(0, min(len(new), 10 * MAX_MESSAGE_IDS_PER_CALL), MAX_MESSAGE_IDS_PER_CALL):
-            chunk = new[start:start + MAX_MESSAGE_IDS_PER_CALL]
-            found = self._count("get", lambda chunk=chunk: self.mailer.message_ids_of(chunk), len(chunk))
+            chunk = new[start : start + MAX_MESSAGE_IDS_PER_CALL]
+            found = self._count("get", functools.partial(self.mailer.message_ids_of, chunk), len(chunk))
             for gid in chunk:
                 self.mapped[gid] = found.get(gid)
         return set(page.gmail_ids())
 
     # --------------------------------------------------------------- report
-    def _report(self, started_utc: datetime, mailbox: str, checkpoint: str, sender: str, domain: str
-                ) -> dict[str, Any]:
+    def _report(self, started_utc: datetime, mailbox: str, checkpoint: str, sender: str, domain: str) -> dict[str, Any]:
         s = self.settings
         rows = self.rows
         ours = {row.message_id for row in rows} | {row.stored_message_id for row in rows if row.stored_message_id}
         attributed = {row.gmail_id for row in rows if row.gmail_id}
         unattributed = [gid for gid, mid in self.mapped.items() if gid not in attributed and mid not in ours]
 
-        def lags(kind: Optional[str], name: str) -> dict[str, Any]:
+        def lags(kind: str | None, name: str) -> dict[str, Any]:
             chosen = [row for row in rows if row.written and (kind is None or row.kind == kind)]
             values = [getattr(row, name) for row in chosen if getattr(row, name) is not None]
             return {**_percentiles(values), "not_seen": len(chosen) - len(values)}
@@ -440,24 +482,28 @@ class Drill:
         summary = {
             "index_lag_s": lags(None, "index_lag_s"),
             "history_lag_s": lags(None, "history_lag_s"),
-            "answered": {"index_lag_s": lags(ANSWERED, "index_lag_s"),
-                         "history_lag_s": lags(ANSWERED, "history_lag_s")},
-            "dropped": {"index_lag_s": lags(DROPPED, "index_lag_s"),
-                        "history_lag_s": lags(DROPPED, "history_lag_s")},
+            "answered": {
+                "index_lag_s": lags(ANSWERED, "index_lag_s"),
+                "history_lag_s": lags(ANSWERED, "history_lag_s"),
+            },
+            "dropped": {"index_lag_s": lags(DROPPED, "index_lag_s"), "history_lag_s": lags(DROPPED, "history_lag_s")},
             "message_ids_checked": sum(1 for row in rows if row.message_id_kept is not None),
             "message_ids_rewritten": sum(1 for row in rows if row.message_id_kept is False),
             "dropped_written": len(dropped_written),
-            "dropped_landed": sum(1 for row in dropped_written
-                                  if row.index_lag_s is not None or row.history_lag_s is not None),
+            "dropped_landed": sum(
+                1 for row in dropped_written if row.index_lag_s is not None or row.history_lag_s is not None
+            ),
             "duplicates": sum(1 for row in rows if row.copies > 1),
             "unattributed_sent_messages": len(unattributed),
             "read_errors": sum(row.read_errors for row in rows) + self.history_errors,
             "history_listing_incomplete": self.history_incomplete,
         }
         if unattributed:
-            self.notes.append(f"{len(unattributed)} SENT message(s) were added during the run whose Message-ID is "
-                              "none of the drill's: other traffic on the mailbox, or a dropped-response copy "
-                              "whose Message-ID Gmail rewrote.")
+            self.notes.append(
+                f"{len(unattributed)} SENT message(s) were added during the run whose Message-ID is "
+                "none of the drill's: other traffic on the mailbox, or a dropped-response copy "
+                "whose Message-ID Gmail rewrote."
+            )
         return {
             "label": self.label,
             "date": started_utc.date().isoformat(),
@@ -469,24 +515,32 @@ class Drill:
             "message_id_domain": domain,
             "run_id": self.run_id,
             "checkpoint_history_id": checkpoint,
-            "settings": {"count": s.count, "dropped": s.dropped, "poll_s": s.poll_s, "max_wait_s": s.max_wait_s,
-                         "spacing_s": s.spacing_s, "cut_hold_s": s.cut_hold_s},
+            "settings": {
+                "count": s.count,
+                "dropped": s.dropped,
+                "poll_s": s.poll_s,
+                "max_wait_s": s.max_wait_s,
+                "spacing_s": s.spacing_s,
+                "cut_hold_s": s.cut_hold_s,
+            },
             "summary": summary,
-            "quota_units": {**{name: count * UNITS[name] for name, count in self.calls.items()},
-                            "total": sum(count * UNITS[name] for name, count in self.calls.items())},
+            "quota_units": {
+                **{name: count * UNITS[name] for name, count in self.calls.items()},
+                "total": sum(count * UNITS[name] for name, count in self.calls.items()),
+            },
             "rows": [row.public() for row in rows],
             "notes": self.notes,
         }
 
 
 # ---------------------------------------------------------------------- report files
-def _fmt(value: Optional[float]) -> str:
+def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.2f} s" if value >= 1 else f"{value * 1000:.0f} ms"
 
 
-def _lag_cell(seen: Optional[float], after: Optional[float]) -> str:
+def _lag_cell(seen: float | None, after: float | None) -> str:
     if seen is None:
         return "not seen" + (f" (still not at {_fmt(after)})" if after is not None else "")
     return _fmt(seen) + (f" (not yet at {_fmt(after)})" if after is not None else "")
@@ -504,20 +558,31 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{s['poll_s']:g} s for up to {s['max_wait_s']:g} s per message. History from historyId "
         f"{report['checkpoint_history_id']} (taken before the first send).",
         "",
-        *([f"MOCK: the local Gmail simulator with a search-index lag of {report['simulator']['index_lag_s']:g} s "
-           f"and a history lag of {report['simulator']['history_lag_s']:g} s; these numbers say nothing about "
-           "Gmail.", ""] if "simulator" in report else []),
+        *(
+            [
+                f"MOCK: the local Gmail simulator with a search-index lag of {report['simulator']['index_lag_s']:g} s "
+                f"and a history lag of {report['simulator']['history_lag_s']:g} s; these numbers say nothing about "
+                "Gmail.",
+                "",
+            ]
+            if "simulator" in report
+            else []
+        ),
         "| lag (send answered or cut -> seen) | n | p50 | p90 | max | not seen |",
         "|---|---|---|---|---|---|",
     ]
-    for title, stats in (("search index: `rfc822msgid:` finds it", summary["index_lag_s"]),
-                         ("history: `history.list` shows it", summary["history_lag_s"]),
-                         ("  answered sends, search index", summary["answered"]["index_lag_s"]),
-                         ("  answered sends, history", summary["answered"]["history_lag_s"]),
-                         ("  dropped responses, search index", summary["dropped"]["index_lag_s"]),
-                         ("  dropped responses, history", summary["dropped"]["history_lag_s"])):
-        lines.append(f"| {title} | {stats['n']} | {_fmt(stats['p50'])} | {_fmt(stats['p90'])} | "
-                     f"{_fmt(stats['max'])} | {stats['not_seen']} |")
+    for title, stats in (
+        ("search index: `rfc822msgid:` finds it", summary["index_lag_s"]),
+        ("history: `history.list` shows it", summary["history_lag_s"]),
+        ("  answered sends, search index", summary["answered"]["index_lag_s"]),
+        ("  answered sends, history", summary["answered"]["history_lag_s"]),
+        ("  dropped responses, search index", summary["dropped"]["index_lag_s"]),
+        ("  dropped responses, history", summary["dropped"]["history_lag_s"]),
+    ):
+        lines.append(
+            f"| {title} | {stats['n']} | {_fmt(stats['p50'])} | {_fmt(stats['p90'])} | "
+            f"{_fmt(stats['max'])} | {stats['not_seen']} |"
+        )
     lines += [
         "",
         f"- Message-ID stored as ours: {summary['message_ids_checked'] - summary['message_ids_rewritten']} of "
@@ -541,15 +606,16 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {row['n']} | {row['kind']} | {_fmt(row['send_s'])} | {row['outcome']} | {row['gmail_id'] or '-'} | "
             f"{kept} | {_lag_cell(row['index_lag_s'], row['index_lag_after_s'])} | "
-            f"{_lag_cell(row['history_lag_s'], row['history_lag_after_s'])} |")
+            f"{_lag_cell(row['history_lag_s'], row['history_lag_after_s'])} |"
+        )
     lines += [
         "",
         "## How to read this",
         "",
         f"A lag runs from the send's answer (or, for a dropped response, from the moment the request was "
-        f"written and acknowledged) to the end of the first poll that saw the message; \"not yet at\" is "
+        f'written and acknowledged) to the end of the first poll that saw the message; "not yet at" is '
         f"the start of the poll before, so the true lag lies between the two (resolution about "
-        f"{s['poll_s']:g} s plus one request). \"not seen\" means not within {s['max_wait_s']:g} s.",
+        f'{s["poll_s"]:g} s plus one request). "not seen" means not within {s["max_wait_s"]:g} s.',
         "",
         "safesend's timings must cover the worst case, not the median: the first mailbox check "
         "(`SAFESEND_INDEX_LAG_S`), the unknown window (`SAFESEND_UNKNOWN_WINDOW_S`) and the verification "
@@ -573,7 +639,8 @@ def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
 # ------------------------------------------------------------------------------ wiring
 def make_cut_send(mailer: GmailMailer, credentials: Any, hold_s: float, timeout_s: float) -> Callable[[bytes], float]:
     """A dropped send built exactly like GmailMailer.send (same client, same request), over CutAfterWriteHttp."""
-    from google_auth_httplib2 import AuthorizedHttp, Request as AuthRequest
+    from google_auth_httplib2 import AuthorizedHttp
+    from google_auth_httplib2 import Request as AuthRequest
 
     def cut_send(raw: bytes) -> float:
         if credentials is not None and not credentials.valid:  # refresh on a transport that reads answers
@@ -595,7 +662,7 @@ def make_cut_send(mailer: GmailMailer, credentials: Any, hold_s: float, timeout_
     return cut_send
 
 
-def mailbox_kind_for(address: str, delegated_user: Optional[str], forced: str = "auto") -> str:
+def mailbox_kind_for(address: str, delegated_user: str | None, forced: str = "auto") -> str:
     """Workspace or consumer: delegation exists only in Workspace; gmail.com addresses are consumer."""
     if forced != "auto":
         return {"workspace": "Workspace", "consumer": "consumer"}[forced]
@@ -609,24 +676,36 @@ def _progress(line: str) -> None:
     print(f"drill: {line}", file=sys.stderr, flush=True)
 
 
-def run_live(settings: DrillSettings, env: dict[str, str], forced_kind: str, signer: Optional[str] = None,
-             progress: Callable[[str], None] = _progress) -> dict[str, Any]:
+def run_live(
+    settings: DrillSettings,
+    env: dict[str, str],
+    forced_kind: str,
+    signer: str | None = None,
+    progress: Callable[[str], None] = _progress,
+) -> dict[str, Any]:
     from safesend.adapters.gmail_auth import load_gmail_credentials
 
     delegated = env.get("SAFESEND_GMAIL_DELEGATED_USER") or None
-    credentials = load_gmail_credentials(env.get("SAFESEND_GMAIL_CREDENTIALS_JSON") or None,
-                                         env.get("SAFESEND_GMAIL_CREDENTIALS_FILE") or None, delegated,
-                                         signer_email=signer)
-    mailer = GmailMailer(user=env.get("SAFESEND_GMAIL_USER") or "me", credentials=credentials,
-                         api_endpoint=env.get("SAFESEND_GMAIL_API_ENDPOINT") or None)
+    credentials = load_gmail_credentials(
+        env.get("SAFESEND_GMAIL_CREDENTIALS_JSON") or None,
+        env.get("SAFESEND_GMAIL_CREDENTIALS_FILE") or None,
+        delegated,
+        signer_email=signer,
+    )
+    mailer = GmailMailer(
+        user=env.get("SAFESEND_GMAIL_USER") or "me",
+        credentials=credentials,
+        api_endpoint=env.get("SAFESEND_GMAIL_API_ENDPOINT") or None,
+    )
     address = str(mailer.profile().get("emailAddress") or "")
     kind = mailbox_kind_for(address, delegated, forced_kind)
     cut = make_cut_send(mailer, credentials, settings.cut_hold_s, timeout_s=20.0)
     return Drill(mailer, settings, LIVE, kind, cut, progress=progress).run()
 
 
-def run_mock(settings: DrillSettings, index_lag_s: float, history_lag_s: float,
-             progress: Callable[[str], None] = _progress) -> dict[str, Any]:
+def run_mock(
+    settings: DrillSettings, index_lag_s: float, history_lag_s: float, progress: Callable[[str], None] = _progress
+) -> dict[str, Any]:
     """The same drill against an in-process Gmail simulator (stopped before returning)."""
     from devstack.gmail_sim import GmailSimulator
 
@@ -634,12 +713,15 @@ def run_mock(settings: DrillSettings, index_lag_s: float, history_lag_s: float,
         mailer = GmailMailer(api_endpoint=sim.url, send_timeout_s=5.0, read_timeout_s=5.0)
         cut = make_cut_send(mailer, None, settings.cut_hold_s, timeout_s=5.0)
         report = Drill(mailer, settings, MOCK, "simulator", cut, progress=progress).run()
-        report["simulator"] = {"index_lag_s": index_lag_s, "history_lag_s": history_lag_s,
-                               "accepted": len(sim.effects())}
+        report["simulator"] = {
+            "index_lag_s": index_lag_s,
+            "history_lag_s": history_lag_s,
+            "accepted": len(sim.effects()),
+        }
         return report
 
 
-def main(argv: Optional[list[str]] = None, env: Optional[dict[str, str]] = None) -> int:
+def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
     env = dict(os.environ if env is None else env)
     parser = argparse.ArgumentParser(prog="python -m devstack.drill", description=__doc__.splitlines()[0])
     parser.add_argument("--to", help="the sink address (one you own; required LIVE)")
@@ -648,22 +730,36 @@ def main(argv: Optional[list[str]] = None, env: Optional[dict[str, str]] = None)
     parser.add_argument("--poll-s", type=float, default=1.0, help="poll interval (default 1 s)")
     parser.add_argument("--max-wait-s", type=float, default=300.0, help="per message, then 'not seen' (default 300)")
     parser.add_argument("--spacing-s", type=float, default=1.0, help="between sends (default 1 s)")
-    parser.add_argument("--cut-hold-s", type=float, default=0.0,
-                        help="hold the connection this long after the request was acknowledged, then cut")
+    parser.add_argument(
+        "--cut-hold-s",
+        type=float,
+        default=0.0,
+        help="hold the connection this long after the request was acknowledged, then cut",
+    )
     parser.add_argument("--from", dest="sender", help="From (default SAFESEND_DEFAULT_FROM, else the mailbox)")
     parser.add_argument("--message-id-domain", help="default SAFESEND_MESSAGE_ID_DOMAIN, else the From's domain")
     parser.add_argument("--mailbox-kind", choices=("auto", "workspace", "consumer"), default="auto")
-    parser.add_argument("--delegation-signer", help="keyless delegation from a workstation: the service account "
-                        "whose client ID is authorised, signing for your ADC identity (token creator on it)")
+    parser.add_argument(
+        "--delegation-signer",
+        help="keyless delegation from a workstation: the service account "
+        "whose client ID is authorised, signing for your ADC identity (token creator on it)",
+    )
     parser.add_argument("--out", default=str(_REPO_ROOT / ".local" / "drill"), help="report directory")
     parser.add_argument("--mock", action="store_true", help="run against the local Gmail simulator (MOCK)")
     parser.add_argument("--mock-index-lag", type=float, default=3.0)
     parser.add_argument("--mock-history-lag", type=float, default=1.0)
     args = parser.parse_args(argv)
-    settings = DrillSettings(to=args.to or ("sink@example.com" if args.mock else ""), count=args.count,
-                             dropped=args.dropped, poll_s=args.poll_s, max_wait_s=args.max_wait_s,
-                             spacing_s=args.spacing_s, cut_hold_s=args.cut_hold_s, sender=args.sender,
-                             message_id_domain=args.message_id_domain)
+    settings = DrillSettings(
+        to=args.to or ("sink@example.com" if args.mock else ""),
+        count=args.count,
+        dropped=args.dropped,
+        poll_s=args.poll_s,
+        max_wait_s=args.max_wait_s,
+        spacing_s=args.spacing_s,
+        cut_hold_s=args.cut_hold_s,
+        sender=args.sender,
+        message_id_domain=args.message_id_domain,
+    )
     try:
         settings.check()
         if args.mock:

@@ -18,7 +18,6 @@ environment variables to export; Ctrl-C (or SIGTERM) stops them.
 from __future__ import annotations
 
 import argparse
-from abc import ABC, abstractmethod
 import atexit
 import contextlib
 import os
@@ -33,6 +32,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,23 +40,23 @@ from types import TracebackType
 from typing import Any, ClassVar, Self
 
 __all__ = [
-    "DEFAULT_PROJECT",
     "DEFAULT_LOCATION",
+    "DEFAULT_PROJECT",
     "LOOPBACK",
-    "TASKS_EMULATOR_HOST_ENV",
     "REPO_ROOT",
+    "TASKS_EMULATOR_HOST_ENV",
+    "CloudTasksEmulator",
     "DevstackError",
+    "Emulator",
     "EmulatorMissingError",
+    "EmulatorRequestError",
+    "EmulatorStack",
+    "FirestoreEmulator",
+    "ManagedProcess",
+    "PortInUseError",
     "ProcessStartError",
     "ProcessStopError",
-    "EmulatorRequestError",
-    "PortInUseError",
-    "ManagedProcess",
-    "Emulator",
-    "FirestoreEmulator",
     "PubSubEmulator",
-    "CloudTasksEmulator",
-    "EmulatorStack",
     "free_port",
     "gcloud_sdk_root",
     "make_tasks_client",
@@ -287,9 +287,7 @@ class ManagedProcess:
             raise ProcessStartError(f"{self.name}: already started (pid {self._proc.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - stays open for the child's lifetime
-        self._log_file.write(
-            f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv)}\n".encode()
-        )
+        self._log_file.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
         self._log_file.flush()
         try:
             self._proc = subprocess.Popen(
@@ -317,8 +315,16 @@ class ManagedProcess:
         read_fd, write_fd = os.pipe()  # non-inheritable: only the watchdog gets read_fd
         try:
             self._watchdog = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(_THIS_FILE), "--watchdog", str(read_fd), str(self._pgid),
-                 str(self.stop_timeout)],
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(_THIS_FILE),
+                    "--watchdog",
+                    str(read_fd),
+                    str(self._pgid),
+                    str(self.stop_timeout),
+                ],
                 pass_fds=(read_fd,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -510,12 +516,10 @@ class Emulator(ABC):
         ...
 
     @abstractmethod
-    def command(self, port: int) -> list[str]:
-        ...
+    def command(self, port: int) -> list[str]: ...
 
     @abstractmethod
-    def is_ready(self) -> bool:
-        ...
+    def is_ready(self) -> bool: ...
 
     @abstractmethod
     def env(self) -> dict[str, str]:
@@ -782,8 +786,16 @@ class CloudTasksEmulator(Emulator):
     def command(self, port: int) -> list[str]:
         # -I: ignore PYTHON* variables and the script directory, so nothing from the
         # project's venv can leak into the protobuf<5 environment; -u: unbuffered log.
-        argv = [str(self.python), "-I", "-u", str(TASKS_MAIN), "--port", str(port),
-                "--max-retries", str(self.max_retries)]
+        argv = [
+            str(self.python),
+            "-I",
+            "-u",
+            str(TASKS_MAIN),
+            "--port",
+            str(port),
+            "--max-retries",
+            str(self.max_retries),
+        ]
         for queue in self.queues:
             argv += ["--queue", queue]
         return argv
@@ -807,7 +819,7 @@ def _grpc_list_queues_ok(host: str, timeout: float = 2.0) -> bool:
     Without grpcio in this interpreter, the TCP check already done has to suffice.
     """
     try:
-        import grpc  # noqa: PLC0415 - optional dependency, imported lazily on purpose
+        import grpc  # optional dependency, imported lazily on purpose
     except ImportError:
         return True
     with grpc.insecure_channel(host, options=list(_GRPC_LOCAL_OPTIONS)) as channel:
@@ -822,9 +834,9 @@ def make_tasks_client(host: str) -> Any:
     Cloud Tasks has no emulator env var, so the transport must be built by hand;
     a channel instance also makes the client skip credential discovery.
     """
-    import grpc  # noqa: PLC0415
-    from google.cloud import tasks_v2  # noqa: PLC0415
-    from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport  # noqa: PLC0415
+    import grpc
+    from google.cloud import tasks_v2
+    from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
 
     channel = grpc.insecure_channel(host, options=list(_GRPC_LOCAL_OPTIONS))
     return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))

@@ -37,7 +37,14 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.services.firestore import FirestoreClient
 from google.cloud.firestore_v1.services.firestore.transports import FirestoreGrpcTransport
 
-__all__ = ["FaultInjectionError", "FaultMode", "FirestoreFaults", "InjectedFault", "InjectedRpcError", "emulator_client"]
+__all__ = [
+    "FaultInjectionError",
+    "FaultMode",
+    "FirestoreFaults",
+    "InjectedFault",
+    "InjectedRpcError",
+    "emulator_client",
+]
 
 Match = Callable[[str, Any], bool]
 _CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)  # loopback emulator: never through a proxy
@@ -118,7 +125,7 @@ class InjectedRpcError(grpc.RpcError, grpc.Call, grpc.Future):
     def result(self, timeout: float | None = None) -> Any:
         raise self
 
-    def exception(self, timeout: float | None = None) -> "InjectedRpcError":
+    def exception(self, timeout: float | None = None) -> InjectedRpcError:
         return self
 
     def traceback(self, timeout: float | None = None) -> None:
@@ -136,13 +143,23 @@ class FirestoreFaults(grpc.UnaryUnaryClientInterceptor):
         self._rules: list[_Rule] = []
         self._injected: list[InjectedFault] = []
 
-    def lose_answers(self, method: str = "Commit", times: int = 1,
-                     code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE, match: Match | None = None) -> None:
+    def lose_answers(
+        self,
+        method: str = "Commit",
+        times: int = 1,
+        code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,
+        match: Match | None = None,
+    ) -> None:
         """The next `times` matching calls complete on the server; the caller gets `code` instead."""
         self._arm(method, FaultMode.LOSE_ANSWER, code, times, match)
 
-    def fail_before_send(self, method: str = "Commit", times: int = 1,
-                         code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE, match: Match | None = None) -> None:
+    def fail_before_send(
+        self,
+        method: str = "Commit",
+        times: int = 1,
+        code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,
+        match: Match | None = None,
+    ) -> None:
         """The next `times` matching calls fail with `code` without reaching the server."""
         self._arm(method, FaultMode.FAIL_BEFORE_SEND, code, times, match)
 
@@ -157,11 +174,13 @@ class FirestoreFaults(grpc.UnaryUnaryClientInterceptor):
             return list(self._injected)
 
     def count(self, mode: FaultMode | None = None, method: str | None = None) -> int:
-        return sum(1 for f in self.injected
-                   if (mode is None or f.mode is mode) and (method is None or f.method == method))
+        return sum(
+            1 for f in self.injected if (mode is None or f.mode is mode) and (method is None or f.method == method)
+        )
 
-    def intercept_unary_unary(self, continuation: Callable[[Any, Any], Any],
-                              client_call_details: grpc.ClientCallDetails, request: Any) -> Any:
+    def intercept_unary_unary(
+        self, continuation: Callable[[Any, Any], Any], client_call_details: grpc.ClientCallDetails, request: Any
+    ) -> Any:
         method = client_call_details.method.rsplit("/", 1)[-1]
         rule = self._take(method, request)
         if rule is None:
@@ -212,7 +231,7 @@ def emulator_client(project: str, faults: FirestoreFaults) -> Iterator[firestore
     client = firestore.Client(project=project)  # emulator mode: anonymous credentials, owner metadata
     channel = grpc.intercept_channel(grpc.insecure_channel(host, options=list(_CHANNEL_OPTIONS)), faults)
     transport = FirestoreGrpcTransport(host=host, channel=channel)
-    client._firestore_api_internal = FirestoreClient(transport=transport)  # noqa: SLF001 - no public hook
+    client._firestore_api_internal = FirestoreClient(transport=transport)  # no public hook
     try:
         yield client
     finally:

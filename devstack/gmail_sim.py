@@ -27,6 +27,7 @@ import argparse
 import base64
 import binascii
 import bisect
+import contextlib
 import copy
 import email.message
 import email.policy
@@ -42,10 +43,11 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, cast
 
 __all__ = ["GmailSimulator", "SimError", "google_error_body", "is_strict_message_id", "main"]
 
@@ -123,7 +125,7 @@ _HIDDEN_LABELS = ("SPAM", "TRASH")
 _FORMATS = ("minimal", "full", "raw", "metadata")
 
 
-def google_error_body(code: int, message: Optional[str] = None, reason: Optional[str] = None) -> dict:
+def google_error_body(code: int, message: str | None = None, reason: str | None = None) -> dict:
     """Build the JSON error body Google APIs return, so googleapiclient's HttpError parses it like prod."""
     reason = reason or _DEFAULT_REASONS.get(code, "invalidArgument" if code == 400 else "unknown")
     message = message or _REASON_MESSAGES.get(reason) or _STATUS_MESSAGES.get(code) or f"HTTP {code}"
@@ -140,7 +142,7 @@ def google_error_body(code: int, message: Optional[str] = None, reason: Optional
 class SimError(Exception):
     """A request the simulator answers with a Google-style error (raised inside handlers)."""
 
-    def __init__(self, code: int, message: Optional[str] = None, reason: Optional[str] = None) -> None:
+    def __init__(self, code: int, message: str | None = None, reason: str | None = None) -> None:
         super().__init__(message or str(code))
         self.code = code
         self.body = google_error_body(code, message, reason)
@@ -184,14 +186,14 @@ def _raw_headers(msg: email.message.Message) -> list[tuple[str, str]]:
     return [(name, _unfold(value).strip()) for name, value in msg.raw_items()]
 
 
-def _header_value(headers: list[tuple[str, str]], name: str) -> Optional[str]:
+def _header_value(headers: list[tuple[str, str]], name: str) -> str | None:
     for key, value in headers:
         if key.lower() == name.lower():
             return value
     return None
 
 
-def _rewrite_message_id(raw: bytes, new_id: str, original: Optional[str]) -> bytes:
+def _rewrite_message_id(raw: bytes, new_id: str, original: str | None) -> bytes:
     """Replace/add Message-ID in the header block, keeping the rest byte-identical (Gmail-style rewrite)."""
     end = 0 if raw.startswith((b"\r\n", b"\n")) else len(raw)
     for sep in (b"\r\n\r\n", b"\n\n"):
@@ -241,7 +243,7 @@ def _payload(part: email.message.Message, part_id: str, depth: int = 0) -> dict:
         prefix = f"{part_id}." if part_id else ""
         out["parts"] = [_payload(child, f"{prefix}{i}", depth + 1) for i, child in enumerate(children[:100])]
     else:
-        data = part.get_payload(decode=True) or b""
+        data = cast(bytes, part.get_payload(decode=True) or b"")  # a leaf part: its decoded bytes
         out["body"] = {"size": len(data), "data": _b64url_encode(data)} if data else {"size": 0}
     return out
 
@@ -251,12 +253,13 @@ def _split_multipart(body: bytes, boundary: str) -> list[tuple[email.message.Mes
     delimiter = b"--" + boundary.encode("ascii", "replace")
     chunks = body.split(delimiter)
     parts: list[tuple[email.message.Message, bytes]] = []
-    for chunk in chunks[1:101]:
+    for raw_chunk in chunks[1:101]:
+        chunk = raw_chunk
         if chunk.startswith(b"--"):
             break
         for eol in (b"\r\n", b"\n"):
             if chunk.startswith(eol):
-                chunk = chunk[len(eol):]
+                chunk = chunk[len(eol) :]
                 break
         for eol in (b"\r\n", b"\n"):  # the line break before a delimiter belongs to the delimiter
             if chunk.endswith(eol):
@@ -272,7 +275,7 @@ def _split_multipart(body: bytes, boundary: str) -> list[tuple[email.message.Mes
         elif cut == -1:
             headers_raw, content = chunk, b""
         else:
-            headers_raw, content = chunk[:cut], chunk[cut + sep_len:]
+            headers_raw, content = chunk[:cut], chunk[cut + sep_len :]
         headers = BytesParser(policy=email.policy.compat32).parsebytes(headers_raw + b"\r\n\r\n", headersonly=True)
         parts.append((headers, content))
     return parts
@@ -290,7 +293,7 @@ class _Stored:
     accepted_at: float
     history_id: int
     message_id: str
-    original_message_id: Optional[str]
+    original_message_id: str | None
     raw_sha256: str
     headers: list[tuple[str, str]] = field(default_factory=list)
 
@@ -307,7 +310,7 @@ class _HistoryRecord:
     label_ids: tuple[str, ...]  # the message's labels right after the change
     changed_labels: tuple[str, ...] = ()  # labelAdded / labelRemoved: the labels that changed
 
-    def matches(self, label: Optional[str], kinds: Optional[set[str]]) -> bool:
+    def matches(self, label: str | None, kinds: set[str] | None) -> bool:
         if kinds is not None and self.kind not in kinds:
             return False
         return label is None or label in self.label_ids or label in self.changed_labels
@@ -336,14 +339,14 @@ class GmailSimulator:
         host: str = LOOPBACK,
         port: int = 0,
         index_lag_s: float = 0.0,
-        effects_path: Optional[str] = None,
+        effects_path: str | None = None,
         clock: Callable[[], float] = time.time,
         verbose: bool = False,
         latency_s: float = 0.0,
-        read_latency_s: Optional[float] = None,
+        read_latency_s: float | None = None,
         history_lag_s: float = 0.0,
         email_address: str = DEFAULT_EMAIL_ADDRESS,
-        history_seed: Optional[int] = 0,
+        history_seed: int | None = 0,
     ) -> None:
         _require_loopback(host)
         self.verbose = verbose
@@ -355,29 +358,29 @@ class GmailSimulator:
         self._messages: dict[str, _Stored] = {}
         self._order: list[str] = []
         self._effects: list[dict] = []
-        self._errors: list[tuple[int, Optional[str]]] = []
+        self._errors: list[tuple[int, str | None]] = []
         self._index_lag_s = 0.0
         self._latency_s = 0.0
-        self._read_latency_s: Optional[float] = None
+        self._read_latency_s: float | None = None
         self._history = FIRST_HISTORY_ID  # the mailbox's current historyId
         self._history_log: list[_HistoryRecord] = []  # oldest first; ids strictly increasing
         self._history_expired_through = FIRST_HISTORY_ID  # a startHistoryId below this answers 404
         self._history_lag_s = 0.0
-        self._history_max_records: Optional[int] = MAX_HISTORY_RECORDS
-        self._history_max_age_s: Optional[float] = None
+        self._history_max_records: int | None = MAX_HISTORY_RECORDS
+        self._history_max_age_s: float | None = None
         self._history_rng = random.Random(history_seed)
         self._rewrite_all_message_ids = False
         self._email_address = email_address
         self._id_counter = 0
-        self._server: Optional[_SimHTTPServer] = None
-        self._thread: Optional[threading.Thread] = None
+        self._server: _SimHTTPServer | None = None
+        self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.set_index_lag(index_lag_s)
         self.set_latency(latency_s, read_latency_s)
         self.set_history_lag(history_lag_s)
 
     # ----------------------------------------------------------------- lifecycle
-    def start(self) -> "GmailSimulator":
+    def start(self) -> GmailSimulator:
         """Bind and serve in a daemon thread."""
         if self._server is not None:
             raise RuntimeError("simulator already started")
@@ -411,7 +414,7 @@ class GmailSimulator:
         self._server = None
         self._thread = None
 
-    def __enter__(self) -> "GmailSimulator":
+    def __enter__(self) -> GmailSimulator:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -469,13 +472,17 @@ class GmailSimulator:
         with self._lock:
             self._history_lag_s = seconds
 
-    def set_history_retention(self, max_records: Optional[int] = MAX_HISTORY_RECORDS,
-                              max_age_s: Optional[float] = None) -> None:
+    def set_history_retention(
+        self, max_records: int | None = MAX_HISTORY_RECORDS, max_age_s: float | None = None
+    ) -> None:
         """Keep only the last ``max_records`` changes and/or the changes younger than ``max_age_s``
         (None: no bound of that kind; the count never exceeds MAX_HISTORY_RECORDS). A startHistoryId
         before the oldest change kept answers 404, as Gmail does for an out-of-date one."""
-        if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int)
-                                        or not 0 <= max_records <= MAX_HISTORY_RECORDS):
+        if max_records is not None and (
+            isinstance(max_records, bool)
+            or not isinstance(max_records, int)
+            or not 0 <= max_records <= MAX_HISTORY_RECORDS
+        ):
             raise ValueError(f"max_records must be an int within [0, {MAX_HISTORY_RECORDS}] or None")
         if max_age_s is not None and not 0.0 <= float(max_age_s) <= MAX_HISTORY_AGE_S:
             raise ValueError(f"max_age_s must be within [0, {MAX_HISTORY_AGE_S}] or None")
@@ -535,7 +542,7 @@ class GmailSimulator:
             self._order.remove(gmail_id)
             self._record("messageDeleted", m, float(self._clock()))
 
-    def set_latency(self, seconds: float, read_seconds: Optional[float] = None) -> None:
+    def set_latency(self, seconds: float, read_seconds: float | None = None) -> None:
         """Model Gmail's response time: wait ``seconds`` before answering messages.send (the message is
         already accepted while the answer is held back, so a client timeout shorter than this sees an
         ambiguous send). list/get wait ``read_seconds``, or ``seconds`` too when it is None."""
@@ -561,7 +568,7 @@ class GmailSimulator:
         if delay > 0:
             self._stopping.wait(delay)
 
-    def inject_errors(self, status: int, count: int = 1, reason: Optional[str] = None) -> None:
+    def inject_errors(self, status: int, count: int = 1, reason: str | None = None) -> None:
         """Make the next ``count`` send calls fail with a Google-style ``status`` error, accepting nothing."""
         if not isinstance(status, int) or not 400 <= status <= 599:
             raise ValueError("status must be an HTTP error code in [400, 599]")
@@ -575,24 +582,22 @@ class GmailSimulator:
         return self._accept(raw, list(label_ids), user, source="insert").gmail_id
 
     # ------------------------------------------------------------------- Gmail ops
-    def _take_injected_error(self) -> Optional[SimError]:
+    def _take_injected_error(self) -> SimError | None:
         with self._lock:
             if not self._errors:
                 return None
             status, reason = self._errors.pop(0)
         return SimError(status, reason=reason)
 
-    def send(self, raw: bytes, user: str, source: str, thread_id: Optional[str] = None) -> dict:
+    def send(self, raw: bytes, user: str, source: str, thread_id: str | None = None) -> dict:
         """messages.send semantics: injected errors first, then recipient validation, then acceptance."""
         injected = self._take_injected_error()
         if injected is not None:
             raise injected
         msg = _parse(raw)
         headers = _raw_headers(msg)
-        addresses = email.utils.getaddresses(
-            [v for n, v in headers if n.lower() in ("to", "cc", "bcc")]
-        )
-        addresses = [addr for _name, addr in addresses if addr]
+        parsed = email.utils.getaddresses([v for n, v in headers if n.lower() in ("to", "cc", "bcc")])
+        addresses = [addr for _name, addr in parsed if addr]
         if not addresses:
             raise SimError(400, "Recipient address required", "invalidArgument")
         if any("@" not in addr for addr in addresses):
@@ -610,11 +615,11 @@ class GmailSimulator:
         return secrets.token_hex(8)
 
     def _accept(
-        self, raw: bytes, label_ids: list[str], user: str, source: str, thread_id: Optional[str] = None
+        self, raw: bytes, label_ids: list[str], user: str, source: str, thread_id: str | None = None
     ) -> _Stored:
         headers = _raw_headers(_parse(raw))
         given = _header_value(headers, "Message-ID")
-        original: Optional[str] = None
+        original: str | None = None
         with self._lock:
             rewrite_all = self._rewrite_all_message_ids
         if given is not None and is_strict_message_id(given) and not rewrite_all:
@@ -667,8 +672,9 @@ class GmailSimulator:
     def _record(self, kind: str, m: _Stored, at: float, changed: tuple[str, ...] = ()) -> int:
         """Append one change to the log under a new historyId (lock held); returns the id."""
         self._history += 1 + self._history_rng.randrange(HISTORY_ID_MAX_GAP)
-        self._history_log.append(_HistoryRecord(self._history, at, kind, m.gmail_id, m.thread_id,
-                                                tuple(m.label_ids), changed))
+        self._history_log.append(
+            _HistoryRecord(self._history, at, kind, m.gmail_id, m.thread_id, tuple(m.label_ids), changed)
+        )
         self._prune_history()
         return self._history
 
@@ -707,11 +713,12 @@ class GmailSimulator:
         if not start_values or start_values[-1] == "":
             raise SimError(400, "Missing required parameter: startHistoryId", "invalidArgument")
         start = _parse_int(start_values, "startHistoryId", default=0, low=0, high=2**64 - 1)
-        max_results = _parse_int(params.get("maxResults"), "maxResults", default=HISTORY_PAGE_DEFAULT,
-                                 low=1, high=HISTORY_PAGE_MAX)
+        max_results = _parse_int(
+            params.get("maxResults"), "maxResults", default=HISTORY_PAGE_DEFAULT, low=1, high=HISTORY_PAGE_MAX
+        )
         labels = [value for value in params.get("labelId", []) if value]
         label = labels[-1] if labels else None
-        kinds: Optional[set[str]] = None
+        kinds: set[str] | None = None
         for value in params.get("historyTypes", []):
             for kind in value.split(","):
                 if kind not in HISTORY_TYPES:
@@ -726,8 +733,7 @@ class GmailSimulator:
             after = int(match[1])
         with self._lock:
             self._prune_history()
-            if start < self._history_expired_through or start > self._history or \
-                    after < self._history_expired_through:
+            if start < self._history_expired_through or start > self._history or after < self._history_expired_through:
                 raise SimError(404, "Requested entity was not found.", "notFound")
             visible_until = float(self._clock()) - self._history_lag_s
             page: list[_HistoryRecord] = []
@@ -763,9 +769,8 @@ class GmailSimulator:
             hits = []
             for gmail_id in reversed(self._order):  # newest first, like Gmail
                 m = self._messages[gmail_id]
-                if wanted_ids is not None:
-                    if m.accepted_at > horizon or m.message_id[1:-1] not in wanted_ids:
-                        continue
+                if wanted_ids is not None and (m.accepted_at > horizon or m.message_id[1:-1] not in wanted_ids):
+                    continue
                 if any(lbl not in m.label_ids for lbl in labels):
                     continue
                 hidden = [h for h in _HIDDEN_LABELS if h in m.label_ids and h not in labels]
@@ -800,9 +805,7 @@ class GmailSimulator:
         out["snippet"] = _snippet(parsed)
         if fmt == "metadata":
             names = {n.lower() for value in params.get("metadataHeaders", []) for n in value.split(",") if n}
-            headers = [
-                {"name": n, "value": v} for n, v in m.headers if not names or n.lower() in names
-            ]
+            headers = [{"name": n, "value": v} for n, v in m.headers if not names or n.lower() in names]
             out["payload"] = {"mimeType": parsed.get_content_type(), "headers": headers}
         elif fmt == "full":
             out["payload"] = _payload(parsed, "")
@@ -819,11 +822,11 @@ def _stats(m: _Stored) -> dict:
     }
 
 
-def _parse_query(q: str) -> Optional[set[str]]:
+def _parse_query(q: str) -> set[str] | None:
     """Only ``rfc822msgid:`` terms are understood; anything else is a 400 so tests can't silently pass."""
     if not q:
         return None
-    wanted: Optional[set[str]] = None
+    wanted: set[str] | None = None
     for term in q.split()[:50]:
         key, sep, value = term.partition(":")
         if not sep or key.lower() != "rfc822msgid" or not value:
@@ -833,7 +836,7 @@ def _parse_query(q: str) -> Optional[set[str]]:
     return wanted
 
 
-def _parse_bool(values: Optional[list[str]], name: str) -> bool:
+def _parse_bool(values: list[str] | None, name: str) -> bool:
     if not values:
         return False
     value = values[-1].lower()
@@ -842,7 +845,7 @@ def _parse_bool(values: Optional[list[str]], name: str) -> bool:
     return value == "true"
 
 
-def _parse_int(values: Optional[list[str]], name: str, default: int, low: int, high: int) -> int:
+def _parse_int(values: list[str] | None, name: str, default: int, low: int, high: int) -> int:
     if not values or values[-1] == "":
         return default
     try:
@@ -887,10 +890,8 @@ class _SimHTTPServer(ThreadingHTTPServer):
         with self._clients_lock:
             clients = list(self._clients.items())
         for _thread, sock in clients:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         deadline = time.monotonic() + timeout
         for thread, _sock in clients:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -961,7 +962,7 @@ class _SimHandler(BaseHTTPRequestHandler):
             status, obj = self._route(method, body)
         except SimError as err:
             status, obj = err.code, err.body
-        except Exception as exc:  # a simulator bug must still answer like a server, not hang the client
+        except Exception as exc:  # noqa: BLE001 - a simulator bug must still answer like a server, not hang the client
             status, obj = 500, google_error_body(500, f"simulator error: {exc!r}", "backendError")
         kind = _latency_kind(method, self.path)
         if kind is not None:  # Gmail API calls only, never /_sim/* controls
@@ -1004,8 +1005,8 @@ class _SimHandler(BaseHTTPRequestHandler):
         raise SimError(404, f"Not Found: {method} {path}", "notFound")
 
 
-def _latency_kind(method: str, target: str) -> Optional[str]:
-    """"send" for messages.send (JSON or upload), "read" for list/get/getProfile/history, None for anything else."""
+def _latency_kind(method: str, target: str) -> str | None:
+    """ "send" for messages.send (JSON or upload), "read" for list/get/getProfile/history, None for anything else."""
     path = urllib.parse.urlsplit(target).path
     if _UPLOAD_PATH.fullmatch(path):
         return "send"
@@ -1019,7 +1020,7 @@ def _latency_kind(method: str, target: str) -> Optional[str]:
     return "read" if method == "GET" else None
 
 
-def _json_send_payload(body: bytes) -> tuple[bytes, Optional[str]]:
+def _json_send_payload(body: bytes) -> tuple[bytes, str | None]:
     try:
         payload = json.loads(body.decode("utf-8") or "{}")
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -1042,7 +1043,7 @@ def _json_send_payload(body: bytes) -> tuple[bytes, Optional[str]]:
     return raw, thread_id if isinstance(thread_id, str) else None
 
 
-def _upload_payload(upload_type: str, content_type: str, body: bytes) -> tuple[bytes, Optional[str]]:
+def _upload_payload(upload_type: str, content_type: str, body: bytes) -> tuple[bytes, str | None]:
     """Accept uploadType=media (raw message body) and multipart (JSON metadata part + message part)."""
     ctype = email.message.Message()
     ctype["Content-Type"] = content_type or "application/octet-stream"
@@ -1108,8 +1109,9 @@ def _control(sim: GmailSimulator, method: str, path: str, body: bytes) -> tuple[
         if method == "GET" and path == "/_sim/history":
             return 200, {"history": sim.history_records(), "historyId": str(sim.current_history_id)}
         if method == "POST" and path == "/_sim/labels":
-            labels = sim.modify_labels(str(payload["id"]), _str_list(payload.get("add", [])),
-                                       _str_list(payload.get("remove", [])))
+            labels = sim.modify_labels(
+                str(payload["id"]), _str_list(payload.get("add", [])), _str_list(payload.get("remove", []))
+            )
             return 200, {"id": payload["id"], "labelIds": labels}
         if method == "POST" and path == "/_sim/delete":
             sim.delete_message(str(payload["id"]))
@@ -1134,16 +1136,21 @@ def _str_list(value: Any) -> list[str]:
     return value
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """CLI: serve until SIGTERM/SIGINT (or --max-lifetime-s, so an orphaned dev server can't linger)."""
     parser = argparse.ArgumentParser(prog="python -m devstack.gmail_sim", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=LOOPBACK)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--index-lag", type=float, default=0.0, help="search-index lag in seconds")
-    parser.add_argument("--history-lag", type=float, default=0.0,
-                        help="change-log (users.history.list) lag in seconds, independent of --index-lag")
-    parser.add_argument("--latency", type=float, default=0.0,
-                        help="seconds to hold every Gmail API answer (messages.send, list, get)")
+    parser.add_argument(
+        "--history-lag",
+        type=float,
+        default=0.0,
+        help="change-log (users.history.list) lag in seconds, independent of --index-lag",
+    )
+    parser.add_argument(
+        "--latency", type=float, default=0.0, help="seconds to hold every Gmail API answer (messages.send, list, get)"
+    )
     parser.add_argument("--effects-log", default=None, help="append one JSON line per accepted message")
     parser.add_argument("--max-lifetime-s", type=float, default=12 * 3600.0)
     parser.add_argument("--verbose", action="store_true", help="log requests to stderr")
@@ -1151,8 +1158,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    sim = GmailSimulator(args.host, args.port, args.index_lag, args.effects_log, verbose=args.verbose,
-                         latency_s=args.latency, history_lag_s=args.history_lag)
+    sim = GmailSimulator(
+        args.host,
+        args.port,
+        args.index_lag,
+        args.effects_log,
+        verbose=args.verbose,
+        latency_s=args.latency,
+        history_lag_s=args.history_lag,
+    )
     sim.start()
     print(f"gmail-sim listening on {sim.url}", flush=True)
     deadline = time.monotonic() + max(0.0, args.max_lifetime_s)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 for _path in (_REPO_ROOT / "functions", _REPO_ROOT):
@@ -18,14 +19,15 @@ for _path in (_REPO_ROOT / "functions", _REPO_ROOT):
         sys.path.insert(0, str(_path))
 
 import functions_framework  # noqa: E402
+from flask import Request  # noqa: E402
 
 import main  # noqa: E402  (functions/main.py)
 from devstack import crash_points  # noqa: E402
 from safesend.http_api import HttpApi  # noqa: E402
-from safesend.runtime import get_runtime  # noqa: E402
+from safesend.runtime import Runtime, get_runtime  # noqa: E402
 
 
-def _runtime_with_crash_points():
+def _runtime_with_crash_points() -> Runtime:
     runtime = get_runtime()
     crash_points.install(runtime.service)
     return runtime
@@ -33,12 +35,17 @@ def _runtime_with_crash_points():
 
 main._api = HttpApi(_runtime_with_crash_points)  # the entry points read main._api at call time
 
-ROUTES = {"/send": main.send, "/reconcile": main.reconcile, "/sweep": main.sweep, "/status": main.status,
-          "/notify": main.notify}
+ROUTES = {
+    "/send": main.send,
+    "/reconcile": main.reconcile,
+    "/sweep": main.sweep,
+    "/status": main.status,
+    "/notify": main.notify,
+}
 
 
 @functions_framework.http
-def router(request):
+def router(request: Request) -> Any:  # an entry point's answer, or a 404
     if request.path in ("/", "/review") or request.path.startswith("/review/"):
         return main.review(request)
     handler = ROUTES.get(request.path.rstrip("/") or "/")

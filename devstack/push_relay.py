@@ -14,7 +14,8 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 PULL_BATCH = 10
 PULL_TIMEOUT_S = 2.0
@@ -36,7 +37,7 @@ class PushRelay:
         self._thread = threading.Thread(target=self._run, name="pubsub-push-relay", daemon=True)
         self._subscriber: Any = None
 
-    def start(self) -> "PushRelay":
+    def start(self) -> PushRelay:
         import os
 
         from google.cloud import pubsub_v1
@@ -67,8 +68,9 @@ class PushRelay:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                response = self._subscriber.pull(subscription=self.subscription_path, max_messages=PULL_BATCH,
-                                                 timeout=PULL_TIMEOUT_S)
+                response = self._subscriber.pull(
+                    subscription=self.subscription_path, max_messages=PULL_BATCH, timeout=PULL_TIMEOUT_S
+                )
             except Exception:  # noqa: BLE001 - emulator frozen or restarting: try again shortly
                 self._stop.wait(IDLE_WAIT_S * 5)
                 continue
@@ -80,25 +82,32 @@ class PushRelay:
 
     def _push(self, received: Any) -> None:
         message = received.message
-        envelope = {"message": {"data": base64.b64encode(message.data).decode("ascii"),
-                                "attributes": dict(message.attributes), "messageId": message.message_id},
-                    "subscription": self.subscription_path}
+        envelope = {
+            "message": {
+                "data": base64.b64encode(message.data).decode("ascii"),
+                "attributes": dict(message.attributes),
+                "messageId": message.message_id,
+            },
+            "subscription": self.subscription_path,
+        }
         with self._lock:
             times = 2 if self._duplicates > 0 else 1
             self._duplicates = max(0, self._duplicates - 1)
-        ok = all([self._post(envelope) for _ in range(times)])
+        ok = all(self._post(envelope) for _ in range(times))
         try:
             if ok:
                 self._subscriber.acknowledge(subscription=self.subscription_path, ack_ids=[received.ack_id])
             else:
-                self._subscriber.modify_ack_deadline(subscription=self.subscription_path,
-                                                     ack_ids=[received.ack_id], ack_deadline_seconds=0)
-        except Exception:  # noqa: BLE001 - the ack deadline runs out and Pub/Sub redelivers anyway
+                self._subscriber.modify_ack_deadline(
+                    subscription=self.subscription_path, ack_ids=[received.ack_id], ack_deadline_seconds=0
+                )
+        except Exception:  # noqa: BLE001, S110 - the ack deadline runs out and Pub/Sub redelivers anyway
             pass
 
     def _post(self, envelope: dict[str, Any]) -> bool:
-        request = urllib.request.Request(self.endpoint, data=json.dumps(envelope).encode(), method="POST",
-                                         headers=self.headers)
+        request = urllib.request.Request(
+            self.endpoint, data=json.dumps(envelope).encode(), method="POST", headers=self.headers
+        )
         try:
             with urllib.request.urlopen(request, timeout=POST_TIMEOUT_S) as response:
                 good = 200 <= response.status < 300

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 MAX_BODY_BYTES = 1 << 20
@@ -40,9 +41,9 @@ class RecordingReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+            def do_POST(self) -> None:  # http.server naming
                 length = min(int(self.headers.get("Content-Length") or 0), MAX_BODY_BYTES)
-                item = Received("POST", self.path, {k: v for k, v in self.headers.items()}, self.rfile.read(length))
+                item = Received("POST", self.path, dict(self.headers.items()), self.rfile.read(length))
                 status = receiver._record(item)
                 body = b'{"ok": true}' if status < 300 else b'{"error": "refused by the test"}'
                 self.send_response(status)
@@ -56,14 +57,15 @@ class RecordingReceiver:
 
         self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="recording-receiver", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name="recording-receiver", daemon=True
+        )
 
     @property
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self._server.server_address[1]}"
 
-    def start(self) -> "RecordingReceiver":
+    def start(self) -> RecordingReceiver:
         self._thread.start()
         return self
 
@@ -72,7 +74,7 @@ class RecordingReceiver:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "RecordingReceiver":
+    def __enter__(self) -> RecordingReceiver:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -101,7 +103,9 @@ class RecordingReceiver:
             while not predicate(list(self.received)):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"receiver: condition not met in {timeout_s}s; got {len(self.received)} "
-                                       f"requests, refused {len(self.refused)}")
+                    raise TimeoutError(
+                        f"receiver: condition not met in {timeout_s}s; got {len(self.received)} "
+                        f"requests, refused {len(self.refused)}"
+                    )
                 self._lock.wait(min(left, 0.5))
             return list(self.received)

@@ -15,6 +15,7 @@ Standard library only. Binds 127.0.0.1 only. Control endpoints live under ``/_re
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import select
@@ -25,11 +26,11 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from devstack.gmail_sim import LOOPBACK, google_error_body
 
-__all__ = ["FaultRelay", "MODES", "main"]
+__all__ = ["MODES", "FaultRelay", "main"]
 
 MODES = (
     "forward-and-respond",
@@ -69,7 +70,7 @@ _HOP_BY_HOP = {
 }
 
 
-class _BadRequest(Exception):
+class _BadRequest(Exception):  # noqa: N818 - named for the HTTP answer it becomes
     """Client sent something we refuse to relay; answered with ``status`` and the connection closed."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -89,7 +90,7 @@ class _Request:
     def path(self) -> str:
         return urllib.parse.urlsplit(self.target).path
 
-    def header(self, name: str) -> Optional[str]:
+    def header(self, name: str) -> str | None:
         for key, value in self.headers:
             if key.lower() == name.lower():
                 return value
@@ -115,7 +116,7 @@ class _ModeState:
 
     mode: str = NORMAL
     match: str = "send"
-    remaining: Optional[int] = None
+    remaining: int | None = None
     delay_s: float = 30.0
 
 
@@ -126,7 +127,7 @@ def _read_line(reader: Any) -> bytes:
     return line
 
 
-def _read_request(reader: Any) -> Optional[_Request]:
+def _read_request(reader: Any) -> _Request | None:
     """Parse one HTTP/1.x request; None on a clean EOF between requests."""
     line = b""
     for _ in range(10):  # tolerate a few stray CRLFs between requests (RFC 9112 2.2)
@@ -189,14 +190,10 @@ def _json_response(status: int, obj: Any, reason: str = "") -> _Response:
 
 def _hard_close(sock: socket.socket) -> None:
     """Close with a FIN and no bytes written: the client sees EOF where it expected a status line."""
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    try:
+    with contextlib.suppress(OSError):
         sock.close()
-    except OSError:
-        pass
 
 
 class FaultRelay:
@@ -219,12 +216,12 @@ class FaultRelay:
         self._stats: dict[str, Any] = {}
         self._reset_stats()
         self._stop = threading.Event()
-        self._listener: Optional[socket.socket] = None
-        self._accept_thread: Optional[threading.Thread] = None
+        self._listener: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
         self._clients: dict[threading.Thread, socket.socket] = {}
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> "FaultRelay":
+    def start(self) -> FaultRelay:
         if self._listener is not None:
             raise RuntimeError("relay already started")
         self._stop.clear()
@@ -234,9 +231,7 @@ class FaultRelay:
         listener.listen(64)
         listener.settimeout(ACCEPT_POLL_S)
         self._listener = listener
-        self._accept_thread = threading.Thread(
-            target=self._accept_loop, name=f"fault-relay-{self.port}", daemon=True
-        )
+        self._accept_thread = threading.Thread(target=self._accept_loop, name=f"fault-relay-{self.port}", daemon=True)
         self._accept_thread.start()
         return self
 
@@ -253,16 +248,14 @@ class FaultRelay:
         with self._lock:
             clients = list(self._clients.items())
         for _thread, sock in clients:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         for thread, _sock in clients:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._listener = None
         self._accept_thread = None
 
-    def __enter__(self) -> "FaultRelay":
+    def __enter__(self) -> FaultRelay:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -279,9 +272,7 @@ class FaultRelay:
         return f"http://{self._host}:{self.port}/"
 
     # ------------------------------------------------------------------- controls
-    def set_mode(
-        self, mode: str, match: str = "send", count: Optional[int] = None, delay_s: float = 30.0
-    ) -> None:
+    def set_mode(self, mode: str, match: str = "send", count: int | None = None, delay_s: float = 30.0) -> None:
         """Apply ``mode`` to the next ``count`` requests that ``match`` ("send" or "all"), then revert."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
@@ -347,7 +338,7 @@ class FaultRelay:
         while listener is not None and not self._stop.is_set():
             try:
                 sock, _addr = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 if self._stop.is_set():
@@ -371,10 +362,8 @@ class FaultRelay:
         except (OSError, ValueError):  # timeouts, resets, sockets closed by stop()
             pass
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 reader.close()
-            except OSError:
-                pass
             _hard_close(sock)
             with self._lock:
                 self._clients.pop(threading.current_thread(), None)
@@ -449,7 +438,7 @@ class FaultRelay:
             if self._stop.wait(delay_s):
                 return False
             try:
-                sock.sendall(data[index:index + 1])
+                sock.sendall(data[index : index + 1])
             except OSError:
                 return False
         return True
@@ -502,7 +491,7 @@ def _matches(match: str, request: _Request) -> bool:
     return request.method == "POST" and request.path.endswith("/messages/send")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """CLI: relay until SIGTERM/SIGINT (or --max-lifetime-s, so an orphaned relay can't linger)."""
     parser = argparse.ArgumentParser(prog="python -m devstack.relay", description=__doc__.splitlines()[0])
     parser.add_argument("--upstream", required=True, help="e.g. http://127.0.0.1:8085/")

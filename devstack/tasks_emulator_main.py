@@ -42,9 +42,7 @@ logger = logging.getLogger("tasks_emulator_main")
 
 def _queue_path(value: str) -> str:
     if not _QUEUE_RE.match(value):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a full queue path (projects/P/locations/L/queues/Q)"
-        )
+        raise argparse.ArgumentTypeError(f"{value!r} is not a full queue path (projects/P/locations/L/queues/Q)")
     return value
 
 
@@ -65,12 +63,18 @@ def _port(value: str) -> int:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Cloud Tasks emulator on 127.0.0.1 (runs in .venv-tasks)")
     parser.add_argument("--port", type=_port, required=True, help="gRPC port on 127.0.0.1")
-    parser.add_argument("--max-retries", type=_non_negative, default=5,
-                        help="retries after a failed dispatch before the task is dropped (default 5)")
-    parser.add_argument("--queue", type=_queue_path, action="append", default=[],
-                        help="queue to create at start, full path; repeatable")
-    parser.add_argument("--dispatch-timeout", type=float, default=60.0,
-                        help="seconds to wait for a task target to answer (default 60)")
+    parser.add_argument(
+        "--max-retries",
+        type=_non_negative,
+        default=5,
+        help="retries after a failed dispatch before the task is dropped (default 5)",
+    )
+    parser.add_argument(
+        "--queue", type=_queue_path, action="append", default=[], help="queue to create at start, full path; repeatable"
+    )
+    parser.add_argument(
+        "--dispatch-timeout", type=float, default=60.0, help="seconds to wait for a task target to answer (default 60)"
+    )
     return parser.parse_args(argv)
 
 

@@ -10,18 +10,24 @@ Deployed as HTTP functions from this directory (see infra/):
 """
 
 import functools
+from typing import TYPE_CHECKING
 
 import functions_framework
+from flask import Request
 
-from safesend.http_api import HttpApi
+from safesend.http_api import HttpApi, Response
 from safesend.runtime import check_configuration, get_runtime
+
+if TYPE_CHECKING:
+    from safesend.console import Response as PageResponse
+    from safesend.console import ReviewConsole
 
 check_configuration()  # a bad setting stops the deployment here, not the mail later
 _api = HttpApi(get_runtime)
 
 
 @functools.lru_cache(maxsize=1)
-def _console():
+def _console() -> "ReviewConsole":
     """Built on the review function's first request: the other functions never import it."""
     from safesend.console import ReviewConsole
     from safesend.reviewer_auth import get_reviewer_auth
@@ -30,30 +36,30 @@ def _console():
 
 
 @functions_framework.http
-def send(request):
+def send(request: Request) -> Response:
     return _api.send(request)
 
 
 @functions_framework.http
-def reconcile(request):
+def reconcile(request: Request) -> Response:
     return _api.reconcile(request)
 
 
 @functions_framework.http
-def sweep(request):
+def sweep(request: Request) -> Response:
     return _api.sweep(request)
 
 
 @functions_framework.http
-def status(request):
+def status(request: Request) -> Response:
     return _api.status(request)
 
 
 @functions_framework.http
-def notify(request):
+def notify(request: Request) -> Response:
     return _api.notify(request)
 
 
 @functions_framework.http
-def review(request):
+def review(request: Request) -> "PageResponse":
     return _console().handle(request)

@@ -6,9 +6,10 @@ import email
 import hashlib
 import itertools
 import threading
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from email import policy as email_policy
-from typing import Any, Callable
+from typing import Any
 
 from safesend.errors import HistoryExpiredError
 from safesend.model import Accepted, Failure, HistoryPage, MailboxHit
@@ -20,7 +21,7 @@ class FakeClock:
     """A clock tests move by hand; `sleep` advances it instead of waiting."""
 
     def __init__(self, start: datetime | None = None):
-        self.now = start or datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+        self.now = start or datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
         self.mono = 1000.0
         self._lock = threading.Lock()
 
@@ -216,6 +217,9 @@ class FakeNotifier:
         self.script: list[Delivery] = []
         self._ok = Delivery(True, 200)
         self._lock = threading.Lock()
+
+    def can_deliver(self, notice: Any) -> bool:
+        return True
 
     def deliver(self, notice):
         from safesend.callbacks import notice_body

@@ -15,8 +15,8 @@ import hmac
 import re
 import secrets
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .errors import ConfigurationError
 
@@ -55,7 +55,7 @@ class ApiKeyRing:
     digests: Mapping[str, bytes]
 
     @classmethod
-    def parse(cls, raw: str | None, setting: str = "SAFESEND_AUTH_API_KEYS") -> "ApiKeyRing":
+    def parse(cls, raw: str | None, setting: str = "SAFESEND_AUTH_API_KEYS") -> ApiKeyRing:
         """`key_id:sha256hex` entries separated by commas or whitespace."""
         digests: dict[str, bytes] = {}
         for entry in re.split(r"[\s,]+", raw or ""):
@@ -63,8 +63,10 @@ class ApiKeyRing:
                 continue
             match = _ENTRY_RE.fullmatch(entry)
             if match is None:
-                raise ConfigurationError(f"{setting}: an entry is not key_id:sha256hex "
-                                         "(mint one with: python -m safesend.api_keys new <key_id>)")
+                raise ConfigurationError(
+                    f"{setting}: an entry is not key_id:sha256hex "
+                    "(mint one with: python -m safesend.api_keys new <key_id>)"
+                )
             if match["key_id"] in digests:
                 raise ConfigurationError(f"{setting}: key id {match['key_id']!r} is listed twice")
             digests[match["key_id"]] = bytes.fromhex(match["digest"])
@@ -90,8 +92,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m safesend.api_keys new <key_id>", file=sys.stderr)
         return 2
     key, entry = mint(argv[1])
-    print(f"key (give it to the caller, e.g. n8n's Bearer Auth credential; shown once):\n  {key}\n"
-          f"entry (append to SAFESEND_AUTH_API_KEYS / the api-keys secret):\n  {entry}")
+    print(
+        f"key (give it to the caller, e.g. n8n's Bearer Auth credential; shown once):\n  {key}\n"
+        f"entry (append to SAFESEND_AUTH_API_KEYS / the api-keys secret):\n  {entry}"
+    )
     return 0
 
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 from .api_keys import ApiKeyError, ApiKeyRing, looks_like_api_key
 from .errors import SafesendError
@@ -46,6 +47,13 @@ class PermissionDeniedError(SafesendError):
     def __init__(self, caller: str):
         super().__init__("this caller may not call this endpoint")
         self.caller = caller
+
+
+class RequestHeaders(Protocol):
+    """The request headers as authentication reads them: werkzeug's Headers (case-insensitive) in
+    the functions, a plain dict in unit tests."""
+
+    def get(self, key: str, /) -> str | None: ...
 
 
 class IdTokenVerifier(Protocol):
@@ -92,20 +100,19 @@ class AuthPolicy:
     caller_keys: ApiKeyRing = ApiKeyRing({})
     internal_keys: ApiKeyRing = ApiKeyRing({})  # local stacks: the Tasks emulator sends no OIDC token
 
-    def keys_for(self, role: "Role") -> ApiKeyRing:
+    def keys_for(self, role: Role) -> ApiKeyRing:
         return self.internal_keys if role is Role.INTERNAL else self.caller_keys
 
 
 class Authenticator:
     """Checks one request for one role. Runs before the body is parsed or the store is touched."""
 
-    def __init__(self, policy: AuthPolicy, id_tokens: IdTokenVerifier | None,
-                 clock: Callable[[], float]):
+    def __init__(self, policy: AuthPolicy, id_tokens: IdTokenVerifier | None, clock: Callable[[], float]):
         self.policy = policy
         self.id_tokens = id_tokens
         self.clock = clock
 
-    def check(self, role: Role, headers: Mapping[str, str], body: bytes) -> str:
+    def check(self, role: Role, headers: RequestHeaders, body: bytes) -> str:
         """Return who called (for logs); raise AuthenticationError / PermissionDeniedError.
 
         Every credential presented must verify (an ID token and a signature together are both
@@ -128,9 +135,10 @@ class Authenticator:
             verify_signature(signature, self.policy.hmac_secret, body, self.clock(), self.policy.window_s)
             who.append("hmac")
         if not who:
-            raise AuthenticationError("missing credentials: send Authorization: Bearer <API key or Google "
-                                      "ID token>" + (f", or an {SIGNATURE_HEADER} header" if role is Role.CALLER
-                                                     else ""))
+            raise AuthenticationError(
+                "missing credentials: send Authorization: Bearer <API key or Google "
+                "ID token>" + (f", or an {SIGNATURE_HEADER} header" if role is Role.CALLER else "")
+            )
         return "+".join(who)
 
     def _check_api_key(self, role: Role, key: str) -> str:
@@ -169,7 +177,7 @@ class Authenticator:
         return claims
 
 
-def _bearer_tokens(headers: Mapping[str, str]) -> list[str]:
+def _bearer_tokens(headers: RequestHeaders) -> list[str]:
     """Every bearer credential presented: each one must verify (a second factor is not optional)."""
     tokens = []
     for name in ("X-Serverless-Authorization", "Authorization"):

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 
-def backoff_delay(retry_number: int, base_s: float, cap_s: float,
-                  retry_after_s: float | None = None,
-                  uniform: Callable[[float, float], float] = random.uniform) -> float:
+def backoff_delay(
+    retry_number: int,
+    base_s: float,
+    cap_s: float,
+    retry_after_s: float | None = None,
+    uniform: Callable[[float, float], float] = random.uniform,
+) -> float:
     """Delay before retry `retry_number` (1-based): uniform(0, min(cap, base*2^(n-1))).
 
     A server's Retry-After is a floor: retrying earlier only earns another 429.

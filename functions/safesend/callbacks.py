@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -85,7 +86,7 @@ def notice_payload(job: Any, notice_id: str, now: datetime) -> dict[str, Any]:
         "message_id": job.message_id,
         "verified": job.verified,
         "review_reason": job.review_reason,
-        "error": job.last_error if job.state.value != "sent" else None,
+        "last_error": job.last_error if job.state.value != "sent" else None,
         "attempts": job.attempts,
         "provider_ref": job.provider_ref,
         "at": now.isoformat(),
@@ -98,7 +99,7 @@ def next_try_at(failed_tries: int, now: datetime, created_at: datetime, horizon_
     return at if at <= created_at + timedelta(seconds=horizon_s) else None
 
 
-def notice_body(notice: dict[str, Any]) -> bytes:
+def notice_body(notice: Mapping[str, Any]) -> bytes:
     """The exact bytes of a notice: canonical JSON of its stored payload, the same on every try."""
     return json.dumps(notice["payload"], sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       default=str).encode("utf-8")

@@ -12,9 +12,14 @@ from enum import Enum
 from .model import Bucket, Failure
 
 # 403 reasons that mean "slow down", not "never": Gmail guide, handle-errors.
-RATE_LIMIT_REASONS = frozenset({
-    "rateLimitExceeded", "userRateLimitExceeded", "dailyLimitExceeded", "quotaExceeded",
-})
+RATE_LIMIT_REASONS = frozenset(
+    {
+        "rateLimitExceeded",
+        "userRateLimitExceeded",
+        "dailyLimitExceeded",
+        "quotaExceeded",
+    }
+)
 
 
 class TransportFault(str, Enum):
@@ -30,10 +35,14 @@ class TransportFault(str, Enum):
     UNEXPECTED = "unexpected"  # an exception we did not foresee: assume the worst
 
 
-_NOT_SENT = frozenset({
-    TransportFault.DNS, TransportFault.CONNECT_REFUSED, TransportFault.CONNECT_FAILED,
-    TransportFault.TLS_HANDSHAKE,
-})
+_NOT_SENT = frozenset(
+    {
+        TransportFault.DNS,
+        TransportFault.CONNECT_REFUSED,
+        TransportFault.CONNECT_FAILED,
+        TransportFault.TLS_HANDSHAKE,
+    }
+)
 
 
 def classify_transport(fault: TransportFault, detail: str = "") -> Failure:
@@ -42,8 +51,9 @@ def classify_transport(fault: TransportFault, detail: str = "") -> Failure:
     return Failure(Bucket.MAYBE_ACCEPTED, retryable=False, code=fault.value, detail=detail)
 
 
-def classify_http(status: int, reason: str | None = None, detail: str = "",
-                  retry_after_s: float | None = None) -> Failure:
+def classify_http(
+    status: int, reason: str | None = None, detail: str = "", retry_after_s: float | None = None
+) -> Failure:
     """Map a non-2xx Gmail answer to a bucket.
 
     5xx: maybe accepted (Gmail may have queued it before failing). 4xx: refused,

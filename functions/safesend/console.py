@@ -27,15 +27,23 @@ import html
 import json
 import logging
 import re
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from flask import Request
 
 from . import lifecycle
-from .errors import (ConfigurationError, DecisionConflictError, DecisionNotAllowedError, MailboxUnavailableError,
-                     RequestValidationError, StaleReviewError, StoreUnavailableError)
+from .errors import (
+    ConfigurationError,
+    DecisionConflictError,
+    DecisionNotAllowedError,
+    MailboxUnavailableError,
+    RequestValidationError,
+    StaleReviewError,
+    StoreUnavailableError,
+)
 from .keys import is_job_id
 from .logs import log, mask_emails
 from .model import Job
@@ -57,8 +65,10 @@ _DECISION = re.compile(r"/review/items/([^/]+)/decision")
 _REVIEW_ID = re.compile(r"([0-9a-f]{32}):([0-9]{1,9})")
 _GMAIL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; form-action 'self'; "
-       "frame-ancestors 'none'; base-uri 'none'")
+CSP = (
+    "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
@@ -70,26 +80,32 @@ SECURITY_HEADERS = {
 HTML_HEADERS = {"Content-Type": "text/html; charset=utf-8", **SECURITY_HEADERS}
 
 DECISIONS = {  # what each button does, in the reviewer's words
-    "resend": ("Resend", "A fresh mailbox search runs first: if any copy is found, nothing is sent and "
-                         "you are shown the copy."),
+    "resend": (
+        "Resend",
+        "A fresh mailbox search runs first: if any copy is found, nothing is sent and you are shown the copy.",
+    ),
     "mark_sent": ("Mark as sent", "You checked the mailbox and the message is there: the job ends sent."),
     "cancel": ("Cancel", "Never send this message. The job ends cancelled; this cannot be undone."),
-    "acknowledge": ("Acknowledge duplicate", "More than one copy went out; nothing can unsend it. Record that "
-                                             "the recipients have been taken care of."),
+    "acknowledge": (
+        "Acknowledge duplicate",
+        "More than one copy went out; nothing can unsend it. Record that the recipients have been taken care of.",
+    ),
 }
 RESULTS = {  # the flash shown after a decision (from the redirect's ?result=)
     "resent": ("ok", "Resent: a fresh mailbox search found no copy, so the message was sent again."),
     "marked_sent": ("ok", "Marked as sent."),
     "cancelled": ("ok", "Cancelled: nothing more will be sent."),
     "acknowledged": ("ok", "Duplicate acknowledged."),
-    "refused_copy_found": ("warn", "Resend refused: the mailbox already holds a copy of this message. Nothing "
-                                   "was sent. Look at the copy below; if it is the message, mark the job as sent."),
-    "replayed": ("info", "This decision had already been made (a second click, or a retry): it was not "
-                         "applied twice."),
+    "refused_copy_found": (
+        "warn",
+        "Resend refused: the mailbox already holds a copy of this message. Nothing "
+        "was sent. Look at the copy below; if it is the message, mark the job as sent.",
+    ),
+    "replayed": ("info", "This decision had already been made (a second click, or a retry): it was not applied twice."),
 }
 REASONS = {
     "ambiguous": "Gmail may or may not have accepted an attempt, and this channel never resends on a guess. "
-                 "Search the mailbox: if the message is there, mark it sent; if not, resend.",
+    "Search the mailbox: if the message is there, mark it sent; if not, resend.",
     "duplicate": "More than one copy of this message is known to exist.",
     "unverified": "At the end of the verification horizon the mailbox did not show exactly one copy.",
     "late_accept": "An attempt that had been given up on was accepted by Gmail after all: the message went out.",
@@ -98,14 +114,25 @@ REASONS = {
     "retry_horizon": "Gmail kept refusing (rate limits) past the retry horizon; nothing went out.",
 }
 EVENT_LABELS = {
-    "created": "Job created", "attempt_started": "Send attempt started", "accepted": "Gmail accepted",
-    "attempt_failed": "Attempt refused (will retry)", "outcome_unknown": "Outcome unknown",
-    "late_failure": "Late failure of an earlier attempt", "late_accept": "Late acceptance",
-    "mailbox_checked": "Mailbox searched", "found_in_mailbox": "Found in the mailbox",
-    "entered_review": "Entered review", "entered_failed": "Failed", "verification_checked": "Verification search",
-    "verified": "Verified: one copy", "review_published": "Review item published", "decision": "Reviewer decision",
-    "message_id_rewritten": "Gmail stored a different Message-ID", "callback_registered": "Callback registered",
-    "notice_delivered": "Notice delivered", "notice_given_up": "Notice given up",
+    "created": "Job created",
+    "attempt_started": "Send attempt started",
+    "accepted": "Gmail accepted",
+    "attempt_failed": "Attempt refused (will retry)",
+    "outcome_unknown": "Outcome unknown",
+    "late_failure": "Late failure of an earlier attempt",
+    "late_accept": "Late acceptance",
+    "mailbox_checked": "Mailbox searched",
+    "found_in_mailbox": "Found in the mailbox",
+    "entered_review": "Entered review",
+    "entered_failed": "Failed",
+    "verification_checked": "Verification search",
+    "verified": "Verified: one copy",
+    "review_published": "Review item published",
+    "decision": "Reviewer decision",
+    "message_id_rewritten": "Gmail stored a different Message-ID",
+    "callback_registered": "Callback registered",
+    "notice_delivered": "Notice delivered",
+    "notice_given_up": "Notice given up",
 }
 _EVENT_KEYS_SHOWN_ELSEWHERE = {"at", "kind", "state", "attempt"}
 
@@ -141,15 +168,16 @@ class ReviewConsole:
         match = _ITEM.fullmatch(path)
         if match:
             return self.item(request, match.group(1))
-        return self._error(404, "Not found", "There is no such page in the review console.", None,
-                           link=(BASE, "Open items"))
+        return self._error(
+            404, "Not found", "There is no such page in the review console.", None, link=(BASE, "Open items")
+        )
 
     # ------------------------------------------------------------------ GET /review
     def index(self, request: Request) -> Response:
         refused = self._only(request, ("GET", "HEAD"))
         if refused:
             return refused
-        auth, reviewer, failure = self._identify(request)
+        _auth, reviewer, failure = self._identify(request)
         if failure:
             return failure
         service = self._service()
@@ -167,24 +195,25 @@ class ReviewConsole:
         channels = sorted(set(service.policies.names()) | {j.channel for j in jobs} | ({channel} - {""}))
         reasons = sorted(set(REASONS) | {j.review_reason or "" for j in jobs} | ({reason} - {""}) - {""})
         parts = [
-            '<h1>Waiting for a person</h1>',
+            "<h1>Waiting for a person</h1>",
             '<form class="filters" method="get" action="/review" data-autosubmit>',
             _select("channel", "Channel", channels, channel),
             _select("reason", "Reason", reasons, reason),
             '<button type="submit" class="secondary">Filter</button>',
             '<a class="clear" href="/review">Clear</a>' if channel or reason else "",
-            '</form>',
+            "</form>",
             f'<p class="count">{len(shown)} open item{"" if len(shown) == 1 else "s"}'
-            f'{" matching the filter" if channel or reason else ""}, oldest first'
-            f'{f" (only the {LIST_LIMIT} oldest are listed)" if len(jobs) >= LIST_LIMIT else ""}.</p>',
+            f"{' matching the filter' if channel or reason else ''}, oldest first"
+            f"{f' (only the {LIST_LIMIT} oldest are listed)' if len(jobs) >= LIST_LIMIT else ''}.</p>",
         ]
         if not shown:
-            parts.append('<p class="empty">Nothing waits for a person'
-                         f'{" with this filter" if channel or reason else ""}.</p>')
+            parts.append(
+                f'<p class="empty">Nothing waits for a person{" with this filter" if channel or reason else ""}.</p>'
+            )
         else:
             parts.append('<ul class="items">')
             parts.extend(_list_entry(job, now) for job in shown)
-            parts.append('</ul>')
+            parts.append("</ul>")
         return self._page("Open items", "".join(parts), reviewer)
 
     # ------------------------------------------------------------------ GET /review/items/<id>
@@ -214,14 +243,17 @@ class ReviewConsole:
     def _form(self, job: Job, auth: ReviewerAuth, reviewer: Reviewer) -> str:
         allowed = [d for d in lifecycle.allowed_decisions(job) if d in DECISIONS]
         if job.state not in HUMAN_STATES or not allowed:
-            return (f'<section class="card decide"><h2>Decision</h2><p>This job is <strong>{e(job.state.value)}'
-                    '</strong>: there is nothing to decide.</p></section>')
+            return (
+                f'<section class="card decide"><h2>Decision</h2><p>This job is <strong>{e(job.state.value)}'
+                "</strong>: there is nothing to decide.</p></section>"
+            )
         review_id = f"{job.id}:{job.review_entries}"
         buttons = "".join(
             f'<div class="choice"><button type="submit" name="decision" value="{e(d)}" '
             f'class="{"danger" if d == "cancel" else "primary" if d in ("resend", "acknowledge") else "secondary"}"'
             f' data-busy="Working…">{e(DECISIONS[d][0])}</button><p class="hint">{e(DECISIONS[d][1])}</p></div>'
-            for d in allowed)
+            for d in allowed
+        )
         return (
             '<section class="card decide"><h2>Decision</h2>'
             f'<form method="post" action="{e(item_path(job.id))}/decision" data-once>'
@@ -231,7 +263,8 @@ class ReviewConsole:
             f'<textarea id="note" name="note" rows="3" maxlength="{lifecycle.MAX_NOTE_CHARS}"></textarea>'
             f'<div class="choices">{buttons}</div>'
             f'<p class="muted small">Answers review <code>{e(review_id)}</code> as {e(reviewer.email)}.</p>'
-            '</form></section>')
+            "</form></section>"
+        )
 
     # ------------------------------------------------------------------ POST .../decision
     def decision(self, request: Request, job_id: str) -> Response:
@@ -268,16 +301,26 @@ class ReviewConsole:
         review_id, decision, note = form.get("review_id", ""), form.get("decision", ""), form.get("note", "")
         match = _REVIEW_ID.fullmatch(review_id)
         if not match or match.group(1) != job_id:
-            return self._error(400, "Invalid decision", "The form does not name a review of this job.", reviewer,
-                               link=(item_path(job_id), "Open the item"))
+            return self._error(
+                400,
+                "Invalid decision",
+                "The form does not name a review of this job.",
+                reviewer,
+                link=(item_path(job_id), "Open the item"),
+            )
         try:
             auth.check_token(reviewer, review_id, form.get("csrf"))
         except CsrfError as exc:
             log(logging.WARNING, "review decision refused: csrf token", job_id=job_id, reason=str(exc))
             return self._error(403, "Decision refused", str(exc), reviewer, link=(item_path(job_id), "Reload the item"))
         if decision not in DECISIONS:
-            return self._error(400, "Invalid decision", "Choose one of the decision buttons.", reviewer,
-                               link=(item_path(job_id), "Open the item"))
+            return self._error(
+                400,
+                "Invalid decision",
+                "Choose one of the decision buttons.",
+                reviewer,
+                link=(item_path(job_id), "Open the item"),
+            )
         service = self._service()
         if isinstance(service, tuple):
             return service
@@ -285,34 +328,63 @@ class ReviewConsole:
         try:
             outcome = service.decide(job_id, review_id, decision, reviewer.email, note)
         except StaleReviewError:
-            return self._conflict(reviewer, job_id, "This item changed since the page was loaded",
-                                  "The job has moved on (new evidence, another reviewer, or it was settled) since "
-                                  "this page was loaded, so this decision answers a review that is no longer "
-                                  "current. Nothing was done. Open the item again to see where it stands now.")
+            return self._conflict(
+                reviewer,
+                job_id,
+                "This item changed since the page was loaded",
+                "The job has moved on (new evidence, another reviewer, or it was settled) since "
+                "this page was loaded, so this decision answers a review that is no longer "
+                "current. Nothing was done. Open the item again to see where it stands now.",
+            )
         except DecisionConflictError:
-            return self._conflict(reviewer, job_id, "Already decided",
-                                  "Another decision was already made for this review. Nothing was done.")
+            return self._conflict(
+                reviewer,
+                job_id,
+                "Already decided",
+                "Another decision was already made for this review. Nothing was done.",
+            )
         except DecisionNotAllowedError:
-            return self._conflict(reviewer, job_id, "Not possible now",
-                                  "This decision does not apply to this job in its current state. Nothing was done.")
+            return self._conflict(
+                reviewer,
+                job_id,
+                "Not possible now",
+                "This decision does not apply to this job in its current state. Nothing was done.",
+            )
         except RequestValidationError as exc:
             fields = "; ".join(f"{name}: {why}" for name, why in sorted(exc.fields.items()))
             return self._error(400, "Invalid decision", fields, reviewer, link=(item_path(job_id), "Open the item"))
         except MailboxUnavailableError as exc:
             log(logging.WARNING, "review decision deferred: mailbox unavailable", job_id=job_id, error=str(exc))
-            return self._error(503, "Gmail unavailable", "The mailbox could not be searched, so nothing was done "
-                               "(a resend is never made without that search). Try again in a minute.", reviewer,
-                               link=(item_path(job_id), "Open the item"))
+            return self._error(
+                503,
+                "Gmail unavailable",
+                "The mailbox could not be searched, so nothing was done "
+                "(a resend is never made without that search). Try again in a minute.",
+                reviewer,
+                link=(item_path(job_id), "Open the item"),
+            )
         except StoreUnavailableError as exc:
             log(logging.ERROR, "review decision: store unavailable", job_id=job_id, error=str(exc))
             return self._unavailable(reviewer)
         result = outcome.result if outcome.applied or outcome.result == "refused_copy_found" else "replayed"
-        log(logging.INFO, "review decision answered", job_id=job_id, review_id=review_id, decision=decision,
-            result=outcome.result, applied=outcome.applied, state=outcome.job.state.value, reviewer=reviewer.email)
+        log(
+            logging.INFO,
+            "review decision answered",
+            job_id=job_id,
+            review_id=review_id,
+            decision=decision,
+            result=outcome.result,
+            applied=outcome.applied,
+            state=outcome.job.state.value,
+            reviewer=reviewer.email,
+        )
         query: list[tuple[str, str]] = [("result", result)]
         if outcome.result == "refused_copy_found":
-            query += [("copy", c["gmail_id"]) for c in outcome.copies[:10]
-                      if isinstance(c.get("gmail_id"), str) and _GMAIL_ID.fullmatch(c["gmail_id"])]
+            query += [
+                ("copy", c["gmail_id"])
+                for c in outcome.copies[:10]
+                if isinstance(c.get("gmail_id"), str) and _GMAIL_ID.fullmatch(c["gmail_id"])
+            ]
         return "", 303, {"Location": f"{item_path(job_id)}?{urlencode(query)}", **SECURITY_HEADERS}
 
     # ------------------------------------------------------------------ assets
@@ -327,8 +399,11 @@ class ReviewConsole:
     def _only(self, request: Request, methods: tuple[str, ...]) -> Response | None:
         if request.method in methods:
             return None
-        return ("<!doctype html><title>Method not allowed</title><p>Method not allowed.</p>", 405,
-                {**HTML_HEADERS, "Allow": ", ".join(methods)})
+        return (
+            "<!doctype html><title>Method not allowed</title><p>Method not allowed.</p>",
+            405,
+            {**HTML_HEADERS, "Allow": ", ".join(methods)},
+        )
 
     def _identify(self, request: Request) -> tuple[Any, Any, Response | None]:
         """(auth, reviewer, None), or a 401/403/500/503 page. Runs before anything else is read."""
@@ -336,44 +411,80 @@ class ReviewConsole:
             auth = self._auth_factory()
         except ConfigurationError as exc:
             log(logging.CRITICAL, "review console misconfigured", error=str(exc))
-            return None, None, self._error(500, "Console misconfigured", "The review console is not configured "
-                                           "correctly; the operator has been told in the logs.", None)
+            return (
+                None,
+                None,
+                self._error(
+                    500,
+                    "Console misconfigured",
+                    "The review console is not configured correctly; the operator has been told in the logs.",
+                    None,
+                ),
+            )
         try:
             return auth, auth.identify(request.headers, request.remote_addr), None
         except ReviewerForbiddenError as exc:
             log(logging.WARNING, "review console: not a reviewer", reviewer=exc.email)
-            return auth, None, self._error(403, "Not a reviewer", f"You are signed in as {exc.email}, which is not "
-                                           "on this console's reviewer allowlist. Ask the operator to add you.", None)
+            return (
+                auth,
+                None,
+                self._error(
+                    403,
+                    "Not a reviewer",
+                    f"You are signed in as {exc.email}, which is not "
+                    "on this console's reviewer allowlist. Ask the operator to add you.",
+                    None,
+                ),
+            )
         except ReviewerAuthError as exc:
             log(logging.WARNING, "review console: sign-in refused", reason=str(exc))
             if exc.status == 503:
                 return auth, None, self._error(503, "Sign-in check unavailable", str(exc), None)
-            return auth, None, self._error(401, "Sign-in required", f"{exc}. The review console is only reachable "
-                                           "through Google sign-in (Identity-Aware Proxy).", None)
+            return (
+                auth,
+                None,
+                self._error(
+                    401,
+                    "Sign-in required",
+                    f"{exc}. The review console is only reachable through Google sign-in (Identity-Aware Proxy).",
+                    None,
+                ),
+            )
 
     def _service(self) -> Any:
         try:
             return self._service_factory()
         except ConfigurationError as exc:
             log(logging.CRITICAL, "review console: service misconfigured", error=str(exc))
-            return self._error(500, "Console misconfigured", "The service is not configured correctly; the "
-                               "operator has been told in the logs.", None)
+            return self._error(
+                500,
+                "Console misconfigured",
+                "The service is not configured correctly; the operator has been told in the logs.",
+                None,
+            )
 
     def _not_found(self, reviewer: Reviewer | None) -> Response:
         return self._error(404, "No such item", "There is no job with this id.", reviewer, link=(BASE, "Open items"))
 
     def _unavailable(self, reviewer: Reviewer | None) -> Response:
-        return self._error(503, "Temporarily unavailable", "The job store could not be reached. Nothing was "
-                           "changed. Try again in a minute.", reviewer)
+        return self._error(
+            503,
+            "Temporarily unavailable",
+            "The job store could not be reached. Nothing was changed. Try again in a minute.",
+            reviewer,
+        )
 
     def _conflict(self, reviewer: Reviewer, job_id: str, title: str, text: str) -> Response:
         return self._error(409, title, text, reviewer, link=(item_path(job_id), "Open the current item"))
 
-    def _error(self, status: int, title: str, text: str, reviewer: Reviewer | None,
-               link: tuple[str, str] | None = None) -> Response:
-        body = (f'<section class="card problem status-{status}"><h1>{e(title)}</h1><p>{e(text)}</p>'
-                + (f'<p><a class="button secondary" href="{e(link[0])}">{e(link[1])}</a></p>' if link else "")
-                + '</section>')
+    def _error(
+        self, status: int, title: str, text: str, reviewer: Reviewer | None, link: tuple[str, str] | None = None
+    ) -> Response:
+        body = (
+            f'<section class="card problem status-{status}"><h1>{e(title)}</h1><p>{e(text)}</p>'
+            + (f'<p><a class="button secondary" href="{e(link[0])}">{e(link[1])}</a></p>' if link else "")
+            + "</section>"
+        )
         return self._page(title, body, reviewer, status)
 
     def _page(self, title: str, body: str, reviewer: Reviewer | None, status: int = 200) -> Response:
@@ -384,34 +495,41 @@ class ReviewConsole:
 def _layout(title: str, body: str, reviewer: Reviewer | None) -> str:
     banner = ""
     if reviewer is not None and reviewer.is_dev:
-        banner = ('<div class="devbanner" role="alert"><strong>Development identity</strong> — every request '
-                  f'from this machine acts as <code>{e(reviewer.email)}</code>. No sign-in protects this console: '
-                  'local stacks only (SAFESEND_REVIEW_DEV_IDENTITY).</div>')
+        banner = (
+            '<div class="devbanner" role="alert"><strong>Development identity</strong> — every request '
+            f"from this machine acts as <code>{e(reviewer.email)}</code>. No sign-in protects this console: "
+            "local stacks only (SAFESEND_REVIEW_DEV_IDENTITY).</div>"
+        )
     who = ""
     if reviewer is not None:
         who = f'<span class="who" title="signed in via {e(reviewer.source)}">{e(reviewer.email)}</span>'
-    return ('<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            '<meta name="referrer" content="same-origin">'
-            f'<title>{e(title)} · safesend review</title>'
-            f'<link rel="icon" href="{ICON_PATH}" type="image/svg+xml">'
-            f'<link rel="stylesheet" href="{CSS_PATH}"><script src="{JS_PATH}" defer></script></head>'
-            f'<body>{banner}<header class="top"><a class="brand" href="{BASE}">safesend <span>review</span></a>'
-            f'{who}</header><main>{body}</main></body></html>')
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="referrer" content="same-origin">'
+        f"<title>{e(title)} · safesend review</title>"
+        f'<link rel="icon" href="{ICON_PATH}" type="image/svg+xml">'
+        f'<link rel="stylesheet" href="{CSS_PATH}"><script src="{JS_PATH}" defer></script></head>'
+        f'<body>{banner}<header class="top"><a class="brand" href="{BASE}">safesend <span>review</span></a>'
+        f"{who}</header><main>{body}</main></body></html>"
+    )
 
 
 def _select(name: str, label: str, options: Iterable[str], selected: str) -> str:
-    rendered = "".join(f'<option value="{e(o)}"{" selected" if o == selected else ""}>{e(o)}</option>'
-                       for o in options)
-    return (f'<label class="field"><span>{e(label)}</span><select name="{e(name)}">'
-            f'<option value="">all</option>{rendered}</select></label>')
+    rendered = "".join(f'<option value="{e(o)}"{" selected" if o == selected else ""}>{e(o)}</option>' for o in options)
+    return (
+        f'<label class="field"><span>{e(label)}</span><select name="{e(name)}">'
+        f'<option value="">all</option>{rendered}</select></label>'
+    )
 
 
 def _when(value: datetime | None, now: datetime) -> str:
     if value is None:
         return '<span class="muted">—</span>'
-    return (f'<time datetime="{e(value.isoformat())}" title="{e(value.isoformat())}">'
-            f'{e(value.strftime("%Y-%m-%d %H:%M:%S"))} UTC</time> <span class="ago">({e(_ago(value, now))})</span>')
+    return (
+        f'<time datetime="{e(value.isoformat())}" title="{e(value.isoformat())}">'
+        f'{e(value.strftime("%Y-%m-%d %H:%M:%S"))} UTC</time> <span class="ago">({e(_ago(value, now))})</span>'
+    )
 
 
 def _ago(value: datetime, now: datetime) -> str:
@@ -429,19 +547,23 @@ def _recipients(job: Job) -> list[tuple[str, list[str]]]:
 
 
 def _badges(job: Job) -> str:
-    return (f'<span class="badge state-{e(job.state.value)}">{e(job.state.value)}</span>'
-            + (f'<span class="badge reason">{e(job.review_reason)}</span>' if job.review_reason else "")
-            + f'<span class="badge channel">{e(job.channel)}</span>')
+    return (
+        f'<span class="badge state-{e(job.state.value)}">{e(job.state.value)}</span>'
+        + (f'<span class="badge reason">{e(job.review_reason)}</span>' if job.review_reason else "")
+        + f'<span class="badge channel">{e(job.channel)}</span>'
+    )
 
 
 def _list_entry(job: Job, now: datetime) -> str:
     to = [a for _, addresses in _recipients(job) for a in addresses]
     shown = ", ".join(to[:3]) + (f" +{len(to) - 3}" if len(to) > 3 else "")
-    return (f'<li class="item"><a href="{e(item_path(job.id))}">'
-            f'<span class="subject">{e(job.payload.get("subject") or "(no subject)")}</span>'
-            f'<span class="badges">{_badges(job)}</span>'
-            f'<span class="meta">to {e(shown or "nobody")} · {job.attempts} attempt{"" if job.attempts == 1 else "s"}'
-            f' · waiting since {_when(job.updated_at, now)}</span></a></li>')
+    return (
+        f'<li class="item"><a href="{e(item_path(job.id))}">'
+        f'<span class="subject">{e(job.payload.get("subject") or "(no subject)")}</span>'
+        f'<span class="badges">{_badges(job)}</span>'
+        f'<span class="meta">to {e(shown or "nobody")} · {job.attempts} attempt{"" if job.attempts == 1 else "s"}'
+        f" · waiting since {_when(job.updated_at, now)}</span></a></li>"
+    )
 
 
 def _flash(results: list[str], copies: list[str]) -> str:
@@ -451,67 +573,101 @@ def _flash(results: list[str], copies: list[str]) -> str:
     extra = ""
     valid = [c for c in copies[:10] if _GMAIL_ID.fullmatch(c)]
     if results[0] == "refused_copy_found" and valid:
-        extra = ('<ul class="copies">' + "".join(f'<li>Gmail message id <code>{e(c)}</code></li>' for c in valid)
-                 + '</ul>')
+        extra = (
+            '<ul class="copies">' + "".join(f"<li>Gmail message id <code>{e(c)}</code></li>" for c in valid) + "</ul>"
+        )
     return f'<div class="flash {tone}" role="status" data-result="{e(results[0])}"><p>{e(text)}</p>{extra}</div>'
 
 
 def _item_page(job: Job, now: datetime, flash: str, form: str) -> str:
     payload = job.payload
-    recipients = "".join(f'<dt>{e(kind.capitalize())}</dt><dd class="addresses">'
-                         + ("".join(f'<span>{e(a)}</span>' for a in addresses) or '<span class="muted">—</span>')
-                         + '</dd>' for kind, addresses in _recipients(job) if addresses or kind == "to")
+    recipients = "".join(
+        f'<dt>{e(kind.capitalize())}</dt><dd class="addresses">'
+        + ("".join(f"<span>{e(a)}</span>" for a in addresses) or '<span class="muted">—</span>')
+        + "</dd>"
+        for kind, addresses in _recipients(job)
+        if addresses or kind == "to"
+    )
     reason = REASONS.get(job.review_reason or "", "") if job.state in HUMAN_STATES else ""
     facts = (
         '<section class="card"><h2>Message</h2><dl class="facts">'
-        f'<dt>Subject</dt><dd>{e(payload.get("subject") or "(no subject)")}</dd>'
-        f'{recipients}'
-        f'<dt>From</dt><dd>{e(mask_emails(payload.get("from") or "")) or "—"}</dd>'
-        f'<dt>Message-ID</dt><dd><code>{e(job.message_id)}</code></dd>'
-        f'<dt>Job</dt><dd><code>{e(job.id)}</code></dd>'
-        f'<dt>Dedup key</dt><dd><code>{e(job.dedup_key)}</code></dd>'
-        f'<dt>Attempts</dt><dd>{job.attempts} (may have landed: {job.maybe_landed})</dd>'
-        f'<dt>Created</dt><dd>{_when(job.created_at, now)}</dd>'
-        f'<dt>Last change</dt><dd>{_when(job.updated_at, now)}</dd>'
-        f'{_error_fact(job.last_error, "Last error" if job.state in HUMAN_STATES else "Earlier error")}'
-        '</dl><p class="muted small">The message body is never shown here.</p></section>')
-    return (f'<p class="back"><a href="{BASE}">← Open items</a></p>{flash}'
-            f'<h1 class="subject">{e(payload.get("subject") or "(no subject)")}</h1>'
-            f'<p class="badges">{_badges(job)}</p>'
-            + (f'<p class="reason-text">{e(reason)}</p>' if reason else "")
-            + facts + _mailbox(job) + form + _decisions(job, now) + _timeline(job, now))
+        f"<dt>Subject</dt><dd>{e(payload.get('subject') or '(no subject)')}</dd>"
+        f"{recipients}"
+        f"<dt>From</dt><dd>{e(mask_emails(payload.get('from') or '')) or '—'}</dd>"
+        f"<dt>Message-ID</dt><dd><code>{e(job.message_id)}</code></dd>"
+        f"<dt>Job</dt><dd><code>{e(job.id)}</code></dd>"
+        f"<dt>Dedup key</dt><dd><code>{e(job.dedup_key)}</code></dd>"
+        f"<dt>Attempts</dt><dd>{job.attempts} (may have landed: {job.maybe_landed})</dd>"
+        f"<dt>Created</dt><dd>{_when(job.created_at, now)}</dd>"
+        f"<dt>Last change</dt><dd>{_when(job.updated_at, now)}</dd>"
+        f"{_error_fact(job.last_error, 'Last error' if job.state in HUMAN_STATES else 'Earlier error')}"
+        '</dl><p class="muted small">The message body is never shown here.</p></section>'
+    )
+    return (
+        f'<p class="back"><a href="{BASE}">← Open items</a></p>{flash}'
+        f'<h1 class="subject">{e(payload.get("subject") or "(no subject)")}</h1>'
+        f'<p class="badges">{_badges(job)}</p>'
+        + (f'<p class="reason-text">{e(reason)}</p>' if reason else "")
+        + facts
+        + _mailbox(job)
+        + form
+        + _decisions(job, now)
+        + _timeline(job, now)
+    )
 
 
 def _error_fact(error: Mapping[str, Any] | None, label: str) -> str:
     if not error:
         return ""
-    code = " ".join(str(p) for p in (error.get("code"), f"HTTP {error['status']}" if error.get("status") else None,
-                                       error.get("bucket")) if p)
+    code = " ".join(
+        str(p)
+        for p in (error.get("code"), f"HTTP {error['status']}" if error.get("status") else None, error.get("bucket"))
+        if p
+    )
     detail = mask_emails(str(error.get("detail") or ""))
-    return (f'<dt>{e(label)}</dt><dd><code>{e(code)}</code>'
-            + (f'<div class="detail">{e(detail)}</div>' if detail else "") + '</dd>')
+    return (
+        f"<dt>{e(label)}</dt><dd><code>{e(code)}</code>"
+        + (f'<div class="detail">{e(detail)}</div>' if detail else "")
+        + "</dd>"
+    )
 
 
 def _mailbox(job: Job) -> str:
     hits = "".join(
         f'<li><code>{e(h.get("gmail_id"))}</code> <span class="muted">thread {e(h.get("thread_id") or "—")}</span> '
         + "".join(f'<span class="label">{e(label)}</span>' for label in (h.get("label_ids") or []))
-        + '</li>' for h in job.mailbox_hits)
-    copies = "".join(f'<li><code>{e(c)}</code></li>' for c in job.known_copies)
+        + "</li>"
+        for h in job.mailbox_hits
+    )
+    copies = "".join(f"<li><code>{e(c)}</code></li>" for c in job.known_copies)
     ref = job.provider_ref.get("gmail_id") if job.provider_ref else None
-    stored = (f'<p class="warn">Gmail stored a different Message-ID: <code>{e(job.stored_message_id)}</code></p>'
-              if job.stored_message_id and job.stored_message_id != job.message_id else "")
-    return ('<section class="card"><h2>Mailbox</h2>'
-            f'<p><a class="button secondary" href="{e(gmail_search_link(job.message_id))}" target="_blank" '
-            'rel="noopener noreferrer">Search Gmail for this Message-ID ↗</a></p>'
-            f'<dl class="facts"><dt>Copies known</dt><dd>'
-            + (f'<ul class="plain">{copies}</ul>' if copies else '<span class="muted">none</span>') + '</dd>'
-            '<dt>Last search</dt><dd>'
-            + (f'<ul class="plain">{hits}</ul>' if hits else
-               f'<span class="muted">{"no hit" if job.checks else "not searched yet"}</span>')
-            + f' <span class="muted small">({job.checks} search{"" if job.checks == 1 else "es"})</span></dd>'
-            + (f'<dt>Accepted as</dt><dd><code>{e(ref)}</code></dd>' if ref else "")
-            + f'</dl>{stored}</section>')
+    stored = (
+        f'<p class="warn">Gmail stored a different Message-ID: <code>{e(job.stored_message_id)}</code></p>'
+        if job.stored_message_id and job.stored_message_id != job.message_id
+        else ""
+    )
+    return (
+        '<section class="card"><h2>Mailbox</h2>'
+        f'<p><a class="button secondary" href="{e(gmail_search_link(job.message_id))}" target="_blank" '
+        'rel="noopener noreferrer">Search Gmail for this Message-ID ↗</a></p>'
+        f'<dl class="facts"><dt>Copies known</dt><dd>'
+        + (f'<ul class="plain">{copies}</ul>' if copies else '<span class="muted">none</span>')
+        + "</dd>"
+        "<dt>Last search</dt><dd>"
+        + (
+            f'<ul class="plain">{hits}</ul>'
+            if hits
+            else f'<span class="muted">{"no hit" if job.checks else "not searched yet"}</span>'
+        )
+        + f' <span class="muted small">({job.checks} search{"" if job.checks == 1 else "es"})</span></dd>'
+        + (f"<dt>Accepted as</dt><dd><code>{e(ref)}</code></dd>" if ref else "")
+        + f"</dl>{stored}</section>"
+    )
+
+
+def _decision_name(decision: object) -> object:
+    """A stored decision in the reviewer's words; one this console does not know, as stored."""
+    return DECISIONS[decision][0] if isinstance(decision, str) and decision in DECISIONS else decision
 
 
 def _decisions(job: Job, now: datetime) -> str:
@@ -519,11 +675,13 @@ def _decisions(job: Job, now: datetime) -> str:
         return ""
     rows = "".join(
         f'<li><div class="when">{_when(d.get("at"), now) if isinstance(d.get("at"), datetime) else e(d.get("at"))}'
-        f'</div><div><strong>{e(DECISIONS.get(d.get("decision"), (d.get("decision"),))[0])}</strong> → '
+        f"</div><div><strong>{e(_decision_name(d.get('decision')))}</strong> → "
         f'<span class="badge">{e(d.get("result"))}</span> by {e(d.get("reviewer"))}'
         f' <span class="muted small">review {e(d.get("review_id"))}</span>'
-        + (f'<div class="note">{e(d.get("note"))}</div>' if d.get("note") else "") + '</div></li>'
-        for d in job.decisions)
+        + (f'<div class="note">{e(d.get("note"))}</div>' if d.get("note") else "")
+        + "</div></li>"
+        for d in job.decisions
+    )
     return f'<section class="card decisions"><h2>Decisions</h2><ol class="timeline">{rows}</ol></section>'
 
 
@@ -532,13 +690,17 @@ def _timeline(job: Job, now: datetime) -> str:
     for event in job.events:
         details = {k: v for k, v in event.items() if k not in _EVENT_KEYS_SHOWN_ELSEWHERE}
         text = " · ".join(f"{k}: {_detail(v)}" for k, v in details.items())
-        rows.append(f'<li class="event kind-{e(event.get("kind"))}"><div class="when">'
-                    f'{_when(event.get("at"), now) if isinstance(event.get("at"), datetime) else ""}</div>'
-                    f'<div><strong>{e(EVENT_LABELS.get(str(event.get("kind")), event.get("kind")))}</strong>'
-                    f' <span class="muted small">{e(event.get("state"))}, attempt {e(event.get("attempt"))}</span>'
-                    + (f'<div class="detail">{e(mask_emails(text))}</div>' if text else "") + '</div></li>')
-    dropped = (f'<p class="muted small">{job.events_dropped} older events were dropped.</p>'
-               if job.events_dropped else "")
+        rows.append(
+            f'<li class="event kind-{e(event.get("kind"))}"><div class="when">'
+            f"{_when(event.get('at'), now) if isinstance(event.get('at'), datetime) else ''}</div>"
+            f"<div><strong>{e(EVENT_LABELS.get(str(event.get('kind')), event.get('kind')))}</strong>"
+            f' <span class="muted small">{e(event.get("state"))}, attempt {e(event.get("attempt"))}</span>'
+            + (f'<div class="detail">{e(mask_emails(text))}</div>' if text else "")
+            + "</div></li>"
+        )
+    dropped = (
+        f'<p class="muted small">{job.events_dropped} older events were dropped.</p>' if job.events_dropped else ""
+    )
     return f'<section class="card events"><h2>Timeline</h2>{dropped}<ol class="timeline">{"".join(rows)}</ol></section>'
 
 
@@ -666,8 +828,10 @@ CONSOLE_JS = """(function () {
 })();
 """
 
-ICON_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
-            'fill="#17212b"/><path d="M3 8.5l3 3 7-7" stroke="#fff" stroke-width="2" fill="none"/></svg>')
+ICON_SVG = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
+    'fill="#17212b"/><path d="M3 8.5l3 3 7-7" stroke="#fff" stroke-width="2" fill="none"/></svg>'
+)
 
 ASSETS = {
     CSS_PATH: ("text/css; charset=utf-8", CONSOLE_CSS),

@@ -80,8 +80,10 @@ class StaleReviewError(SafesendError):
     """A decision answers a review entry that is no longer the job's current one (HTTP 409)."""
 
     def __init__(self, job_id: str, review_id: str, current: str | None):
-        super().__init__(f"review {review_id} is no longer current for job {job_id}"
-                         + (f" (now {current})" if current else " (the job is no longer in review)"))
+        super().__init__(
+            f"review {review_id} is no longer current for job {job_id}"
+            + (f" (now {current})" if current else " (the job is no longer in review)")
+        )
         self.current = current
 
 

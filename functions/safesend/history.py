@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .errors import MailboxUnavailableError
 from .logs import log
@@ -36,8 +37,13 @@ class Checkpoint:
 class CheckpointCache:
     """One mailbox's checkpoint in this instance's memory, refreshed by one background thread at a time."""
 
-    def __init__(self, read: Callable[[], str], monotonic: Callable[[], float] = time.monotonic,
-                 ttl_s: float = CHECKPOINT_TTL_S, background: bool = True):
+    def __init__(
+        self,
+        read: Callable[[], str],
+        monotonic: Callable[[], float] = time.monotonic,
+        ttl_s: float = CHECKPOINT_TTL_S,
+        background: bool = True,
+    ):
         self._read = read
         self._monotonic = monotonic
         self._ttl_s = ttl_s
@@ -69,8 +75,11 @@ class CheckpointCache:
         try:
             history_id = self._read()
         except MailboxUnavailableError as exc:
-            log(30, "could not read the mailbox's history checkpoint; searches settle unknowns meanwhile",
-                error=str(exc))
+            log(
+                30,
+                "could not read the mailbox's history checkpoint; searches settle unknowns meanwhile",
+                error=str(exc),
+            )
             history_id = None
         except Exception as exc:  # noqa: BLE001 - a checkpoint is an optimisation: never fail a send for it
             log(30, "history checkpoint read failed unexpectedly", error_type=type(exc).__name__)
@@ -89,8 +98,11 @@ def copies_in_history(mailer: Any, start_history_id: str, message_id: str) -> tu
     ids = list(page.gmail_ids())
     headers: dict[str, str] = {}
     for first in range(0, len(ids), MESSAGE_IDS_PER_CALL):  # cached per instance: repeats cost nothing
-        headers.update(mailer.message_ids_of(ids[first:first + MESSAGE_IDS_PER_CALL]))
+        headers.update(mailer.message_ids_of(ids[first : first + MESSAGE_IDS_PER_CALL]))
     by_id = {m.gmail_id: m for m in page.messages}
-    hits = [MailboxHit(gid, by_id[gid].thread_id, tuple(set(by_id[gid].label_ids) | {"SENT"}))
-            for gid, header in headers.items() if header == message_id and gid in by_id]
+    hits = [
+        MailboxHit(gid, by_id[gid].thread_id, tuple(set(by_id[gid].label_ids) | {"SENT"}))
+        for gid, header in headers.items()
+        if header == message_id and gid in by_id
+    ]
     return hits, page.complete

@@ -5,13 +5,21 @@ from __future__ import annotations
 import io
 import json
 import logging
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 from flask import Request
 
 from .auth import AuthenticationError, PermissionDeniedError, Role
-from .errors import (ConfigurationError, IndexMissingError, MailboxUnavailableError, PayloadMismatchError,
-                     PublishError, RequestValidationError, StoreUnavailableError)
+from .errors import (
+    ConfigurationError,
+    IndexMissingError,
+    MailboxUnavailableError,
+    PayloadMismatchError,
+    PublishError,
+    RequestValidationError,
+    StoreUnavailableError,
+)
 from .keys import is_job_id, job_id_for
 from .logs import log, mask_emails, set_trace_from_headers
 from .request_body import detach_body, discard_rest, read_capped
@@ -34,7 +42,7 @@ def _method_not_allowed(allowed: str) -> Response:
     return {"error": "method_not_allowed", "message": f"use {allowed}"}, 405, {**JSON, "Allow": allowed}
 
 
-class _Refused(Exception):
+class _Refused(Exception):  # noqa: N818 - a control-flow signal carrying the answer, not an error
     """Carries an error response out of the request guard."""
 
     def __init__(self, response: Response):
@@ -50,8 +58,14 @@ def _push_attributes(body: Any) -> dict[str, Any]:
 
 
 def _too_large(limit: int) -> _Refused:
-    return _Refused(_error(413, "too_large", f"the request body is over {limit} bytes: send a smaller one "
-                                             "(text and html are limited too); retrying it unchanged fails again"))
+    return _Refused(
+        _error(
+            413,
+            "too_large",
+            f"the request body is over {limit} bytes: send a smaller one "
+            "(text and html are limited too); retrying it unchanged fails again",
+        )
+    )
 
 
 class HttpApi:
@@ -68,8 +82,7 @@ class HttpApi:
         finally:
             discard_rest(request, wire)  # at end of stream already after a full read
 
-    def _admit(self, request: Request, wire: IO[bytes], role: Role,
-               methods: tuple[str, ...]) -> tuple[Runtime, bytes]:
+    def _admit(self, request: Request, wire: IO[bytes], role: Role, methods: tuple[str, ...]) -> tuple[Runtime, bytes]:
         """Method, size (declared, then while reading), authentication: the order matters."""
         if request.method not in methods:
             raise _Refused(_method_not_allowed(", ".join(methods)))
@@ -91,15 +104,23 @@ class HttpApi:
             caller = runtime.authenticator.check(role, request.headers, signed)
         except AuthenticationError as exc:  # fixed texts (auth.py): never a token or part of one
             log(logging.WARNING, "unauthenticated request refused", role=role.value, reason=str(exc))
-            raise _Refused(({"error": "unauthenticated", "reason": str(exc),
-                             "message": f"{exc}: check the API key (n8n: the Bearer Auth credential) or the "
-                                        "signature, and do not retry until it is fixed"}, 401,
-                            {**JSON, "WWW-Authenticate": 'Bearer realm="safesend"'})) from exc
+            raise _Refused(
+                (
+                    {
+                        "error": "unauthenticated",
+                        "reason": str(exc),
+                        "message": f"{exc}: check the API key (n8n: the Bearer Auth credential) or the "
+                        "signature, and do not retry until it is fixed",
+                    },
+                    401,
+                    {**JSON, "WWW-Authenticate": 'Bearer realm="safesend"'},
+                )
+            ) from exc
         except PermissionDeniedError as exc:  # the verified caller goes to the log (masked), not the body
-            log(logging.WARNING, "caller not allowed", role=role.value, reason=str(exc),
-                caller=mask_emails(exc.caller))
-            raise _Refused(_error(403, "forbidden", f"{exc}: ask the operator to allow this caller; "
-                                  "do not retry")) from exc
+            log(logging.WARNING, "caller not allowed", role=role.value, reason=str(exc), caller=mask_emails(exc.caller))
+            raise _Refused(
+                _error(403, "forbidden", f"{exc}: ask the operator to allow this caller; do not retry")
+            ) from exc
         log(logging.DEBUG, "authenticated", role=role.value, caller=caller)
         return runtime, body
 
@@ -108,13 +129,20 @@ class HttpApi:
         if not body and not required:
             return {}
         if request.mimetype != "application/json":
-            raise _Refused(_error(415, "unsupported_media_type", "send the job as JSON with "
-                                  "Content-Type: application/json"))
+            raise _Refused(
+                _error(415, "unsupported_media_type", "send the job as JSON with Content-Type: application/json")
+            )
         try:
             return json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            raise _Refused(_error(400, "malformed_json", "the body is not valid JSON: fix it and send again",
-                                  fields={"body": "malformed JSON"})) from None
+            raise _Refused(
+                _error(
+                    400,
+                    "malformed_json",
+                    "the body is not valid JSON: fix it and send again",
+                    fields={"body": "malformed JSON"},
+                )
+            ) from None
 
     def send(self, request: Request) -> Response:
         try:
@@ -123,20 +151,33 @@ class HttpApi:
         except _Refused as refused:
             return refused.response
         try:
-            parsed = parse_send_request(body, runtime.settings.default_from,
-                                        frozenset(runtime.policies.names()), runtime.settings.max_body_bytes,
-                                        runtime.callbacks)
+            parsed = parse_send_request(
+                body,
+                runtime.settings.default_from,
+                frozenset(runtime.policies.names()),
+                runtime.settings.max_body_bytes,
+                runtime.callbacks,
+            )
             job, replayed = runtime.service.submit(parsed)
         except RequestValidationError as exc:
-            return _error(400, "invalid_request", "fix the fields listed under `fields` and send again; "
-                          "the same request fails the same way", fields=exc.fields)
+            return _error(
+                400,
+                "invalid_request",
+                "fix the fields listed under `fields` and send again; the same request fails the same way",
+                fields=exc.fields,
+            )
         except PayloadMismatchError as exc:
-            return _error(422, "payload_mismatch", f"{exc}: resend the original payload, or give a different "
-                          "email its own dedup key; do not retry", job_id=exc.job_id)
+            return _error(
+                422,
+                "payload_mismatch",
+                f"{exc}: resend the original payload, or give a different email its own dedup key; do not retry",
+                job_id=exc.job_id,
+            )
         except StoreUnavailableError as exc:  # raised only before a claim (service.submit)
             log(logging.ERROR, "job store unavailable before claim", error=str(exc))
-            return _error(503, "store_unavailable", "nothing was sent: retry after Retry-After seconds "
-                          "(n8n's Retry On Fail does)")
+            return _error(
+                503, "store_unavailable", "nothing was sent: retry after Retry-After seconds (n8n's Retry On Fail does)"
+            )
         headers = dict(JSON)
         wait_s = retry_after_s(job, runtime.service.clock())
         if wait_s is not None:
@@ -151,21 +192,36 @@ class HttpApi:
             return refused.response
         job_id = body.get("job_id") if isinstance(body, dict) else None
         if not isinstance(job_id, str) or not is_job_id(job_id):
-            return _error(400, "invalid_request", "job_id must be a job id (32 hex digits)",
-                          fields={"job_id": "32 lowercase hex digits"})
+            return _error(
+                400,
+                "invalid_request",
+                "job_id must be a job id (32 hex digits)",
+                fields={"job_id": "32 lowercase hex digits"},
+            )
         try:
             job, action = runtime.service.advance(job_id)
         except (MailboxUnavailableError, StoreUnavailableError, PublishError) as exc:
             log(logging.WARNING, "reconcile deferred", job_id=job_id, error=str(exc))
             return _error(503, "try_again", "a dependency is unavailable; Cloud Tasks will retry")
         except Exception as exc:  # noqa: BLE001 - a retryable answer, never a crash of the worker
-            log(logging.ERROR, "reconcile hit an unexpected error", job_id=job_id,
-                error_type=type(exc).__name__, exc_info=True)
-            return _error(503, "try_again", "unexpected error; Cloud Tasks will retry and the sweeper "
-                          "keeps the job due")
-        log(logging.INFO, "reconcile", job_id=job_id, action=action,
+            log(
+                logging.ERROR,
+                "reconcile hit an unexpected error",
+                job_id=job_id,
+                error_type=type(exc).__name__,
+                exc_info=True,
+            )
+            return _error(
+                503, "try_again", "unexpected error; Cloud Tasks will retry and the sweeper keeps the job due"
+            )
+        log(
+            logging.INFO,
+            "reconcile",
+            job_id=job_id,
+            action=action,
             task=request.headers.get("X-CloudTasks-TaskName"),
-            retry=request.headers.get("X-CloudTasks-TaskRetryCount"))
+            retry=request.headers.get("X-CloudTasks-TaskRetryCount"),
+        )
         return {"job_id": job_id, "action": action, "state": job.state.value if job else None}, 200, dict(JSON)
 
     def notify(self, request: Request) -> Response:
@@ -187,11 +243,19 @@ class HttpApi:
             log(logging.WARNING, "notify deferred", job_id=job_id, error=str(exc))
             return _error(503, "try_again", "a dependency is unavailable; Pub/Sub will redeliver")
         except Exception as exc:  # noqa: BLE001 - redelivered, then dead-lettered; never a crashed worker
-            log(logging.ERROR, "notify hit an unexpected error", job_id=job_id, error_type=type(exc).__name__,
-                exc_info=True)
+            log(
+                logging.ERROR,
+                "notify hit an unexpected error",
+                job_id=job_id,
+                error_type=type(exc).__name__,
+                exc_info=True,
+            )
             return _error(503, "try_again", "unexpected error; Pub/Sub will redeliver")
-        return {"job_id": job_id, "review_id": review_id, "action": action,
-                "state": job.state.value if job else None}, 200, dict(JSON)
+        return (
+            {"job_id": job_id, "review_id": review_id, "action": action, "state": job.state.value if job else None},
+            200,
+            dict(JSON),
+        )
 
     def sweep(self, request: Request) -> Response:
         try:
@@ -201,17 +265,39 @@ class HttpApi:
         try:
             report = runtime.service.sweep(runtime.settings.sweep_batch, runtime.settings.sweep_budget_s)
         except IndexMissingError as exc:
-            log(logging.CRITICAL, "the sweeper cannot query due jobs: a Firestore index is missing "
-                "(infra/firestore.indexes.json)", code="firestore_index_missing", error=str(exc))
-            return _error(500, "firestore_index_missing", "a Firestore composite index is missing or still "
-                          "building: deploy infra/firestore.indexes.json; no due job can be found until then")
+            log(
+                logging.CRITICAL,
+                "the sweeper cannot query due jobs: a Firestore index is missing (infra/firestore.indexes.json)",
+                code="firestore_index_missing",
+                error=str(exc),
+            )
+            return _error(
+                500,
+                "firestore_index_missing",
+                "a Firestore composite index is missing or still "
+                "building: deploy infra/firestore.indexes.json; no due job can be found until then",
+            )
         except StoreUnavailableError as exc:
             log(logging.ERROR, "sweep could not query the store", error=str(exc))
             return _error(503, "store_unavailable", "the job store is unavailable")
-        log(logging.INFO, "sweep done", examined=report.examined, actions=report.actions,
-            errors=report.errors, stopped_early=report.stopped_early)
-        return ({"examined": report.examined, "actions": report.actions, "errors": report.errors,
-                 "stopped_early": report.stopped_early}, 200, dict(JSON))
+        log(
+            logging.INFO,
+            "sweep done",
+            examined=report.examined,
+            actions=report.actions,
+            errors=report.errors,
+            stopped_early=report.stopped_early,
+        )
+        return (
+            {
+                "examined": report.examined,
+                "actions": report.actions,
+                "errors": report.errors,
+                "stopped_early": report.stopped_early,
+            },
+            200,
+            dict(JSON),
+        )
 
     def status(self, request: Request) -> Response:
         try:
@@ -222,8 +308,7 @@ class HttpApi:
         if not job_id:
             key = dedup_key_from_query(request.args)
             if key is None:
-                return _error(400, "invalid_request",
-                              "give job_id, dedup_key, or customer_id + event_type + order_id")
+                return _error(400, "invalid_request", "give job_id, dedup_key, or customer_id + event_type + order_id")
             job_id = job_id_for(key)
         if not is_job_id(job_id):
             return _error(404, "not_found", "no such job (a job id is 32 hex digits)")

@@ -10,10 +10,10 @@ one copy can exist, or the mailbox showed exactly one), or it reaches a human
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable, Sequence
-
+from typing import Any
 from urllib.parse import urlsplit
 
 from .backoff import backoff_delay
@@ -61,7 +61,8 @@ class Timing:
 
     def window(self, policy: ChannelPolicy) -> timedelta:
         return timedelta(
-            seconds=policy.unknown_window_s if policy.unknown_window_s is not None else self.unknown_window_s)
+            seconds=policy.unknown_window_s if policy.unknown_window_s is not None else self.unknown_window_s
+        )
 
     def problems(self, policies: Iterable[ChannelPolicy], send_deadline_s: float) -> list[str]:
         """Settings that would break a guarantee, globally and per channel (empty when sound).
@@ -84,15 +85,32 @@ class Timing:
             if window < lag:
                 found.append(f"{where}: unknown window ({window:g} s) must be >= index lag ({lag:g} s)")
             if self.verify_horizon_s < window:
-                found.append(f"{where}: verification horizon ({self.verify_horizon_s:g} s) "
-                             f"must be >= unknown window ({window:g} s)")
+                found.append(
+                    f"{where}: verification horizon ({self.verify_horizon_s:g} s) "
+                    f"must be >= unknown window ({window:g} s)"
+                )
         return found
 
 
-def new_job(job_id: str, dedup_key: str, message_id: str, channel: str, payload: dict,
-            payload_hash: str, now: datetime) -> Job:
-    job = Job(id=job_id, dedup_key=dedup_key, message_id=message_id, channel=channel,
-              payload=payload, payload_hash=payload_hash, created_at=now, updated_at=now)
+def new_job(
+    job_id: str,
+    dedup_key: str,
+    message_id: str,
+    channel: str,
+    payload: dict[str, Any],
+    payload_hash: str,
+    now: datetime,
+) -> Job:
+    job = Job(
+        id=job_id,
+        dedup_key=dedup_key,
+        message_id=message_id,
+        channel=channel,
+        payload=payload,
+        payload_hash=payload_hash,
+        created_at=now,
+        updated_at=now,
+    )
     job.add_event(now, "created")
     return job
 
@@ -119,8 +137,15 @@ def start_attempt(job: Job, now: datetime, owner: str, timing: Timing) -> Job:
     return changed
 
 
-def record_outcome(job: Job, outcome: Accepted | Failure, owner: str, now: datetime,
-                   policy: ChannelPolicy, timing: Timing, uniform: Uniform) -> Job:
+def record_outcome(
+    job: Job,
+    outcome: Accepted | Failure,
+    owner: str,
+    now: datetime,
+    policy: ChannelPolicy,
+    timing: Timing,
+    uniform: Uniform,
+) -> Job:
     """Apply the result of our own attempt. If the job moved on meanwhile, the fact still counts."""
     ours = job.state is State.SENDING and job.lease_owner == owner
     if isinstance(outcome, Accepted):
@@ -146,8 +171,9 @@ def _give_up(job: Job, reason: str, now: datetime, outcome: Failure) -> Job:
     return _enter_human(job, State.FAILED, reason, now, outcome)
 
 
-def _schedule_retry(job: Job, outcome: Failure, now: datetime, policy: ChannelPolicy, timing: Timing,
-                    uniform: Uniform) -> Job:
+def _schedule_retry(
+    job: Job, outcome: Failure, now: datetime, policy: ChannelPolicy, timing: Timing, uniform: Uniform
+) -> Job:
     """Refusals cost nothing in duplicates, so they are bounded in time (the retry horizon, counted
     from the first refusal) rather than in attempts; Retry-After is honoured in full."""
     since = job.retrying_since or job.last_attempt_at or now
@@ -170,8 +196,9 @@ def _schedule_retry(job: Job, outcome: Failure, now: datetime, policy: ChannelPo
     return changed
 
 
-def _record_acceptance(job: Job, outcome: Accepted, ours: bool, now: datetime, policy: ChannelPolicy,
-                       timing: Timing) -> Job:
+def _record_acceptance(
+    job: Job, outcome: Accepted, ours: bool, now: datetime, policy: ChannelPolicy, timing: Timing
+) -> Job:
     """Gmail took an attempt. Two different accepted ids are two copies: a proven duplicate."""
     changed = job.copy()
     _note_copies(changed, [job.provider_ref["gmail_id"]] if job.provider_ref else [])
@@ -226,12 +253,17 @@ def first_check_at(job: Job, now: datetime, policy: ChannelPolicy, timing: Timin
 
 def uses_history(job: Job, now: datetime, policy: ChannelPolicy, timing: Timing) -> bool:
     """This check reads the change log (before the search could see the copy), not the search."""
-    return (job.state is State.UNKNOWN and bool(job.history_start) and timing.history_check_s > 0
-            and now < search_from(job, policy, timing))
+    return (
+        job.state is State.UNKNOWN
+        and bool(job.history_start)
+        and timing.history_check_s > 0
+        and now < search_from(job, policy, timing)
+    )
 
 
-def apply_history_check(job: Job, hits: Sequence[MailboxHit], now: datetime, policy: ChannelPolicy,
-                        timing: Timing) -> Job:
+def apply_history_check(
+    job: Job, hits: Sequence[MailboxHit], now: datetime, policy: ChannelPolicy, timing: Timing
+) -> Job:
     """A copy in the change log settles the job now (one: sent, more: duplicate). None is no evidence
     (the log lags too): look again, then hand over to the search once the index can show the copy."""
     checked, sent = _checked(job, hits, now, "history_checked")
@@ -241,8 +273,9 @@ def apply_history_check(job: Job, hits: Sequence[MailboxHit], now: datetime, pol
         ref = sent[0].as_dict() if sent else {"gmail_id": checked.known_copies[0], "thread_id": None}
         return _mark_sent(checked, ref, now, "found_in_history", policy, timing)
     again = _moved(checked, State.UNKNOWN, now)
-    again.next_check_at = min(now + timedelta(seconds=2 * timing.history_check_s),
-                              max(now, search_from(job, policy, timing)))
+    again.next_check_at = min(
+        now + timedelta(seconds=2 * timing.history_check_s), max(now, search_from(job, policy, timing))
+    )
     return again
 
 
@@ -255,8 +288,9 @@ def without_history(job: Job, now: datetime, policy: ChannelPolicy, timing: Timi
     return changed
 
 
-def apply_mailbox_check(job: Job, hits: Sequence[MailboxHit], now: datetime, owner: str,
-                        policy: ChannelPolicy, timing: Timing) -> Job:
+def apply_mailbox_check(
+    job: Job, hits: Sequence[MailboxHit], now: datetime, owner: str, policy: ChannelPolicy, timing: Timing
+) -> Job:
     """Settle an unknown or retry_wait job from what the mailbox holds for its Message-ID.
 
     Exactly one known copy: sent. More than one: a duplicate, a human must know.
@@ -338,8 +372,12 @@ def mark_review_published(job: Job, now: datetime, message_id: str, notify_timeo
 
 
 def needs_republish(job: Job, now: datetime) -> bool:
-    return (job.state in HUMAN_STATES and job.review_published_at is not None
-            and job.review_notified_entry != job.review_entries and is_due(job, now))
+    return (
+        job.state in HUMAN_STATES
+        and job.review_published_at is not None
+        and job.review_notified_entry != job.review_entries
+        and is_due(job, now)
+    )
 
 
 def republish_unnotified(job: Job, now: datetime) -> Job:
@@ -393,8 +431,9 @@ def _note_copies(job: Job, gmail_ids: Iterable[str]) -> None:
             job.known_copies.append(gmail_id)
 
 
-def _mark_sent(job: Job, provider_ref: dict[str, Any], now: datetime, how: str, policy: ChannelPolicy,
-               timing: Timing) -> Job:
+def _mark_sent(
+    job: Job, provider_ref: dict[str, Any], now: datetime, how: str, policy: ChannelPolicy, timing: Timing
+) -> Job:
     """Sent. Verified at once when no other attempt can have landed; otherwise the mailbox is asked
     again after the index lag and at the end of the verification horizon (apply_verification)."""
     changed = _moved(job, State.SENT, now)
@@ -412,8 +451,7 @@ def _mark_sent(job: Job, provider_ref: dict[str, Any], now: datetime, how: str, 
     changed.verify_until = last_attempt + timedelta(seconds=timing.verify_horizon_s)
     # A check that just found our copy past the index lag is the first check: go to the horizon.
     changed.next_check_at = first_check if first_check > now else changed.verify_until
-    changed.add_event(now, how, provider_ref=provider_ref, verification="pending",
-                      maybe_landed=changed.maybe_landed)
+    changed.add_event(now, how, provider_ref=provider_ref, verification="pending", maybe_landed=changed.maybe_landed)
     return changed
 
 
@@ -442,8 +480,7 @@ def _enter_human(job: Job, target: State, reason: str, now: datetime, failure: F
         changed.verified = False  # a job in review is not a verified single send
     if failure is not None:
         changed.last_error = failure.as_dict()
-    changed.add_event(now, f"entered_{target.value}", reason=reason,
-                      error=failure.as_dict() if failure else None)
+    changed.add_event(now, f"entered_{target.value}", reason=reason, error=failure.as_dict() if failure else None)
     return changed
 
 
@@ -490,7 +527,8 @@ def record_deliveries(job: Job, results: dict[str, Delivery], now: datetime, hor
             changed.add_event(now, "notice_delivered", notice_id=notice["id"], status=result.status)
             continue
         notice["last_error"] = (f"HTTP {result.status}" if result.status else "") + (
-            f" {result.detail}" if result.detail else "")
+            f" {result.detail}" if result.detail else ""
+        )
         final = result.status in FINAL_REFUSALS  # e.g. n8n: 401 bad resume signature, 404 no such execution
         retry_at = None if final else next_try_at(notice["tries"], now, notice["created_at"], horizon_s)
         if retry_at is None:
@@ -514,8 +552,9 @@ def claim_notices(job: Job, notice_ids: Iterable[str], now: datetime, lease_s: f
     return changed
 
 
-def add_review_notices(job: Job, review_id: str, payloads: dict[str, dict[str, Any]], now: datetime,
-                       suffix: str = "") -> Job | None:
+def add_review_notices(
+    job: Job, review_id: str, payloads: dict[str, dict[str, Any]], now: datetime, suffix: str = ""
+) -> Job | None:
     """Queue one notice per reviewer channel (chat, slack...) for this review entry, once: the id is
     the review id and the target, so a redelivered Pub/Sub message or a second notify adds nothing.
     Returns None when every one is already queued."""
@@ -525,8 +564,12 @@ def add_review_notices(job: Job, review_id: str, payloads: dict[str, dict[str, A
     for target, payload in payloads.items():
         notice_id = f"{review_id}:{target}{suffix}"
         if notice_id not in known:
-            _append_notice(changed, {"id": notice_id, "kind": target, "url": None, "thread": job.id,
-                                     "payload": payload}, now, due_at=now)
+            _append_notice(
+                changed,
+                {"id": notice_id, "kind": target, "url": None, "thread": job.id, "payload": payload},
+                now,
+                due_at=now,
+            )
             added = True
     if not suffix and changed.review_notified_entry != job.review_entries:
         changed.review_notified_entry = job.review_entries
@@ -538,16 +581,28 @@ def add_review_notices(job: Job, review_id: str, payloads: dict[str, dict[str, A
 def _add_notice(job: Job, url: str, now: datetime) -> None:
     notice_id = f"{job.id}:n{job.notice_seq}"
     job.notice_seq += 1
-    _append_notice(job, {"id": notice_id, "kind": "callback", "url": url,
-                         "payload": notice_payload(job, notice_id, now)},
-                   now, due_at=now + timedelta(seconds=DELIVERY_DELAYS_S[0]))
+    _append_notice(
+        job,
+        {"id": notice_id, "kind": "callback", "url": url, "payload": notice_payload(job, notice_id, now)},
+        now,
+        due_at=now + timedelta(seconds=DELIVERY_DELAYS_S[0]),
+    )
 
 
 def _append_notice(job: Job, notice: dict[str, Any], now: datetime, due_at: datetime) -> None:
-    job.notices.append({**notice, "created_at": now, "due_at": due_at, "tries": 0, "delivered_at": None,
-                        "gave_up_at": None, "last_error": None})
+    job.notices.append(
+        {
+            **notice,
+            "created_at": now,
+            "due_at": due_at,
+            "tries": 0,
+            "delivered_at": None,
+            "gave_up_at": None,
+            "last_error": None,
+        }
+    )
     settled = [i for i, n in enumerate(job.notices) if not _pending(n)]
-    for index in reversed(settled[:max(0, len(job.notices) - MAX_NOTICES)]):
+    for index in reversed(settled[: max(0, len(job.notices) - MAX_NOTICES)]):
         del job.notices[index]  # the oldest delivered or abandoned ones go first
     _refresh_notice_due(job)
 
@@ -599,16 +654,27 @@ def prior_decision(job: Job, review_id: str, decision: str) -> dict[str, Any] | 
         raise StaleReviewError(job.id, review_id, current)
     taken = [d for d in recorded if d.get("applied")]
     if taken:
-        raise DecisionConflictError(f"review {review_id} was already answered: {taken[-1]['decision']} by "
-                                    f"{taken[-1]['reviewer']}")
+        raise DecisionConflictError(
+            f"review {review_id} was already answered: {taken[-1]['decision']} by {taken[-1]['reviewer']}"
+        )
     if decision not in allowed_decisions(job):
-        raise DecisionNotAllowedError(f"{decision} does not apply to this job now "
-                                      f"(allowed: {', '.join(allowed_decisions(job)) or 'none'})")
+        raise DecisionNotAllowedError(
+            f"{decision} does not apply to this job now (allowed: {', '.join(allowed_decisions(job)) or 'none'})"
+        )
     return None
 
 
-def decide(job: Job, review_id: str, decision: str, reviewer: str, note: str, hits: Sequence[MailboxHit],
-           now: datetime, owner: str, timing: Timing) -> tuple[Job, str]:
+def decide(
+    job: Job,
+    review_id: str,
+    decision: str,
+    reviewer: str,
+    note: str,
+    hits: Sequence[MailboxHit],
+    now: datetime,
+    owner: str,
+    timing: Timing,
+) -> tuple[Job, str]:
     """Apply a reviewer's decision (already checked by prior_decision) with the mailbox as it is now.
 
     Returns the changed job and the result. A resend that finds a copy is refused and leaves the job
@@ -617,15 +683,17 @@ def decide(job: Job, review_id: str, decision: str, reviewer: str, note: str, hi
     checked, sent = _checked(job, hits, now, "mailbox_checked")
     copies = list(checked.known_copies)
     if decision == Decision.RESEND and copies:
-        return _recorded(checked, review_id, decision, reviewer, note, now, "refused_copy_found", False), \
-            "refused_copy_found"
+        return _recorded(
+            checked, review_id, decision, reviewer, note, now, "refused_copy_found", False
+        ), "refused_copy_found"
     if decision == Decision.RESEND:
         decided = _recorded(checked, review_id, decision, reviewer, note, now, "resent", True)
         decided.refusals, decided.retrying_since = 0, None  # a person's resend gets a fresh retry horizon
         return start_attempt(decided, now, owner, timing), "resent"
     if decision == Decision.CANCEL:
-        decided = _moved(_recorded(checked, review_id, decision, reviewer, note, now, "cancelled", True),
-                         State.CANCELLED, now)
+        decided = _moved(
+            _recorded(checked, review_id, decision, reviewer, note, now, "cancelled", True), State.CANCELLED, now
+        )
         decided.next_check_at = None
         return decided, "cancelled"
     result = "acknowledged" if decision == Decision.ACKNOWLEDGE else "marked_sent"
@@ -638,11 +706,20 @@ def decide(job: Job, review_id: str, decision: str, reviewer: str, note: str, hi
     return decided, result
 
 
-def _recorded(job: Job, review_id: str, decision: str, reviewer: str, note: str, now: datetime,
-              result: str, applied: bool) -> Job:
+def _recorded(
+    job: Job, review_id: str, decision: str, reviewer: str, note: str, now: datetime, result: str, applied: bool
+) -> Job:
     changed = job.copy()
-    record = {"review_id": review_id, "decision": decision, "reviewer": reviewer, "note": note[:MAX_NOTE_CHARS],
-              "at": now, "result": result, "applied": applied, "copies": list(job.known_copies)}
+    record = {
+        "review_id": review_id,
+        "decision": decision,
+        "reviewer": reviewer,
+        "note": note[:MAX_NOTE_CHARS],
+        "at": now,
+        "result": result,
+        "applied": applied,
+        "copies": list(job.known_copies),
+    }
     changed.decisions.append(record)
     changed.add_event(now, "decision", decision=decision, reviewer=reviewer, result=result, review_id=review_id)
     return changed

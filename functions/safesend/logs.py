@@ -11,7 +11,7 @@ import logging
 import os
 import re
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 _EMAIL = re.compile(r"([A-Za-z0-9!#$%&'*+/=?^_`{|}~.-])[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]*@([A-Za-z0-9.-]+)")
@@ -27,7 +27,7 @@ class CloudLoggingFormatter(logging.Formatter):
         entry: dict[str, Any] = {
             "severity": record.levelname if record.levelname != "WARN" else "WARNING",
             "message": record.getMessage(),
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(),
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "logger": record.name,
         }
         entry.update(getattr(record, "fields", {}) or {})
@@ -56,7 +56,7 @@ def mask_emails(value: Any) -> Any:
 
 def get_logger() -> logging.Logger:
     """The package logger, configured once (JSON to stdout, level from SAFESEND_LOG_LEVEL)."""
-    global _configured
+    global _configured  # noqa: PLW0603 - configured once per process
     logger = logging.getLogger(_LOGGER_NAME)
     if not _configured:
         handler = logging.StreamHandler(sys.stdout)

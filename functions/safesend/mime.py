@@ -18,7 +18,7 @@ import base64
 import hashlib
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email import policy as email_policy
 from email.errors import MessageError
 from email.message import EmailMessage
@@ -41,8 +41,9 @@ _RENDER_ERRORS = (ValueError, TypeError, LookupError, AttributeError, MessageErr
 _JOB_HEADER = b"X-Safesend-Job:"
 # A mailbox as `validation` writes it (str(Address)): `addr`, `Name <addr>` or `"Quoted" <addr>`.
 _ADDR = r'[^<>\s"(),:;@\[\]\\]+@[^<>\s"(),:;@\[\]\\]+'
-_MAILBOX_RE = re.compile(rf'(?:(?P<display>"(?:[^"\\]|\\.)*"|[^"<>]*?)\s*<(?P<addr>{_ADDR})>|(?P<bare>{_ADDR}))',
-                         re.DOTALL)
+_MAILBOX_RE = re.compile(
+    rf'(?:(?P<display>"(?:[^"\\]|\\.)*"|[^"<>]*?)\s*<(?P<addr>{_ADDR})>|(?P<bare>{_ADDR}))', re.DOTALL
+)
 _QUOTED_PAIR_RE = re.compile(r"\\(.)", re.DOTALL)
 _ATOM_RE = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,60}")  # RFC 5322 atext, short enough to fold
 _MAX_QUOTED = 60
@@ -50,11 +51,10 @@ _FOLD_AT = 78
 _MAX_LINE = 998  # RFC 5322 2.1.1, excluding CRLF
 _EW_BYTES = 45  # 60 base64 characters: "=?utf-8?b?" + 60 + "?=" is 72, under RFC 2047's 75
 _LINE_BREAKS = ("\x00", "\r", "\n")
-_FIELD_OF_HEADER = {"from": "from", "to": "to", "cc": "cc", "bcc": "bcc", "reply-to": "reply_to",
-                    "subject": "subject"}
+_FIELD_OF_HEADER = {"from": "from", "to": "to", "cc": "cc", "bcc": "bcc", "reply-to": "reply_to", "subject": "subject"}
 _Headers = list[tuple[str, Any]]  # (lower-case name, header object or unfolded raw text)
 _PROBE_KEY = "safesend:start-up:probe"
-_PROBE_DATE = datetime(2000, 1, 1, tzinfo=timezone.utc)
+_PROBE_DATE = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class MimeBuildError(ValueError):
@@ -115,9 +115,11 @@ def probe_mime(domain: str, sender: str | None = None) -> bytes:
     probe = OutgoingMessage(
         sender=f"Safesend Probe <probe@{domain.lower()}>" if sender is None else sender,
         to=("Zoë Ångström-Müller <zoe@example.com>", '"Doe, John" <john@example.com>'),
-        cc=("日本語の名前 <jp@example.jp>",), reply_to=("Support Ønskeliste <help@example.com>",),
+        cc=("日本語の名前 <jp@example.jp>",),
+        reply_to=("Support Ønskeliste <help@example.com>",),
         subject="Ihre Bestellung über 10 € ist unterwegs — Заказ отправлен — 注文は発送されました " * 3,
-        text="Grüße,\nthe start-up probe.\n", html="<p>Grüße, <b>the start-up probe</b>.</p>\n",
+        text="Grüße,\nthe start-up probe.\n",
+        html="<p>Grüße, <b>the start-up probe</b>.</p>\n",
     )
     return build_mime(probe, message_id, job_id_for(_PROBE_KEY), _PROBE_DATE)
 
@@ -129,11 +131,16 @@ def encode_raw(mime: bytes) -> str:
 
 # ----------------------------------------------------------------------------- rendering
 
+
 def _address_headers(message: OutgoingMessage) -> list[_AddressHeader]:
     """Every address header we set, in emission order (empty optional ones left out)."""
-    headers = [_AddressHeader("From", "from", (message.sender,)), _AddressHeader("To", "to", message.to),
-               _AddressHeader("Cc", "cc", message.cc), _AddressHeader("Bcc", "bcc", message.bcc),
-               _AddressHeader("Reply-To", "reply_to", message.reply_to)]
+    headers = [
+        _AddressHeader("From", "from", (message.sender,)),
+        _AddressHeader("To", "to", message.to),
+        _AddressHeader("Cc", "cc", message.cc),
+        _AddressHeader("Bcc", "bcc", message.bcc),
+        _AddressHeader("Reply-To", "reply_to", message.reply_to),
+    ]
     return [h for h in headers if h.mailboxes]
 
 
@@ -224,7 +231,7 @@ def _mailbox_words(mailbox: str, header: _AddressHeader) -> list[str]:
     if "=?" in display:  # a client that decodes twice would still see an encoded word
         raise MimeBuildError(f"{header.name}: a display name holds '=?' (RFC 2047 syntax)", header.field)
     try:
-        return _display_words(display) + [f"<{addr}>" if display.strip() else addr]
+        return [*_display_words(display), f"<{addr}>" if display.strip() else addr]
     except UnicodeEncodeError as exc:
         raise MimeBuildError(f"{header.name}: a display name is not valid Unicode", header.field) from exc
 
@@ -290,6 +297,7 @@ def _boundary_for(job_id: str, message: OutgoingMessage) -> str:
 
 
 # ----------------------------------------------------------------------------- verification
+
 
 def verify_mime(raw: bytes, message: OutgoingMessage, message_id: str, job_id: str, date: datetime) -> None:
     """Parse `raw` and refuse it unless its header block says exactly what we meant.
@@ -388,8 +396,10 @@ def _check_header_names(headers: _Headers, message: OutgoingMessage) -> None:
     if found != expected:
         extra = sorted(set(found) - set(expected)) or "none"
         missing = sorted(set(expected) - set(found)) or "none"
-        raise MimeBuildError(f"the header block is not the intended one: got {found}, unexpected "
-                             f"{extra}, missing {missing} (each header must appear once)")
+        raise MimeBuildError(
+            f"the header block is not the intended one: got {found}, unexpected "
+            f"{extra}, missing {missing} (each header must appear once)"
+        )
 
 
 def _check_message_id_line(head: bytes, message_id: str) -> None:

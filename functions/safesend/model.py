@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -160,7 +160,7 @@ class Job:
     # Not persisted; carried through copies so a compare-and-set can be a single conditional write.
     store_token: Any = field(default=None, compare=False, repr=False)
 
-    def copy(self) -> "Job":
+    def copy(self) -> Job:
         return dataclasses.replace(
             self,
             payload=dict(self.payload),
@@ -191,17 +191,24 @@ class Job:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Job":
+    def from_dict(cls, data: dict[str, Any]) -> Job:
         known = {f.name for f in dataclasses.fields(cls)} - {"store_token"}
         values = {k: v for k, v in data.items() if k in known}
         values["state"] = State(values.get("state", State.PENDING.value))
-        for name in ("created_at", "updated_at", "claimed_at", "lease_until", "last_attempt_at",
-                     "next_check_at", "review_published_at", "retrying_since", "verify_until",
-                     "notice_due_at"):
+        for name in (
+            "created_at",
+            "updated_at",
+            "claimed_at",
+            "lease_until",
+            "last_attempt_at",
+            "next_check_at",
+            "review_published_at",
+            "retrying_since",
+            "verify_until",
+            "notice_due_at",
+        ):
             values[name] = as_utc(values.get(name))
-        values["events"] = [
-            {**e, "at": as_utc(e.get("at"))} for e in (values.get("events") or [])
-        ]
+        values["events"] = [{**e, "at": as_utc(e.get("at"))} for e in (values.get("events") or [])]
         values["decisions"] = [{**d, "at": as_utc(d.get("at"))} for d in (values.get("decisions") or [])]
         values["notices"] = [
             {**n, **{k: as_utc(n.get(k)) for k in ("created_at", "due_at", "delivered_at", "gave_up_at")}}
@@ -213,5 +220,5 @@ class Job:
 def as_utc(value: Any) -> Any:
     """Firestore returns aware datetimes (DatetimeWithNanoseconds); normalise naive ones to UTC."""
     if isinstance(value, datetime):
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return value

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import ConfigurationError, UnknownChannelError
-
 
 NOTIFY_TARGETS = ("chat", "slack", "email")
 
@@ -50,8 +50,9 @@ class ChannelPolicy:
                 raise ConfigurationError(f"channel {self.name}: delays must be >= 0")
         unknown_targets = set(self.notify or ()) - set(NOTIFY_TARGETS)
         if unknown_targets:
-            raise ConfigurationError(f"channel {self.name}: notify takes {list(NOTIFY_TARGETS)}, "
-                                     f"not {sorted(unknown_targets)}")
+            raise ConfigurationError(
+                f"channel {self.name}: notify takes {list(NOTIFY_TARGETS)}, not {sorted(unknown_targets)}"
+            )
 
 
 _FIELD_NAMES = {f.name for f in fields(ChannelPolicy)} - {"name"}
@@ -104,7 +105,7 @@ class ChannelPolicies:
         return sorted(self._policies)
 
     @classmethod
-    def from_mapping(cls, doc: Mapping[str, Any]) -> "ChannelPolicies":
+    def from_mapping(cls, doc: Mapping[str, Any]) -> ChannelPolicies:
         """`{"defaults": {...}, "channels": {name: {...}}}`; defaults apply to every channel."""
         extra = set(doc) - {"defaults", "channels"}
         if extra:
@@ -122,7 +123,7 @@ class ChannelPolicies:
         return cls({name: _policy_from(name, values or {}, base) for name, values in channels.items()}, base)
 
     @classmethod
-    def load(cls, path: str | Path | None, override_json: str | None = None) -> "ChannelPolicies":
+    def load(cls, path: str | Path | None, override_json: str | None = None) -> ChannelPolicies:
         """Read the TOML file, then merge SAFESEND_CHANNELS_JSON (channel -> settings) over it."""
         doc: dict[str, Any] = {"defaults": {}, "channels": {}}
         if path:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from .model import Accepted, Delivery, Failure, HistoryPage, Job, MailboxHit
 from .states import State
@@ -31,7 +32,6 @@ class JobStore(Protocol):
     def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
         """Jobs in `state` with next_check_at <= now, oldest first, at most `limit`. A stored
         document that cannot be read as a job is logged and left out, never raised."""
-
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
         """Jobs in review or failed, oldest update first, at most `limit`: what reviewers work through."""
@@ -96,8 +96,17 @@ class ReviewPublisher(Protocol):
     def publish(self, item: dict[str, Any], attributes: dict[str, str]) -> str: ...
 
 
+class NoticePoster(Protocol):
+    """One destination for notices (a callback URL, a chat webhook): one POST, bounded in time."""
+
+    def deliver(self, notice: Mapping[str, Any]) -> Delivery: ...
+
+
 class Notifier(Protocol):
     """The outbox's deliverer: a callback to the caller's workflow (n8n's Wait node), or a message to
     the reviewers' chat (Google Chat, Slack), by the notice's `kind`. One POST, bounded in time."""
 
     def deliver(self, notice: Mapping[str, Any]) -> Delivery: ...
+
+    def can_deliver(self, notice: Mapping[str, Any]) -> bool:
+        """This instance is configured for the notice's kind (others leave it for one that is)."""

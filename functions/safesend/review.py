@@ -10,11 +10,22 @@ from .keys import bare_message_id
 from .model import Job
 
 GMAIL_SEARCH_URL = "https://mail.google.com/mail/u/0/#search/"
-_ATTEMPT_EVENTS = frozenset({
-    "attempt_started", "accepted", "attempt_failed", "outcome_unknown", "late_failure", "late_accept",
-    "mailbox_checked", "found_in_mailbox", "entered_review", "entered_failed",
-    "verification_checked", "verified",
-})
+_ATTEMPT_EVENTS = frozenset(
+    {
+        "attempt_started",
+        "accepted",
+        "attempt_failed",
+        "outcome_unknown",
+        "late_failure",
+        "late_accept",
+        "mailbox_checked",
+        "found_in_mailbox",
+        "entered_review",
+        "entered_failed",
+        "verification_checked",
+        "verified",
+    }
+)
 
 
 def gmail_search_link(message_id: str) -> str:
@@ -55,8 +66,12 @@ def review_item(job: Job, include_body: bool = False) -> dict[str, Any]:
 
 
 def review_attributes(job: Job) -> dict[str, str]:
-    return {"job_id": job.id, "reason": job.review_reason or "", "channel": job.channel,
-            "review_id": f"{job.id}:{job.review_entries}"}
+    return {
+        "job_id": job.id,
+        "reason": job.review_reason or "",
+        "channel": job.channel,
+        "review_id": f"{job.id}:{job.review_entries}",
+    }
 
 
 def _event(event: dict[str, Any]) -> dict[str, Any]:

@@ -20,14 +20,17 @@ def console_link(console_url: str | None, job_id: str) -> str | None:
 
 def _recipients(item: dict[str, Any]) -> str:
     recipients = item.get("recipients") or {}
-    parts = [f"{kind}: {', '.join(mask_emails(list(recipients.get(kind) or [])))}"
-             for kind in ("to", "cc", "bcc") if recipients.get(kind)]
+    parts = [
+        f"{kind}: {', '.join(mask_emails(list(recipients.get(kind) or [])))}"
+        for kind in ("to", "cc", "bcc")
+        if recipients.get(kind)
+    ]
     return "; ".join(parts) or "(none)"
 
 
 def _short(value: Any) -> str:
     text = "" if value is None else str(value)
-    return text if len(text) <= MAX_FIELD_CHARS else text[:MAX_FIELD_CHARS - 1] + "…"
+    return text if len(text) <= MAX_FIELD_CHARS else text[: MAX_FIELD_CHARS - 1] + "…"
 
 
 def _facts(item: dict[str, Any]) -> list[tuple[str, str]]:
@@ -51,15 +54,24 @@ def chat_card(item: dict[str, Any], console_url: str | None) -> dict[str, Any]:
     link = console_link(console_url, item["job_id"])
     if link:
         buttons.insert(0, {"text": "Open in the console", "onClick": {"openLink": {"url": link}}})
-    widgets: list[dict[str, Any]] = [{"decoratedText": {"topLabel": label, "text": value, "wrapText": True}}
-                                     for label, value in _facts(item)]
+    widgets: list[dict[str, Any]] = [
+        {"decoratedText": {"topLabel": label, "text": value, "wrapText": True}} for label, value in _facts(item)
+    ]
     widgets.append({"buttonList": {"buttons": buttons}})
     return {
         "text": f"safesend: job {item['job_id']} needs a person ({item.get('reason')})",
-        "cardsV2": [{"cardId": item["review_id"].replace(":", "-"), "card": {
-            "header": {"title": f"Review: {_short(item.get('reason'))}",
-                       "subtitle": f"{item.get('channel')} · {item.get('dedup_key')}"},
-            "sections": [{"widgets": widgets}]}}],
+        "cardsV2": [
+            {
+                "cardId": item["review_id"].replace(":", "-"),
+                "card": {
+                    "header": {
+                        "title": f"Review: {_short(item.get('reason'))}",
+                        "subtitle": f"{item.get('channel')} · {item.get('dedup_key')}",
+                    },
+                    "sections": [{"widgets": widgets}],
+                },
+            }
+        ],
     }
 
 
@@ -70,11 +82,21 @@ def slack_message(item: dict[str, Any], console_url: str | None) -> dict[str, An
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": f"safesend review: {_short(item.get('reason'))}"}},
         {"type": "section", "fields": fields[:10]},
-        {"type": "actions", "elements": [
-            *([{"type": "button", "text": {"type": "plain_text", "text": "Open in the console"}, "url": link}]
-              if link else []),
-            {"type": "button", "text": {"type": "plain_text", "text": "Search the mailbox"},
-             "url": item["gmail_search_url"]}]},
+        {
+            "type": "actions",
+            "elements": [
+                *(
+                    [{"type": "button", "text": {"type": "plain_text", "text": "Open in the console"}, "url": link}]
+                    if link
+                    else []
+                ),
+                {
+                    "type": "button",
+                    "text": {"type": "plain_text", "text": "Search the mailbox"},
+                    "url": item["gmail_search_url"],
+                },
+            ],
+        },
     ]
     return {"text": f"safesend: job {item['job_id']} needs a person ({item.get('reason')})", "blocks": blocks}
 
@@ -82,10 +104,16 @@ def slack_message(item: dict[str, Any], console_url: str | None) -> dict[str, An
 def decision_line(record: dict[str, Any]) -> str:
     at = record.get("at")
     when = at.strftime("%Y-%m-%d %H:%M UTC") if isinstance(at, datetime) else str(at)
-    verb = {"resent": "resent", "marked_sent": "marked sent", "cancelled": "cancelled",
-            "acknowledged": "acknowledged", "refused_copy_found": "resend refused (a copy was found)"}
-    return (f"{verb.get(record['result'], record['result'])} by {mask_emails(record['reviewer'])}, {when}"
-            + (f": {_short(record.get('note'))}" if record.get("note") else ""))
+    verb = {
+        "resent": "resent",
+        "marked_sent": "marked sent",
+        "cancelled": "cancelled",
+        "acknowledged": "acknowledged",
+        "refused_copy_found": "resend refused (a copy was found)",
+    }
+    return f"{verb.get(record['result'], record['result'])} by {mask_emails(record['reviewer'])}, {when}" + (
+        f": {_short(record.get('note'))}" if record.get("note") else ""
+    )
 
 
 def decision_update(target: str, record: dict[str, Any], job_id: str) -> dict[str, Any]:

@@ -42,10 +42,13 @@ import re
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
+from .auth import RequestHeaders
+from .config import env_name
 from .errors import ConfigurationError, SafesendError
 from .jwt_parts import MalformedTokenError, b64url, json_object, numeric_date
 from .logs import log
@@ -63,13 +66,14 @@ CSRF_TTL_S = 12 * 3600.0
 CSRF_MIN_SECRET_BYTES = 32
 
 # Settings (read from the environment; config.py may take them over).
-ENV_IAP_AUDIENCE = "SAFESEND_REVIEW_IAP_AUDIENCE"
-ENV_ALLOWED_EMAILS = "SAFESEND_REVIEW_ALLOWED_EMAILS"
-ENV_ALLOWED_DOMAINS = "SAFESEND_REVIEW_ALLOWED_DOMAINS"
-ENV_DEV_IDENTITY = "SAFESEND_REVIEW_DEV_IDENTITY"
-ENV_CSRF_SECRET = "SAFESEND_REVIEW_CSRF_SECRET"
-ENV_CONSOLE_URL = "SAFESEND_REVIEW_CONSOLE_URL"  # shared with notify: links point here
-ENV_IAP_KEYS_URL = "SAFESEND_REVIEW_IAP_KEYS_URL"
+# Declared (name, default, meaning) in config.Settings; parsed and checked here for the console.
+ENV_IAP_AUDIENCE = env_name("review_iap_audience")
+ENV_ALLOWED_EMAILS = env_name("review_allowed_emails")
+ENV_ALLOWED_DOMAINS = env_name("review_allowed_domains")
+ENV_DEV_IDENTITY = env_name("review_dev_identity")
+ENV_CSRF_SECRET = env_name("review_csrf_secret")
+ENV_CONSOLE_URL = env_name("review_console_url")  # shared with notify: links point here
+ENV_IAP_KEYS_URL = env_name("review_iap_keys_url")
 REVIEW_ENV = (ENV_IAP_AUDIENCE, ENV_ALLOWED_EMAILS, ENV_ALLOWED_DOMAINS, ENV_DEV_IDENTITY, ENV_CSRF_SECRET,
               ENV_CONSOLE_URL, ENV_IAP_KEYS_URL)
 
@@ -127,9 +131,11 @@ class ReviewerSettings:
     on_cloud_run: bool = False  # K_SERVICE is set: a development identity is refused there
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "ReviewerSettings":
+    def from_env(cls, env: Mapping[str, str]) -> ReviewerSettings:
         """Parse and check (ConfigurationError names the setting at fault)."""
-        get = lambda name: (env.get(name) or "").strip()  # noqa: E731
+        def get(name: str) -> str:
+            return (env.get(name) or "").strip()
+
         settings = cls(
             iap_audiences=_items(get(ENV_IAP_AUDIENCE)),
             allowed_emails=frozenset(i.lower() for i in _items(get(ENV_ALLOWED_EMAILS))),
@@ -376,7 +382,7 @@ class ReviewerAuth:
         if self.verifier is None and not self.settings.dev_mode:
             self.verifier = IapVerifier(self.settings.iap_audiences, self.settings.iap_keys_url, clock=self.clock)
 
-    def identify(self, headers: Mapping[str, str], remote_addr: str | None) -> Reviewer:
+    def identify(self, headers: RequestHeaders, remote_addr: str | None) -> Reviewer:
         """The reviewer, or ReviewerAuthError (401/503) / ReviewerForbiddenError (403)."""
         if self.settings.dev_mode:
             if not _is_loopback(remote_addr):
@@ -389,7 +395,7 @@ class ReviewerAuth:
         assertion = headers.get(IAP_HEADER)
         if not assertion:
             raise ReviewerAuthError("no IAP assertion: open the console through its IAP-protected address")
-        assert self.verifier is not None
+        assert self.verifier is not None  # noqa: S101 - check() makes IAP mode build a verifier
         claims = self.verifier.verify(assertion.strip())
         email = str(claims["email"]).lower()
         hosted_domain = claims.get("hd")
@@ -403,7 +409,7 @@ class ReviewerAuth:
         issued = int(self.clock())
         return f"v1.{issued}.{self._mac(issued, reviewer.email, review_id)}"
 
-    def check_origin(self, headers: Mapping[str, str], host: str | None) -> None:
+    def check_origin(self, headers: RequestHeaders, host: str | None) -> None:
         """The POST came from our own origin (checked before the body is read)."""
         fetch_site = headers.get("Sec-Fetch-Site")
         if fetch_site is not None and fetch_site.lower() != "same-origin":
@@ -457,7 +463,7 @@ def get_reviewer_auth(env: Mapping[str, str] | None = None) -> ReviewerAuth:
     """The instance's ReviewerAuth, built once (its IAP key cache lives as long as the instance)."""
     import os
 
-    global _auth
+    global _auth  # noqa: PLW0603 - one per instance, built on first use
     if _auth is None:
         with _lock:
             if _auth is None:

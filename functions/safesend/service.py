@@ -15,32 +15,43 @@ Invariants kept here:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from . import lifecycle
 from .callbacks import MAX_CALLBACKS
-from .history import CheckpointCache, copies_in_history
 from .classify import unbuildable_failure
-from .errors import (ConcurrentUpdateError, IndexMissingError, MailboxUnavailableError, PayloadMismatchError,
-                     HistoryExpiredError, PublishError, RequestValidationError, SchedulerError,
-                     StaleReviewError, StoreUnavailableError)
+from .errors import (
+    ConcurrentUpdateError,
+    HistoryExpiredError,
+    IndexMissingError,
+    MailboxUnavailableError,
+    PayloadMismatchError,
+    PublishError,
+    RequestValidationError,
+    SchedulerError,
+    StaleReviewError,
+    StoreUnavailableError,
+)
+from .history import CheckpointCache, copies_in_history
 from .keys import job_id_for, message_id_for
 from .lifecycle import Timing
 from .logs import log
 from .mime import build_mime
 from .model import Accepted, Failure, Job
-from .policy import ChannelPolicies, ChannelPolicy
 from .notify import REVIEW_EMAIL_KEY_PREFIX, ReviewerTargets
+from .policy import ChannelPolicies, ChannelPolicy
 from .ports import CheckScheduler, JobStore, Mailer, Notifier, ReviewPublisher
-from .review_messages import decision_update, reviewer_email
 from .review import review_attributes, review_item
+from .review_messages import decision_update, reviewer_email
 from .states import SWEPT_STATES, State
 from .validation import SendRequest, message_from_payload, parse_send_request
 
@@ -50,7 +61,7 @@ MAX_NOTICES_PER_ADVANCE = 10  # callback POSTs in one reconcile call (each bound
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -75,18 +86,31 @@ class SweepReport:
 
 
 class SafeSendService:
-    def __init__(self, store: JobStore, mailer: Mailer, scheduler: CheckScheduler | None,
-                 publisher: ReviewPublisher | None, policies: ChannelPolicies, *,
-                 message_id_domain: str, timing: Timing = Timing(), request_budget_s: float = 40.0,
-                 send_timeout_s: float = 20.0, read_timeout_s: float = 15.0,
-                 verify_message_id_every: int = 100,
-                 notifier: Notifier | None = None, callback_horizon_s: float = 3600.0,
-                 reviewers: ReviewerTargets = ReviewerTargets(), default_from: str | None = None,
-                 checkpoint_in_background: bool = True,
-                 clock: Callable[[], datetime] = utcnow, monotonic: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep,
-                 uniform: Callable[[float, float], float] = random.uniform,
-                 new_owner: Callable[[], str] = lambda: uuid.uuid4().hex):
+    def __init__(
+        self,
+        store: JobStore,
+        mailer: Mailer,
+        scheduler: CheckScheduler | None,
+        publisher: ReviewPublisher | None,
+        policies: ChannelPolicies,
+        *,
+        message_id_domain: str,
+        timing: Timing = Timing(),
+        request_budget_s: float = 40.0,
+        send_timeout_s: float = 20.0,
+        read_timeout_s: float = 15.0,
+        verify_message_id_every: int = 100,
+        notifier: Notifier | None = None,
+        callback_horizon_s: float = 3600.0,
+        reviewers: ReviewerTargets = ReviewerTargets(),
+        default_from: str | None = None,
+        checkpoint_in_background: bool = True,
+        clock: Callable[[], datetime] = utcnow,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        uniform: Callable[[float, float], float] = random.uniform,
+        new_owner: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ):
         self.store = store
         self.mailer = mailer
         self.scheduler = scheduler
@@ -102,8 +126,11 @@ class SafeSendService:
         self.callback_horizon_s = callback_horizon_s
         self.reviewers = reviewers
         self.default_from = default_from
-        self._checkpoints = (CheckpointCache(mailer.current_history_id, monotonic, background=checkpoint_in_background)
-                             if timing.history_check_s > 0 else None)
+        self._checkpoints = (
+            CheckpointCache(mailer.current_history_id, monotonic, background=checkpoint_in_background)
+            if timing.history_check_s > 0
+            else None
+        )
         self._accepted_sends = itertools.count()
         self.clock = clock
         self.monotonic = monotonic
@@ -124,8 +151,9 @@ class SafeSendService:
         job_id = job_id_for(request.dedup_key)
         message_id = message_id_for(request.dedup_key, self.domain)
         raw = self._build_or_refuse(request, message_id, job_id, now)
-        draft = lifecycle.new_job(job_id, request.dedup_key, message_id, request.channel,
-                                  request.payload, request.payload_hash, now)
+        draft = lifecycle.new_job(
+            job_id, request.dedup_key, message_id, request.channel, request.payload, request.payload_hash, now
+        )
         if request.callback_url:
             draft.callbacks.append(request.callback_url)
         if self._checkpoints is not None:  # from memory: no Gmail call on the send path
@@ -155,8 +183,9 @@ class SafeSendService:
             field = getattr(exc, "field", None) or "message"
             raise RequestValidationError({field: f"cannot be built as MIME: {exc}"}) from exc
 
-    def _attempt_loop(self, job: Job, owner: str, policy: ChannelPolicy, deadline: float,
-                      raw: bytes | None = None) -> Job:
+    def _attempt_loop(
+        self, job: Job, owner: str, policy: ChannelPolicy, deadline: float, raw: bytes | None = None
+    ) -> Job:
         """Send, record, and retry Bucket-1 failures quickly while the request's budget allows.
 
         A store outage from here on returns the last known job: the claim stands, so the lease
@@ -166,8 +195,7 @@ class SafeSendService:
         self._follow_up(job)
         return job
 
-    def _attempts(self, job: Job, owner: str, policy: ChannelPolicy, deadline: float,
-                  raw: bytes | None) -> Job:
+    def _attempts(self, job: Job, owner: str, policy: ChannelPolicy, deadline: float, raw: bytes | None) -> Job:
         for quick_retry in range(policy.quick_retries + 1):
             try:
                 outcome = self._send_once(job, raw)
@@ -185,8 +213,13 @@ class SafeSendService:
             except ConcurrentUpdateError:
                 return self._reload(job)
             except StoreUnavailableError as exc:
-                log(logging.ERROR, "job store unavailable after the claim; the sweeper will reconcile",
-                    job_id=job.id, state=job.state.value, error=str(exc))
+                log(
+                    logging.ERROR,
+                    "job store unavailable after the claim; the sweeper will reconcile",
+                    job_id=job.id,
+                    state=job.state.value,
+                    error=str(exc),
+                )
                 return job  # the last state we know was stored
         return job
 
@@ -202,12 +235,18 @@ class SafeSendService:
         if isinstance(outcome, Accepted):
             log(logging.INFO, "gmail accepted", job_id=job.id, attempt=job.attempts, gmail_id=outcome.gmail_id)
         else:
-            log(logging.WARNING, "send attempt failed", job_id=job.id, attempt=job.attempts,
-                bucket=outcome.bucket.value, code=outcome.code, status=outcome.status)
+            log(
+                logging.WARNING,
+                "send attempt failed",
+                job_id=job.id,
+                attempt=job.attempts,
+                bucket=outcome.bucket.value,
+                code=outcome.code,
+                status=outcome.status,
+            )
         return outcome
 
-    def _record_outcome(self, job: Job, outcome: Accepted | Failure, owner: str,
-                        policy: ChannelPolicy) -> Job:
+    def _record_outcome(self, job: Job, outcome: Accepted | Failure, owner: str, policy: ChannelPolicy) -> Job:
         """Persist what Gmail told us, in one write. A lost race is re-read and re-applied: the fact
         must survive. For an accepted send, the Message-ID Gmail stored is read first so it lands
         in the same write."""
@@ -225,8 +264,12 @@ class SafeSendService:
                 continue
             except StoreUnavailableError:
                 # The lease will run out and the sweeper will reconcile from the mailbox.
-                log(logging.ERROR, "could not record the send outcome; the sweeper will reconcile",
-                    job_id=job.id, outcome=type(outcome).__name__)
+                log(
+                    logging.ERROR,
+                    "could not record the send outcome; the sweeper will reconcile",
+                    job_id=job.id,
+                    outcome=type(outcome).__name__,
+                )
                 return current
             self._log_recorded(stored, outcome, stored_message_id)
             return stored
@@ -237,14 +280,27 @@ class SafeSendService:
     def _log_recorded(stored: Job, outcome: Accepted | Failure, stored_message_id: str | None) -> None:
         kinds = {e["kind"] for e in stored.events[-3:]}
         if "message_id_rewritten" in kinds:
-            log(logging.ERROR, "Gmail stored a different Message-ID: search-based reconciliation "
-                "cannot see this message", job_id=stored.id, stored_message_id=stored_message_id)
+            log(
+                logging.ERROR,
+                "Gmail stored a different Message-ID: search-based reconciliation cannot see this message",
+                job_id=stored.id,
+                stored_message_id=stored_message_id,
+            )
         if isinstance(outcome, Accepted) and "late_accept" in kinds:
-            log(logging.ERROR, "accepted after our lease was taken over: possible duplicate, "
-                "verification follows", job_id=stored.id, gmail_id=outcome.gmail_id, state=stored.state.value)
+            log(
+                logging.ERROR,
+                "accepted after our lease was taken over: possible duplicate, verification follows",
+                job_id=stored.id,
+                gmail_id=outcome.gmail_id,
+                state=stored.state.value,
+            )
         if stored.state is State.REVIEW and stored.review_reason == lifecycle.ReviewReason.DUPLICATE:
-            log(logging.ERROR, "duplicate: more than one copy was accepted", job_id=stored.id,
-                copies=len(stored.known_copies))
+            log(
+                logging.ERROR,
+                "duplicate: more than one copy was accepted",
+                job_id=stored.id,
+                copies=len(stored.known_copies),
+            )
 
     def _stored_message_id(self, job: Job, outcome: Accepted | Failure) -> str | None:
         """Read back what Gmail stored, for the first accepted send of this instance and then 1 in N.
@@ -273,8 +329,12 @@ class SafeSendService:
         """A duplicate webhook (another execution) gets its own callback: added with a compare-and-set."""
         for _ in range(MAX_RECORD_TRIES):
             if len(job.callbacks) >= MAX_CALLBACKS and url not in job.callbacks:
-                raise RequestValidationError({"callback_url": f"this dedup key already has {MAX_CALLBACKS} "
-                                              "callbacks registered; poll /status instead"})
+                raise RequestValidationError(
+                    {
+                        "callback_url": f"this dedup key already has {MAX_CALLBACKS} "
+                        "callbacks registered; poll /status instead"
+                    }
+                )
             changed = lifecycle.register_callback(job, url, self.clock())
             if changed is None:
                 return job
@@ -309,8 +369,12 @@ class SafeSendService:
                 return job, "conflict"
         if lifecycle.needs_republish(job, now):
             job = self._cas(job, lifecycle.republish_unnotified(job, now))
-            log(logging.WARNING, "review item never reached the reviewers' channels: publishing it again",
-                job_id=job.id, review_id=lifecycle.current_review_id(job))
+            log(
+                logging.WARNING,
+                "review item never reached the reviewers' channels: publishing it again",
+                job_id=job.id,
+                review_id=lifecycle.current_review_id(job),
+            )
         if lifecycle.needs_publish(job):
             return job, self._publish_review(job)
         if not (job.state in (State.UNKNOWN, State.RETRY_WAIT) or lifecycle.needs_verification(job)):
@@ -337,8 +401,13 @@ class SafeSendService:
             stored = self._cas(job, decided)
         except ConcurrentUpdateError:
             return self._reload(job), "conflict"
-        log(logging.INFO, "mailbox checked" if hits_seen is not None else "retrying after refusals",
-            job_id=job.id, hits=hits_seen, state=stored.state.value)
+        log(
+            logging.INFO,
+            "mailbox checked" if hits_seen is not None else "retrying after refusals",
+            job_id=job.id,
+            hits=hits_seen,
+            state=stored.state.value,
+        )
         if stored.state is State.SENDING:
             deadline = self.monotonic() + self.request_budget_s
             return self._attempt_loop(stored, owner, policy, deadline), "resent"
@@ -347,7 +416,7 @@ class SafeSendService:
 
     def _check_history(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
         """Settle from the change log in seconds; found is proof, not found waits for the search."""
-        assert job.history_start is not None
+        assert job.history_start is not None  # noqa: S101 - callers only pass jobs with a checkpoint
         try:
             hits, _ = copies_in_history(self.mailer, job.history_start, job.message_id)
         except HistoryExpiredError:
@@ -358,8 +427,9 @@ class SafeSendService:
             stored = self._cas(job, decided)
         except ConcurrentUpdateError:
             return self._reload(job), "conflict"
-        log(logging.INFO, "change log checked", job_id=job.id, state=stored.state.value,
-            copies=len(stored.known_copies))
+        log(
+            logging.INFO, "change log checked", job_id=job.id, state=stored.state.value, copies=len(stored.known_copies)
+        )
         self._follow_up(stored)
         return stored, f"history_{stored.state.value}"
 
@@ -371,8 +441,13 @@ class SafeSendService:
         except ConcurrentUpdateError:
             return self._reload(job), "conflict"
         if stored.state is State.REVIEW:
-            log(logging.ERROR, "verification failed: a human must look", job_id=job.id,
-                reason=stored.review_reason, copies=len(stored.known_copies))
+            log(
+                logging.ERROR,
+                "verification failed: a human must look",
+                job_id=job.id,
+                reason=stored.review_reason,
+                copies=len(stored.known_copies),
+            )
         else:
             log(logging.INFO, "verification check", job_id=job.id, hits=len(hits), verified=stored.verified)
         self._follow_up(stored)
@@ -381,7 +456,12 @@ class SafeSendService:
     def _deliver_notices(self, job: Job) -> tuple[Job, int]:
         """POST the due callback notices, then record what happened (re-applied over a lost race).
         At least once: a crash between the POST and the record sends the same body again."""
-        due = lifecycle.due_notices(job, self.clock())[:MAX_NOTICES_PER_ADVANCE] if self.notifier else []
+        notifier = self.notifier
+        if not notifier:
+            return job, 0
+        # Only the kinds this instance can post (notify holds the chat webhooks, for example).
+        due = [n for n in lifecycle.due_notices(job, self.clock()) if notifier.can_deliver(n)]
+        due = due[:MAX_NOTICES_PER_ADVANCE]
         if not due:
             return job, 0
         try:  # hold them first, so a second deliverer (task, sweep, notify instance) posts nothing
@@ -390,9 +470,17 @@ class SafeSendService:
             return self._reload(job), 0  # someone else moved the job: the next task or sweep delivers
         results = {}
         for notice in due:
-            results[notice["id"]] = delivery = self.notifier.deliver(notice)  # type: ignore[union-attr]
-            log(logging.INFO if delivery.ok else logging.WARNING, "notice", job_id=job.id, kind=notice["kind"],
-                notice_id=notice["id"], ok=delivery.ok, status=delivery.status, detail=delivery.detail)
+            results[notice["id"]] = delivery = notifier.deliver(notice)
+            log(
+                logging.INFO if delivery.ok else logging.WARNING,
+                "notice",
+                job_id=job.id,
+                kind=notice["kind"],
+                notice_id=notice["id"],
+                ok=delivery.ok,
+                status=delivery.status,
+                detail=delivery.detail,
+            )
         current = job
         for _ in range(MAX_RECORD_TRIES):
             updated = lifecycle.record_deliveries(current, results, self.clock(), self.callback_horizon_s)
@@ -403,8 +491,13 @@ class SafeSendService:
                 continue
             for notice in stored.notices:
                 if notice["id"] in results and notice.get("gave_up_at") is not None:
-                    log(logging.ERROR, "callback notice given up after the callback horizon", job_id=job.id,
-                        notice_id=notice["id"], error=notice.get("last_error"))
+                    log(
+                        logging.ERROR,
+                        "callback notice given up after the callback horizon",
+                        job_id=job.id,
+                        notice_id=notice["id"],
+                        error=notice.get("last_error"),
+                    )
             self._follow_up(stored)
             return stored, len(results)
         return current, len(results)
@@ -437,8 +530,9 @@ class SafeSendService:
         targets = self.reviewers.for_job(self.policies.for_job(job.channel), job.dedup_key)
         item = review_item(job, include_body=False)
         for _ in range(MAX_RECORD_TRIES):
-            changed = lifecycle.add_review_notices(job, review_id, self.reviewers.chat_payloads(targets, item),
-                                                   self.clock())
+            changed = lifecycle.add_review_notices(
+                job, review_id, self.reviewers.chat_payloads(targets, item), self.clock()
+            )
             if changed is None:
                 break
             try:
@@ -457,9 +551,16 @@ class SafeSendService:
     def _email_reviewers(self, item: dict[str, Any], review_id: str) -> None:
         """Through safesend's own send path, keyed by the review id: safe to repeat, like any send."""
         subject, text = reviewer_email(item, self.reviewers.console_url)
-        request = parse_send_request({"dedup_key": f"{REVIEW_EMAIL_KEY_PREFIX}{review_id}",
-                                      "channel": self.reviewers.email_channel, "to": self.reviewers.email_to,
-                                      "subject": subject, "text": text}, self.default_from)
+        request = parse_send_request(
+            {
+                "dedup_key": f"{REVIEW_EMAIL_KEY_PREFIX}{review_id}",
+                "channel": self.reviewers.email_channel,
+                "to": self.reviewers.email_to,
+                "subject": subject,
+                "text": text,
+            },
+            self.default_from,
+        )
         self.submit(request)
 
     def decide(self, job_id: str, review_id: str, decision: str, reviewer: str, note: str = "") -> DecisionOutcome:
@@ -479,15 +580,25 @@ class SafeSendService:
                 return DecisionOutcome(job, False, prior["result"], self._copies(job))
             hits = self.mailer.find_by_message_id(job.message_id)  # MailboxUnavailableError -> retry later
             owner = self.new_owner()
-            decided, result = lifecycle.decide(job, review_id, decision, reviewer, note, hits, self.clock(),
-                                               owner, self.timing)
+            decided, result = lifecycle.decide(
+                job, review_id, decision, reviewer, note, hits, self.clock(), owner, self.timing
+            )
             try:
-                stored = self._cas(job, lifecycle.add_decision_notices(decided, review_id, self._update_payloads(
-                    decided), self.clock()))
+                stored = self._cas(
+                    job,
+                    lifecycle.add_decision_notices(decided, review_id, self._update_payloads(decided), self.clock()),
+                )
             except ConcurrentUpdateError:
                 continue  # re-read: a double click or another reviewer; replay or conflict decides
-            log(logging.WARNING, "reviewer decision", job_id=job_id, review_id=review_id, decision=decision,
-                result=result, reviewer=reviewer)
+            log(
+                logging.WARNING,
+                "reviewer decision",
+                job_id=job_id,
+                review_id=review_id,
+                decision=decision,
+                result=result,
+                reviewer=reviewer,
+            )
             if stored.state is State.SENDING:
                 policy = self.policies.for_job(stored.channel)
                 stored = self._attempt_loop(stored, owner, policy, self.monotonic() + self.request_budget_s)
@@ -499,14 +610,18 @@ class SafeSendService:
     def _update_payloads(self, job: Job) -> dict[str, dict[str, Any]]:
         """The thread answer for every chat target the item went to."""
         record = job.decisions[-1]
-        targets = {n["kind"] for n in job.notices if n["id"].startswith(f"{record['review_id']}:")
-                   and n["kind"] in ("chat", "slack")}
+        targets = {
+            n["kind"]
+            for n in job.notices
+            if n["id"].startswith(f"{record['review_id']}:") and n["kind"] in ("chat", "slack")
+        }
         return {t: decision_update(t, record, job.id) for t in sorted(targets)}
 
     @staticmethod
     def _copies(job: Job) -> list[dict[str, Any]]:
-        return [h for h in job.mailbox_hits if "SENT" in (h.get("label_ids") or [])] or \
-            [{"gmail_id": gmail_id} for gmail_id in job.known_copies]
+        return [h for h in job.mailbox_hits if "SENT" in (h.get("label_ids") or [])] or [
+            {"gmail_id": gmail_id} for gmail_id in job.known_copies
+        ]
 
     # ---------------------------------------------------------------- sweep
     def sweep(self, batch: int = 50, budget_s: float = 90.0) -> SweepReport:
@@ -574,8 +689,14 @@ class SafeSendService:
             return "deferred"
         except Exception as exc:  # noqa: BLE001 - one bad job must not stop the sweep
             report.errors += 1
-            log(logging.ERROR, "sweep hit an unexpected error on a job", job_id=job.id,
-                error_type=type(exc).__name__, error=str(exc)[:300], exc_info=True)
+            log(
+                logging.ERROR,
+                "sweep hit an unexpected error on a job",
+                job_id=job.id,
+                error_type=type(exc).__name__,
+                error=str(exc)[:300],
+                exc_info=True,
+            )
             return "error"
         return action
 
@@ -584,16 +705,21 @@ class SafeSendService:
         """After a change: make sure a reconcile task is queued, or the review item is out."""
         checking = job.state in (State.UNKNOWN, State.RETRY_WAIT) or lifecycle.needs_verification(job)
         if checking and job.next_check_at:
-            self._schedule(job, f"a{job.attempts}-c{job.checks}" + ("-v" if job.state is State.SENT else ""),
-                           job.next_check_at)
+            self._schedule(
+                job, f"a{job.attempts}-c{job.checks}" + ("-v" if job.state is State.SENT else ""), job.next_check_at
+            )
         if job.notice_due_at and self.notifier:
             self._schedule(job, f"n{job.notice_seq}-{int(job.notice_due_at.timestamp() * 1000)}", job.notice_due_at)
         if lifecycle.needs_publish(job):
             try:
                 self._publish_review(job)
             except (PublishError, StoreUnavailableError) as exc:
-                log(logging.WARNING, "review item not published yet; the sweeper will retry",
-                    job_id=job.id, error=str(exc))
+                log(
+                    logging.WARNING,
+                    "review item not published yet; the sweeper will retry",
+                    job_id=job.id,
+                    error=str(exc),
+                )
 
     def _schedule(self, job: Job, step: str, at: datetime) -> None:
         if self.scheduler is None:
@@ -601,8 +727,12 @@ class SafeSendService:
         try:
             self.scheduler.schedule_check(job.id, step, at)
         except SchedulerError as exc:
-            log(logging.WARNING, "could not enqueue the reconcile task; the sweeper will pick the job up",
-                job_id=job.id, error=str(exc))
+            log(
+                logging.WARNING,
+                "could not enqueue the reconcile task; the sweeper will pick the job up",
+                job_id=job.id,
+                error=str(exc),
+            )
 
     def _publish_review(self, job: Job) -> str:
         """Outbox: claim the publish (one sweeper wins), publish, then mark it done."""
@@ -617,13 +747,18 @@ class SafeSendService:
             return "conflict"
         include_body = self.policies.for_job(held.channel).review_includes_body
         pubsub_id = self.publisher.publish(review_item(held, include_body), review_attributes(held))
-        log(logging.WARNING, "job needs a human", job_id=job.id, state=job.state.value,
-            reason=job.review_reason, pubsub_message_id=pubsub_id)
+        log(
+            logging.WARNING,
+            "job needs a human",
+            job_id=job.id,
+            state=job.state.value,
+            reason=job.review_reason,
+            pubsub_message_id=pubsub_id,
+        )
         timeout = self.reviewers.notify_timeout_s or None  # 0: no notify function is deployed
-        try:
+        # A lost race is fine: published; at worst it is published again after the hold, same review_id.
+        with contextlib.suppress(ConcurrentUpdateError):
             self._cas(held, lifecycle.mark_review_published(held, self.clock(), pubsub_id, timeout))
-        except ConcurrentUpdateError:
-            pass  # published; at worst it is published again after the hold, with the same review_id
         return "review_published"
 
     def _cas(self, before: Job, after: Job) -> Job:

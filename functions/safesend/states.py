@@ -71,3 +71,18 @@ def check_transition(source: State, target: State) -> None:
     """Raise IllegalTransitionError unless source -> target is listed above."""
     if not can_transition(source, target):
         raise IllegalTransitionError(source.value, target.value)
+
+
+def states_table() -> str:
+    """The README's state table, made from ALLOWED_TRANSITIONS (`python -m safesend.states`)."""
+    rows = ["| state | may become | settled (the caller's answer) |", "|---|---|---|"]
+    for state in State:
+        targets = ", ".join(f"`{t.value}`" for t in State if t in ALLOWED_TRANSITIONS[state]) or "nothing: terminal"
+        rows.append(f"| `{state.value}` | {targets} | {'yes' if state in SETTLED_STATES else 'no'} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(states_table())

@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from email.headerregistry import Address
-from typing import Any, Mapping
+from typing import Any
 
 from .callbacks import CallbackPolicy, CallbackUrlError
 from .errors import RequestValidationError
@@ -20,15 +21,27 @@ MAX_BODY_BYTES = 400_000  # the job lives in one Firestore document (1 MiB), eve
 MAX_ADDRESS_CHARS = 254  # RFC 5321 4.5.3.1: a 256-octet path, angle brackets included
 MAX_LOCAL_PART_CHARS = 64
 MAX_DOMAIN_LABEL_CHARS = 63
-ALLOWED_FIELDS = frozenset({
-    "dedup_key", *KEY_PART_FIELDS, "channel", "to", "cc", "bcc", "reply_to", "from",
-    "subject", "text", "html", "callback_url",
-})
+ALLOWED_FIELDS = frozenset(
+    {
+        "dedup_key",
+        *KEY_PART_FIELDS,
+        "channel",
+        "to",
+        "cc",
+        "bcc",
+        "reply_to",
+        "from",
+        "subject",
+        "text",
+        "html",
+        "callback_url",
+    }
+)
 # C0/C1 controls and the Unicode line/paragraph separators: the email package treats the latter as
 # line breaks, so they would make a header unbuildable after the job was already claimed.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _KEY_CHARS = re.compile(r"[\x21-\x7e]+")
-_KEY_SHAPE = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_KEY_LENGTH)  # no spaces, no controls, no Unicode
+_KEY_SHAPE = re.compile(rf"[\x21-\x7e]{{1,{MAX_KEY_LENGTH}}}")  # no spaces, no controls, no Unicode
 _MULTILINE_BAD = re.compile(r"\x00")  # bodies may hold tabs, form feeds...; NUL breaks MIME
 # Every RFC 2047 encoded word starts with "=?" and the email package decodes one wherever it finds
 # it (unstructured text, phrases, quoted strings, local parts; unknown charsets and inner spaces
@@ -57,10 +70,13 @@ class SendRequest:
     callback_url: str | None = None  # not part of the payload: each webhook execution brings its own
 
 
-def parse_send_request(body: Any, default_sender: str | None,
-                       known_channels: frozenset[str] | None = None,
-                       max_body_bytes: int = MAX_BODY_BYTES,
-                       callbacks: CallbackPolicy | None = None) -> SendRequest:
+def parse_send_request(
+    body: Any,
+    default_sender: str | None,
+    known_channels: frozenset[str] | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    callbacks: CallbackPolicy | None = None,
+) -> SendRequest:
     """Validate the JSON body of a send call. Raises RequestValidationError naming each bad field."""
     if not isinstance(body, Mapping):
         raise RequestValidationError({"body": "must be a JSON object"})
@@ -82,8 +98,7 @@ def parse_send_request(body: Any, default_sender: str | None,
     sender = senders[0] if senders else default_sender
     if not sender and "from" not in errors:
         errors["from"] = "required: no default sender is configured on the server"
-    subject = _text(body, "subject", errors, required=True, max_len=MAX_SUBJECT_CHARS, single_line=True,
-                    header=True)
+    subject = _text(body, "subject", errors, required=True, max_len=MAX_SUBJECT_CHARS, single_line=True, header=True)
     text = _text(body, "text", errors, required=True, allow_empty=True, multiline=True)
     html = _text(body, "html", errors, multiline=True, allow_empty=True) or None  # "" means no HTML part
     if len(to) + len(cc) + len(bcc) > MAX_RECIPIENTS:
@@ -95,16 +110,34 @@ def parse_send_request(body: Any, default_sender: str | None,
     if errors:
         raise RequestValidationError(errors)
 
-    message = OutgoingMessage(sender=sender or "", to=tuple(to), subject=subject or "", text=text or "",
-                              cc=tuple(cc), bcc=tuple(bcc), reply_to=tuple(reply_to), html=html)
+    message = OutgoingMessage(
+        sender=sender or "",
+        to=tuple(to),
+        subject=subject or "",
+        text=text or "",
+        cc=tuple(cc),
+        bcc=tuple(bcc),
+        reply_to=tuple(reply_to),
+        html=html,
+    )
     payload = {
-        "from": message.sender, "to": list(message.to), "cc": list(message.cc),
-        "bcc": list(message.bcc), "reply_to": list(message.reply_to),
-        "subject": message.subject, "text": message.text, "html": message.html,
+        "from": message.sender,
+        "to": list(message.to),
+        "cc": list(message.cc),
+        "bcc": list(message.bcc),
+        "reply_to": list(message.reply_to),
+        "subject": message.subject,
+        "text": message.text,
+        "html": message.html,
     }
-    return SendRequest(dedup_key=dedup_key or "", channel=channel or "", message=message,
-                       payload=payload, payload_hash=payload_hash(channel or "", payload),
-                       callback_url=callback_url)
+    return SendRequest(
+        dedup_key=dedup_key or "",
+        channel=channel or "",
+        message=message,
+        payload=payload,
+        payload_hash=payload_hash(channel or "", payload),
+        callback_url=callback_url,
+    )
 
 
 def _callback_url(body: Mapping[str, Any], errors: dict[str, str], policy: CallbackPolicy) -> str | None:
@@ -122,17 +155,21 @@ def _callback_url(body: Mapping[str, Any], errors: dict[str, str], policy: Callb
 
 
 def payload_hash(channel: str, payload: Mapping[str, Any]) -> str:
-    canonical = json.dumps({"channel": channel, **payload}, sort_keys=True, ensure_ascii=False,
-                           separators=(",", ":"))
+    canonical = json.dumps({"channel": channel, **payload}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def message_from_payload(payload: Mapping[str, Any]) -> OutgoingMessage:
     """Rebuild the message for a resend from what the job stored."""
     return OutgoingMessage(
-        sender=payload["from"], to=tuple(payload["to"]), subject=payload["subject"],
-        text=payload["text"], cc=tuple(payload.get("cc") or ()), bcc=tuple(payload.get("bcc") or ()),
-        reply_to=tuple(payload.get("reply_to") or ()), html=payload.get("html"),
+        sender=payload["from"],
+        to=tuple(payload["to"]),
+        subject=payload["subject"],
+        text=payload["text"],
+        cc=tuple(payload.get("cc") or ()),
+        bcc=tuple(payload.get("bcc") or ()),
+        reply_to=tuple(payload.get("reply_to") or ()),
+        html=payload.get("html"),
     )
 
 
@@ -178,9 +215,18 @@ def _dedup_key(body: Mapping[str, Any], errors: dict[str, str]) -> str | None:
     return key
 
 
-def _text(body: Mapping[str, Any], name: str, errors: dict[str, str], *, required: bool = False,
-          allow_empty: bool = False, max_len: int | None = None, single_line: bool = False,
-          multiline: bool = False, header: bool = False) -> str | None:
+def _text(
+    body: Mapping[str, Any],
+    name: str,
+    errors: dict[str, str],
+    *,
+    required: bool = False,
+    allow_empty: bool = False,
+    max_len: int | None = None,
+    single_line: bool = False,
+    multiline: bool = False,
+    header: bool = False,
+) -> str | None:
     value = body.get(name)
     if value is None:
         if required:
@@ -226,10 +272,9 @@ def _is_encodable(value: str) -> bool:
     return True
 
 
-def _addresses(body: Mapping[str, Any], name: str, errors: dict[str, str],
-               required: bool = False) -> list[str]:
+def _addresses(body: Mapping[str, Any], name: str, errors: dict[str, str], required: bool = False) -> list[str]:
     value = body.get(name)
-    if value is None or value == [] or value == "":
+    if value is None or value in ([], ""):
         if required:
             errors[name] = "required: an address or a list of addresses"
         return []

@@ -31,18 +31,27 @@ def retry_after_s(job: Job, now: datetime, floor_s: int = 1, ceiling_s: int = 30
 def what_to_do(job: Job) -> str:
     """The first-level `message` of every job answer: what the caller (an n8n workflow) should do."""
     if job.state is State.SENT:
-        return ("sent once; nothing more to do" if job.verified is not False else
-                "sent; safesend still checks the mailbox for a second copy (a duplicate would go to review)")
+        return (
+            "sent once; nothing more to do"
+            if job.verified is not False
+            else "sent; safesend still checks the mailbox for a second copy (a duplicate would go to review)"
+        )
     if job.state is State.FAILED:
-        return ("Gmail refused this message for good and nothing was sent: fix the cause (see error) and send "
-                "it with a new dedup key; retrying this request replays the same answer")
+        return (
+            "Gmail refused this message for good and nothing was sent: fix the cause (see error) and send "
+            "it with a new dedup key; retrying this request replays the same answer"
+        )
     if job.state is State.REVIEW:
-        return (f"a person must decide ({job.review_reason}); nothing is sent automatically: wait for the "
-                "callback or poll /status, do not resend with a new dedup key")
+        return (
+            f"a person must decide ({job.review_reason}); nothing is sent automatically: wait for the "
+            "callback or poll /status, do not resend with a new dedup key"
+        )
     if job.state is State.CANCELLED:
         return "cancelled by a reviewer; nothing more will be sent"
-    return ("accepted; the outcome is not settled yet and safesend works on it by itself: wait for the "
-            "callback, or poll /status after Retry-After seconds; never resend with a new dedup key")
+    return (
+        "accepted; the outcome is not settled yet and safesend works on it by itself: wait for the "
+        "callback, or poll /status after Retry-After seconds; never resend with a new dedup key"
+    )
 
 
 def job_view(job: Job, *, replayed: bool | None = None, with_events: bool = False) -> dict[str, Any]:
@@ -66,8 +75,7 @@ def job_view(job: Job, *, replayed: bool | None = None, with_events: bool = Fals
     if replayed is not None:
         view["replayed"] = replayed
     if with_events:
-        view["events"] = [{k: _iso(v) if isinstance(v, datetime) else v for k, v in e.items()}
-                          for e in job.events]
+        view["events"] = [{k: _iso(v) if isinstance(v, datetime) else v for k, v in e.items()} for e in job.events]
         view["events_dropped"] = job.events_dropped
         view["mailbox_hits"] = job.mailbox_hits
         view["callbacks"] = [_notice_view(n) for n in job.notices]
@@ -76,11 +84,17 @@ def job_view(job: Job, *, replayed: bool | None = None, with_events: bool = Fals
 
 def _notice_view(notice: dict[str, Any]) -> dict[str, Any]:
     """A callback notice without its URL (an n8n resume URL is a capability): the host only."""
-    state = ("delivered" if notice.get("delivered_at") else "given_up" if notice.get("gave_up_at") else "pending")
-    return {"notice_id": notice["id"], "kind": notice.get("kind") or "callback",
-            "host": urlsplit(notice["url"]).hostname if notice.get("url") else None, "state": state,
-            "outcome": notice["payload"].get("state"), "tries": notice.get("tries", 0),
-            "last_error": notice.get("last_error"), "due_at": _iso(notice.get("due_at"))}
+    state = "delivered" if notice.get("delivered_at") else "given_up" if notice.get("gave_up_at") else "pending"
+    return {
+        "notice_id": notice["id"],
+        "kind": notice.get("kind") or "callback",
+        "host": urlsplit(notice["url"]).hostname if notice.get("url") else None,
+        "state": state,
+        "outcome": notice["payload"].get("state"),
+        "tries": notice.get("tries", 0),
+        "last_error": notice.get("last_error"),
+        "due_at": _iso(notice.get("due_at")),
+    }
 
 
 def _iso(value: datetime | None) -> str | None:

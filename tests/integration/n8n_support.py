@@ -16,6 +16,7 @@ Every process is started in its own process group and stopped by that group; eve
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -28,10 +29,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +41,18 @@ INSTALL_SCRIPT = REPO_ROOT / "scripts" / "n8n-install.sh"
 EXAMPLES = REPO_ROOT / "examples" / "n8n"
 EXAMPLE_BASE_URL = "http://127.0.0.1:8080"  # run-local.sh's default, as written in the examples
 INSTALL_TIMEOUT_S = 1500
-DISABLED_MODULES = ",".join(("mcp-registry", "insights", "chat-hub", "instance-ai", "agents", "agent-evals",
-                             "workflow-builder", "community-packages"))
+DISABLED_MODULES = ",".join(
+    (
+        "mcp-registry",
+        "insights",
+        "chat-hub",
+        "instance-ai",
+        "agents",
+        "agent-evals",
+        "workflow-builder",
+        "community-packages",
+    )
+)
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -76,14 +88,15 @@ def ensure_n8n(timeout_s: float = INSTALL_TIMEOUT_S) -> Path:
         if not os.access(path, os.X_OK):
             raise RuntimeError(f"SAFESEND_N8N_BIN={explicit} is not an executable")
         return path
-    proc = subprocess.Popen(["bash", str(INSTALL_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(INSTALL_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid, signal.SIGKILL)
         proc.communicate()
-        raise RuntimeError(f"scripts/n8n-install.sh did not finish within {timeout_s:.0f} s")
+        raise RuntimeError(f"scripts/n8n-install.sh did not finish within {timeout_s:.0f} s") from None
     if proc.returncode != 0:
         raise RuntimeError(f"scripts/n8n-install.sh failed ({proc.returncode}):\n{err[-4000:]}")
     if err.strip():
@@ -92,10 +105,8 @@ def ensure_n8n(timeout_s: float = INSTALL_TIMEOUT_S) -> Path:
 
 
 def _kill_group(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _group_alive(pgid: int) -> bool:
@@ -121,15 +132,14 @@ def stop_group(pgid: int, timeout_s: float = 10.0, leader: subprocess.Popen | No
         time.sleep(0.1)
     _kill_group(pgid, signal.SIGKILL)
     if leader is not None:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             leader.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 # --------------------------------------------------------------------------- workflows
-def load_example(name: str, base_url: str, orders: list[dict[str, Any]] | None = None,
-                 **replace: str) -> dict[str, Any]:
+def load_example(
+    name: str, base_url: str, orders: list[dict[str, Any]] | None = None, **replace: str
+) -> dict[str, Any]:
     """examples/n8n/<name>.json with the send URL pointed at base_url (and sample orders replaced)."""
     text = (EXAMPLES / f"{name}.json").read_text(encoding="utf-8")
     text = text.replace(EXAMPLE_BASE_URL, base_url.rstrip("/"))
@@ -225,23 +235,25 @@ class N8nFolder:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith(("N8N_", "DB_", "WEBHOOK_"))}
-        env.update({
-            "N8N_USER_FOLDER": str(self.path),
-            "N8N_ENCRYPTION_KEY": self.encryption_key,
-            "N8N_RUNNERS_BROKER_PORT": str(free_port()),  # parallel n8n processes collide on the default
-            "N8N_RUNNERS_BROKER_LISTEN_ADDRESS": "127.0.0.1",
-            "N8N_DIAGNOSTICS_ENABLED": "false",
-            "N8N_VERSION_NOTIFICATIONS_ENABLED": "false",
-            "N8N_TEMPLATES_ENABLED": "false",
-            "N8N_PERSONALIZATION_ENABLED": "false",
-            # Modules no workflow here uses: about 2 s less per n8n process (each CLI command boots n8n),
-            # and mcp-registry's only job at start is fetching a catalogue from api.n8n.io.
-            "N8N_DISABLED_MODULES": DISABLED_MODULES,
-            "N8N_GRACEFUL_SHUTDOWN_TIMEOUT": "5",
-            "N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS": "true",
-            "N8N_LOG_LEVEL": "info",  # `n8n execute` prints its result through the logger: not below info
-            "N8N_LOG_OUTPUT": "console",
-        })
+        env.update(
+            {
+                "N8N_USER_FOLDER": str(self.path),
+                "N8N_ENCRYPTION_KEY": self.encryption_key,
+                "N8N_RUNNERS_BROKER_PORT": str(free_port()),  # parallel n8n processes collide on the default
+                "N8N_RUNNERS_BROKER_LISTEN_ADDRESS": "127.0.0.1",
+                "N8N_DIAGNOSTICS_ENABLED": "false",
+                "N8N_VERSION_NOTIFICATIONS_ENABLED": "false",
+                "N8N_TEMPLATES_ENABLED": "false",
+                "N8N_PERSONALIZATION_ENABLED": "false",
+                # Modules no workflow here uses: about 2 s less per n8n process (each CLI command boots n8n),
+                # and mcp-registry's only job at start is fetching a catalogue from api.n8n.io.
+                "N8N_DISABLED_MODULES": DISABLED_MODULES,
+                "N8N_GRACEFUL_SHUTDOWN_TIMEOUT": "5",
+                "N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS": "true",
+                "N8N_LOG_LEVEL": "info",  # `n8n execute` prints its result through the logger: not below info
+                "N8N_LOG_OUTPUT": "console",
+            }
+        )
         env.update(self.extra_env)
         env.update(extra)
         return env
@@ -258,8 +270,15 @@ class N8nFolder:
 
     def _run_once(self, args: tuple[str, ...], timeout_s: float) -> Execution:
         started = time.monotonic()
-        proc = subprocess.Popen([str(self.bin), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=self.env(), cwd=self.path, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(self.bin), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env(),
+            cwd=self.path,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -322,13 +341,25 @@ class N8nServer:
         self.log_path = folder.path / "n8n-start.log"
         self._log = None
 
-    def start(self, ready_paths: Iterable[str] = (), timeout_s: float = 90) -> "N8nServer":
-        env = self.folder.env(N8N_PORT=str(self.port), N8N_LISTEN_ADDRESS="127.0.0.1", N8N_HOST="127.0.0.1",
-                              N8N_PROTOCOL="http", WEBHOOK_URL=f"{self.url}/", N8N_SECURE_COOKIE="false",
-                              N8N_PROXY_HOPS="0")
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([str(self.folder.bin), "start"], stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=env, cwd=self.folder.path, start_new_session=True)
+    def start(self, ready_paths: Iterable[str] = (), timeout_s: float = 90) -> N8nServer:
+        env = self.folder.env(
+            N8N_PORT=str(self.port),
+            N8N_LISTEN_ADDRESS="127.0.0.1",
+            N8N_HOST="127.0.0.1",
+            N8N_PROTOCOL="http",
+            WEBHOOK_URL=f"{self.url}/",
+            N8N_SECURE_COOKIE="false",
+            N8N_PROXY_HOPS="0",
+        )
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - n8n's log for its lifetime; closed by stop()
+        self.proc = subprocess.Popen(
+            [str(self.folder.bin), "start"],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=self.folder.path,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout_s
         pending = list(ready_paths)
         while True:
@@ -340,8 +371,9 @@ class N8nServer:
                 return self
             if time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"n8n start not ready within {timeout_s:.0f}s (waiting for {pending}):\n"
-                                   f"{self.log_tail()}")
+                raise RuntimeError(
+                    f"n8n start not ready within {timeout_s:.0f}s (waiting for {pending}):\n{self.log_tail()}"
+                )
             time.sleep(0.5)
 
     def _healthy(self) -> bool:
@@ -361,11 +393,15 @@ class N8nServer:
         except OSError:
             return False
 
-    def post_webhook(self, path: str, payload: Any, timeout_s: float = 60,
-                     headers: Mapping[str, str] | None = None) -> tuple[int, Any]:
-        request = urllib.request.Request(f"{self.url}/webhook/{path}", data=json.dumps(payload).encode(),
-                                         headers={"Content-Type": "application/json", **(headers or {})},
-                                         method="POST")
+    def post_webhook(
+        self, path: str, payload: Any, timeout_s: float = 60, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, Any]:
+        request = urllib.request.Request(
+            f"{self.url}/webhook/{path}",
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json", **(headers or {})},
+            method="POST",
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 body = response.read()
@@ -390,7 +426,7 @@ class N8nServer:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> "N8nServer":
+    def __enter__(self) -> N8nServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -437,12 +473,14 @@ class CountingProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 path, _, query = self.path.partition("?")
-                record = SeenRequest(self.command, path, query, None,
-                                     {k.lower(): v for k, v in self.headers.items()}, body)
+                record = SeenRequest(
+                    self.command, path, query, None, {k.lower(): v for k, v in self.headers.items()}, body
+                )
                 with proxy._lock:
                     proxy.seen.append(record)
-                    fault = proxy._faults.pop(0) if (proxy._faults and self.command == "POST"
-                                                     and path == "/send") else None
+                    fault = (
+                        proxy._faults.pop(0) if (proxy._faults and self.command == "POST" and path == "/send") else None
+                    )
                 if fault is not None:
                     kind, status = fault
                     record.status = status
@@ -458,13 +496,16 @@ class CountingProxy:
                     self.end_headers()
                     self.wfile.write(payload)
                     return
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("host", "connection", "keep-alive", "proxy-connection",
-                                                "transfer-encoding")}
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() not in ("host", "connection", "keep-alive", "proxy-connection", "transfer-encoding")
+                }
                 try:
                     upstream = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=120)
-                    upstream.request(self.command, self.path, body=body if body or self.command != "GET" else None,
-                                     headers=headers)
+                    upstream.request(
+                        self.command, self.path, body=body if body or self.command != "GET" else None, headers=headers
+                    )
                     response = upstream.getresponse()
                     data = response.read()
                     status, reason, out_headers = response.status, response.reason, response.getheaders()
@@ -481,21 +522,27 @@ class CountingProxy:
                 record.status = status
                 self.send_response(status, reason)
                 for key, value in out_headers:
-                    if key.lower() not in ("content-length", "connection", "transfer-encoding", "keep-alive",
-                                           "server", "date"):
+                    if key.lower() not in (
+                        "content-length",
+                        "connection",
+                        "transfer-encoding",
+                        "keep-alive",
+                        "server",
+                        "date",
+                    ):
                         self.send_header(key, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay  # noqa: N815 - http.server's names
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, name="counting-proxy", daemon=True)
 
-    def start(self) -> "CountingProxy":
+    def start(self) -> CountingProxy:
         self._thread.start()
         return self
 
@@ -517,5 +564,8 @@ class CountingProxy:
 
     def sends_for(self, **match: Any) -> list[SeenRequest]:
         """POST /send requests whose JSON body has all of `match`'s fields."""
-        return [r for r in self.requests("POST", "/send")
-                if isinstance(r.json, dict) and all(r.json.get(k) == v for k, v in match.items())]
+        return [
+            r
+            for r in self.requests("POST", "/send")
+            if isinstance(r.json, dict) and all(r.json.get(k) == v for k, v in match.items())
+        ]

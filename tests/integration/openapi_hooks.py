@@ -55,7 +55,8 @@ def load_spec() -> dict[str, Any]:
 
 def validator(spec: dict[str, Any], component: str) -> jsonschema_rs.Draft202012Validator:
     return jsonschema_rs.Draft202012Validator(
-        {"$ref": f"#/components/schemas/{component}", "components": spec["components"]})
+        {"$ref": f"#/components/schemas/{component}", "components": spec["components"]}
+    )
 
 
 # ------------------------------------------------------------------------------ valid bodies
@@ -72,8 +73,9 @@ _address = st.builds(_mailbox, st.sampled_from(_NAMES), st.sampled_from(_LOCALS)
 _recipients = st.one_of(_address, st.lists(_address, min_size=1, max_size=4))
 _optional_recipients = st.one_of(_address, st.lists(_address, max_size=3))
 # No C0/C1 controls, no surrogates, no line/paragraph separators; not only white space.
-_subject = st.text(st.characters(exclude_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=120
-                   ).filter(lambda s: s.strip())
+_subject = st.text(st.characters(exclude_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=120).filter(
+    lambda s: s.strip()
+)
 _body_text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=300)
 _key_part = st.one_of(st.from_regex(r"[A-Za-z0-9_.\-]{1,24}", fullmatch=True), st.integers(0, 10**12))
 
@@ -86,9 +88,13 @@ def realistic_message(draw: st.DrawFn) -> dict[str, Any]:
         "subject": draw(_subject),
         "text": draw(_body_text),
     }
-    for name, strategy in (("cc", _optional_recipients), ("bcc", _optional_recipients),
-                           ("reply_to", _optional_recipients), ("from", _address),
-                           ("html", _body_text.filter(lambda s: s.strip()))):
+    for name, strategy in (
+        ("cc", _optional_recipients),
+        ("bcc", _optional_recipients),
+        ("reply_to", _optional_recipients),
+        ("from", _address),
+        ("html", _body_text.filter(lambda s: s.strip())),
+    ):
         if draw(st.booleans()):
             body[name] = draw(strategy)
     return body
@@ -112,27 +118,42 @@ def key_per_payload(body: dict[str, Any]) -> dict[str, Any]:
     replay) and a different body is a different key (a fresh send). Deterministic, like the run.
     """
     rest = {k: v for k, v in body.items() if k != "dedup_key" and k not in KEY_FIELDS}
-    digest = hashlib.sha256(json.dumps(rest, sort_keys=True, ensure_ascii=False).encode("utf-8",
-                            "surrogatepass")).hexdigest()[:12]
+    digest = hashlib.sha256(
+        json.dumps(rest, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    ).hexdigest()[:12]
     body = dict(body)
     if "dedup_key" in body:
-        body["dedup_key"] = f"{str(body['dedup_key'])[:MAX_KEY_CHARS - 13]}-{digest}"
+        body["dedup_key"] = f"{str(body['dedup_key'])[: MAX_KEY_CHARS - 13]}-{digest}"
     elif all(name in body for name in KEY_FIELDS):
         parts = [str(body[name]) for name in KEY_FIELDS]
         while len(":".join(parts)) + 13 > MAX_KEY_CHARS:
             longest = max(range(3), key=lambda i: len(parts[i]))
             parts[longest] = parts[longest][:-1]
         parts[2] = f"{parts[2]}-{digest}"
-        body.update(zip(KEY_FIELDS, parts))
+        body.update(zip(KEY_FIELDS, parts, strict=True))
     return body
 
 
 # Sent many times each: the first is a fresh send, every later one a replay (200, replayed: true).
 FIXED_BODIES = (
-    {"customer_id": "contract-c1", "event_type": "order_paid", "order_id": 1001, "channel": "transactional",
-     "to": ["Ann <ann@example.com>"], "subject": "Your receipt", "text": "Thanks!"},
-    {"dedup_key": "contract-replay-2", "channel": "payments", "to": "bob@example.org",
-     "cc": [], "subject": "Invoice ✓", "text": "", "html": "<p>Invoice</p>"},
+    {
+        "customer_id": "contract-c1",
+        "event_type": "order_paid",
+        "order_id": 1001,
+        "channel": "transactional",
+        "to": ["Ann <ann@example.com>"],
+        "subject": "Your receipt",
+        "text": "Thanks!",
+    },
+    {
+        "dedup_key": "contract-replay-2",
+        "channel": "payments",
+        "to": "bob@example.org",
+        "cc": [],
+        "subject": "Invoice ✓",
+        "text": "",
+        "html": "<p>Invoice</p>",
+    },
 )
 MISMATCH_KEY = "contract-mismatch-1"  # the first payload wins; every different one gets 422
 
@@ -154,8 +175,11 @@ def known_lookups() -> list[dict[str, str]]:
     by_fields, by_key = FIXED_BODIES
     return [
         {"job_id": _job_id_of(_key_of(by_fields))},
-        {"customer_id": str(by_fields["customer_id"]), "event_type": str(by_fields["event_type"]),
-         "order_id": str(by_fields["order_id"])},
+        {
+            "customer_id": str(by_fields["customer_id"]),
+            "event_type": str(by_fields["event_type"]),
+            "order_id": str(by_fields["order_id"]),
+        },
         {"dedup_key": by_key["dedup_key"]},
         {"job_id": _job_id_of(MISMATCH_KEY)},
     ]
@@ -168,7 +192,7 @@ def repair(body: dict[str, Any]) -> dict[str, Any]:
     for name in ("to", "cc", "bcc"):
         value = body.get(name)
         if isinstance(value, list):
-            value = value[:max(budget, 1 if name == "to" else 0)]
+            value = value[: max(budget, 1 if name == "to" else 0)]
             body[name] = value
             budget -= len(value)
         elif isinstance(value, str):
@@ -178,7 +202,7 @@ def repair(body: dict[str, Any]) -> dict[str, Any]:
         while len(":".join(parts)) > MAX_KEY_CHARS:
             longest = max(range(3), key=lambda i: len(parts[i]))
             parts[longest] = parts[longest][:-1]
-        for name, part in zip(KEY_FIELDS, parts):
+        for name, part in zip(KEY_FIELDS, parts, strict=True):
             if part != str(body[name]):
                 body[name] = part
     for name in ("html", "text"):  # html first: text is required, html optional
@@ -186,7 +210,7 @@ def repair(body: dict[str, Any]) -> dict[str, Any]:
         if size > MAX_BODY_BYTES and isinstance(body.get(name), str):
             excess = size - MAX_BODY_BYTES
             encoded = body[name].encode()
-            body[name] = encoded[:max(0, len(encoded) - excess)].decode("utf-8", "ignore")
+            body[name] = encoded[: max(0, len(encoded) - excess)].decode("utf-8", "ignore")
     return body
 
 
@@ -222,22 +246,35 @@ class KnownJobHook:
 
     def __init__(self, spec: dict[str, Any]):
         parameters = spec["paths"]["/status"]["get"]["parameters"]
-        self._query = jsonschema_rs.Draft202012Validator({
-            "type": "object", "additionalProperties": False, "components": spec["components"],
-            "properties": {p["name"]: p["schema"] for p in parameters}})
+        self._query = jsonschema_rs.Draft202012Validator(
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "components": spec["components"],
+                "properties": {p["name"]: p["schema"] for p in parameters},
+            }
+        )
         self._reconcile = validator(spec, "ReconcileRequest")
 
     def query(self, context: Any, query: Any) -> st.SearchStrategy:
         operation = getattr(context, "operation", None)
-        if (operation is None or operation.path != "/status" or not isinstance(query, dict)
-                or not self._query.is_valid(query)):
+        if (
+            operation is None
+            or operation.path != "/status"
+            or not isinstance(query, dict)
+            or not self._query.is_valid(query)
+        ):
             return st.just(query)
         return st.one_of(st.just(query), st.sampled_from(known_lookups()))
 
     def body(self, context: Any, body: Any) -> st.SearchStrategy:
         operation = getattr(context, "operation", None)
-        if (operation is None or operation.path != "/reconcile" or not isinstance(body, dict)
-                or not self._reconcile.is_valid(body)):
+        if (
+            operation is None
+            or operation.path != "/reconcile"
+            or not isinstance(body, dict)
+            or not self._reconcile.is_valid(body)
+        ):
             return st.just(body)
         job_ids = [lookup["job_id"] for lookup in known_lookups() if "job_id" in lookup]
         return st.one_of(st.just(body), st.sampled_from(job_ids).map(lambda job_id: {**body, "job_id": job_id}))
@@ -320,13 +357,16 @@ class Tally:
 
     def report(self) -> str:
         lines = ["contract run: operation / phase / mode / status -> count"]
-        lines += [f"  {op:16} {phase:9} {mode:9} {status}: {count}"
-                  for (op, phase, mode, status), count in sorted(self.counts.items())]
+        lines += [
+            f"  {op:16} {phase:9} {mode:9} {status}: {count}"
+            for (op, phase, mode, status), count in sorted(self.counts.items())
+        ]
         for title, generated_only in (("generated", True), ("all", False)):
             outcomes = self.outcomes(generated_only)
-            lines.append(f"  /send outcomes ({title}): "
-                         + ", ".join(f"{k} x{v}" for k, v in sorted(outcomes.items())))
+            lines.append(f"  /send outcomes ({title}): " + ", ".join(f"{k} x{v}" for k, v in sorted(outcomes.items())))
         if self.positive_rejections:
-            lines.append("  schema-valid /send bodies refused with 400: "
-                         + "; ".join(f"{k} x{v}" for k, v in self.positive_rejections.most_common()))
+            lines.append(
+                "  schema-valid /send bodies refused with 400: "
+                + "; ".join(f"{k} x{v}" for k, v in self.positive_rejections.most_common())
+            )
         return "\n".join(lines)

@@ -8,11 +8,12 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -31,7 +32,7 @@ class CertServer:
         body = json.dumps({"google-key-1": GOOGLE_CERT}).encode()
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
+            def do_GET(self) -> None:  # http.server API
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -63,20 +64,42 @@ def live_server(firestore_host: str, log_dir: Path, **extra_env: str) -> Iterato
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {
-        "GOOGLE_CLOUD_PROJECT": PROJECT, "FIRESTORE_EMULATOR_HOST": firestore_host,
-        "SAFESEND_DEFAULT_FROM": "Shop <shop@example.com>", "SAFESEND_GMAIL_API_ENDPOINT": "http://127.0.0.1:9/",
-        "SAFESEND_AUTH_HMAC_SECRET": SECRET, "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS": N8N,
+        "GOOGLE_CLOUD_PROJECT": PROJECT,
+        "FIRESTORE_EMULATOR_HOST": firestore_host,
+        "SAFESEND_DEFAULT_FROM": "Shop <shop@example.com>",
+        "SAFESEND_GMAIL_API_ENDPOINT": "http://127.0.0.1:9/",
+        "SAFESEND_AUTH_HMAC_SECRET": SECRET,
+        "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS": N8N,
         "SAFESEND_AUTH_INTERNAL_INVOKERS": TASKS,
         "SAFESEND_AUTH_AUDIENCES": "https://safesend-send-123.us-central1.run.app",
-        "SAFESEND_AUTH_GOOGLE_CERTS_URL": certs.url, "PATH": "/usr/bin:/bin", **extra_env,
+        "SAFESEND_AUTH_GOOGLE_CERTS_URL": certs.url,
+        "PATH": "/usr/bin:/bin",
+        **extra_env,
     }
-    process = ManagedProcess([sys.executable, "-m", "functions_framework", "--source", str(REPO / "devstack" / "local_app.py"),
-                              "--target", "router", "--host", "127.0.0.1", "--port", str(port)],
-                             name="functions-auth", log_dir=log_dir, env=env, cwd=REPO)
+    process = ManagedProcess(
+        [
+            sys.executable,
+            "-m",
+            "functions_framework",
+            "--source",
+            str(REPO / "devstack" / "local_app.py"),
+            "--target",
+            "router",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        name="functions-auth",
+        log_dir=log_dir,
+        env=env,
+        cwd=REPO,
+    )
     process.start()
     try:
-        process.wait_ready(lambda: requests.get(f"{url}/status", timeout=1).status_code == 401, timeout=30,
-                           what="serving HTTP")
+        process.wait_ready(
+            lambda: requests.get(f"{url}/status", timeout=1).status_code == 401, timeout=30, what="serving HTTP"
+        )
         assert process.pid is not None
         yield LiveServer(url, process.pid)
     finally:
@@ -91,14 +114,16 @@ def server(firestore_emulator, tmp_path_factory) -> Iterator[str]:
 
 
 def documents(firestore_emulator) -> int:
-    listing = requests.get(f"http://{firestore_emulator.host}/v1/projects/{PROJECT}/databases/(default)/documents/ai_jobs",
-                           timeout=10)
+    listing = requests.get(
+        f"http://{firestore_emulator.host}/v1/projects/{PROJECT}/databases/(default)/documents/ai_jobs", timeout=10
+    )
     return len(listing.json().get("documents", [])) if listing.status_code == 200 else 0
 
 
 def test_unsigned_and_forged_requests_are_refused_before_the_store(server, firestore_emulator):
-    body = json.dumps({"dedup_key": "live-1", "channel": "transactional", "to": "ann@example.com",
-                       "subject": "s", "text": "t"}).encode()
+    body = json.dumps(
+        {"dedup_key": "live-1", "channel": "transactional", "to": "ann@example.com", "subject": "s", "text": "t"}
+    ).encode()
     headers = {"Content-Type": "application/json"}
     assert requests.post(f"{server}/send", data=body, headers=headers, timeout=10).status_code == 401
     forged = {**headers, SIGNATURE_HEADER: sign(b"x" * 40, int(time.time()), body)}
@@ -110,14 +135,18 @@ def test_unsigned_and_forged_requests_are_refused_before_the_store(server, fires
 
 
 def test_signed_requests_get_through_to_validation_and_the_store(server):
-    body = json.dumps({"dedup_key": "live-2", "channel": "no-such-channel", "to": "ann@example.com",
-                       "subject": "s", "text": "t"}).encode()
+    body = json.dumps(
+        {"dedup_key": "live-2", "channel": "no-such-channel", "to": "ann@example.com", "subject": "s", "text": "t"}
+    ).encode()
     headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(SECRET.encode(), int(time.time()), body)}
     response = requests.post(f"{server}/send", data=body, headers=headers, timeout=10)
     assert response.status_code == 400 and "channel" in response.json()["fields"]
     query = "job_id=" + "0" * 32
-    status = requests.get(f"{server}/status?{query}", timeout=10,
-                          headers={SIGNATURE_HEADER: sign(SECRET.encode(), int(time.time()), query.encode())})
+    status = requests.get(
+        f"{server}/status?{query}",
+        timeout=10,
+        headers={SIGNATURE_HEADER: sign(SECRET.encode(), int(time.time()), query.encode())},
+    )
     assert status.status_code == 404
 
 

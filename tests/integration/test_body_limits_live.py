@@ -10,12 +10,12 @@ connection after its 413 may also show up as a reset, which is accepted.
 
 from __future__ import annotations
 
-import os
+import contextlib
 import select
 import socket
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 import requests
@@ -51,21 +51,22 @@ def memory_kib(pid: int, field: str) -> int:
 
 def reset_peak(pid: int) -> None:
     """Reset VmHWM (Linux >= 4.0) so the peak measured is this test's; harmless where refused."""
-    try:
+    with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/clear_refs").write_text("5")
-    except OSError:
-        pass
 
 
 def content_length_upload(total: int) -> tuple[bytes, Iterator[bytes]]:
-    head = (f"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {total}\r\n\r\n").encode()
+    head = (
+        f"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {total}\r\n\r\n"
+    ).encode()
     return head, (CHUNK for _ in range(total // len(CHUNK)))
 
 
 def chunked_upload(total: int) -> tuple[bytes, Iterator[bytes]]:
-    head = (b"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n")
+    head = (
+        b"POST /send HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
     frame = b"%x\r\n" % len(CHUNK) + CHUNK + b"\r\n"
     return head, _frames(frame, total // len(CHUNK))
 

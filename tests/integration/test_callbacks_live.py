@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -75,8 +75,9 @@ def test_without_the_api_key_the_local_stack_answers_401(stack, n8n):
     """Issue 9.6: the local stack runs with auth on by default, so a missing key shows up locally."""
     response = requests.post(f"{stack.url}/send", json=n8n.job(), timeout=10)
     assert response.status_code == 401 and "API key" in response.json()["message"]
-    wrong = requests.post(f"{stack.url}/send", json=n8n.job(), timeout=10,
-                          headers={"Authorization": f"Bearer {stack.api_key[:-1]}x"})
+    wrong = requests.post(
+        f"{stack.url}/send", json=n8n.job(), timeout=10, headers={"Authorization": f"Bearer {stack.api_key[:-1]}x"}
+    )
     assert wrong.status_code == 401
 
 

@@ -10,9 +10,10 @@ import json
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from google.api_core import exceptions as gexc
@@ -29,11 +30,16 @@ class Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server API
+            def do_POST(self) -> None:  # http.server API
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                outer.deliveries.append({"path": self.path,
-                                         "headers": {k.lower(): v for k, v in self.headers.items()},
-                                         "body": json.loads(body or b"{}"), "at": time.time()})
+                outer.deliveries.append(
+                    {
+                        "path": self.path,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                        "body": json.loads(body or b"{}"),
+                        "at": time.time(),
+                    }
+                )
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -74,7 +80,7 @@ def queue(tasks_emulator) -> str:
 
 def test_check_is_dispatched_at_its_time_with_job_and_step(tasks_emulator, queue, receiver):
     scheduler = CloudTasksScheduler(queue, receiver.url, emulator_host=tasks_emulator.host)
-    at = datetime.now(timezone.utc) + timedelta(seconds=1.5)
+    at = datetime.now(UTC) + timedelta(seconds=1.5)
     scheduler.schedule_check("abc123", "a1-c0", at)
     assert receiver.deliveries == []  # not before its time
     [delivery] = receiver.wait_for(1)
@@ -85,11 +91,12 @@ def test_check_is_dispatched_at_its_time_with_job_and_step(tasks_emulator, queue
 
 
 def test_repeated_enqueue_is_delivered_twice_by_the_emulator_which_reconcile_must_tolerate(
-        tasks_emulator, queue, receiver):
+    tasks_emulator, queue, receiver
+):
     """The emulator has no name dedup: both copies arrive. The service-level duplicate-delivery
     tests (test_stack.py) prove reconcile is idempotent under exactly this."""
     scheduler = CloudTasksScheduler(queue, receiver.url, emulator_host=tasks_emulator.host)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     scheduler.schedule_check("dup1", "a1-c0", now)
     scheduler.schedule_check("dup1", "a1-c0", now)
     deliveries = receiver.wait_for(2)
@@ -110,26 +117,35 @@ class RecordingClient:
 def test_already_exists_from_the_real_api_counts_as_scheduled():
     client = RecordingClient(gexc.AlreadyExists("task exists"))
     scheduler = CloudTasksScheduler("projects/p/locations/l/queues/q", "https://r.example/x", client=client)
-    scheduler.schedule_check("job1", "a1-c0", datetime.now(timezone.utc))  # must not raise
+    scheduler.schedule_check("job1", "a1-c0", datetime.now(UTC))  # must not raise
     assert client.calls[0]["task"]["name"] == "projects/p/locations/l/queues/q/tasks/job1-a1-c0"
 
 
 def test_other_api_errors_become_scheduler_errors():
-    scheduler = CloudTasksScheduler("projects/p/locations/l/queues/q", "https://r.example/x",
-                                    client=RecordingClient(gexc.ServiceUnavailable("down")))
+    scheduler = CloudTasksScheduler(
+        "projects/p/locations/l/queues/q",
+        "https://r.example/x",
+        client=RecordingClient(gexc.ServiceUnavailable("down")),
+    )
     with pytest.raises(SchedulerError):
-        scheduler.schedule_check("job1", "a1-c0", datetime.now(timezone.utc))
+        scheduler.schedule_check("job1", "a1-c0", datetime.now(UTC))
 
 
 def test_task_carries_an_oidc_token_for_the_reconcile_url_when_configured():
-    scheduler = CloudTasksScheduler("projects/p/locations/l/queues/q", "https://reconcile.example/run",
-                                    service_account_email="tasks@p.iam.gserviceaccount.com")
-    task = scheduler.build_task("job1", "a2-c3", datetime(2026, 11, 29, tzinfo=timezone.utc))
+    scheduler = CloudTasksScheduler(
+        "projects/p/locations/l/queues/q",
+        "https://reconcile.example/run",
+        service_account_email="tasks@p.iam.gserviceaccount.com",
+    )
+    task = scheduler.build_task("job1", "a2-c3", datetime(2026, 11, 29, tzinfo=UTC))
     assert task["http_request"]["oidc_token"] == {
-        "service_account_email": "tasks@p.iam.gserviceaccount.com", "audience": "https://reconcile.example/run"}
+        "service_account_email": "tasks@p.iam.gserviceaccount.com",
+        "audience": "https://reconcile.example/run",
+    }
     assert task["name"].endswith("/tasks/job1-a2-c3")
-    assert CloudTasksScheduler("q", "u").build_task("j", "s", datetime.now(timezone.utc))[
-        "http_request"].get("oidc_token") is None
+    assert (
+        CloudTasksScheduler("q", "u").build_task("j", "s", datetime.now(UTC))["http_request"].get("oidc_token") is None
+    )
 
 
 def test_names_differ_per_step_so_later_checks_are_never_deduplicated_away():
@@ -140,10 +156,12 @@ def test_names_differ_per_step_so_later_checks_are_never_deduplicated_away():
 
 def test_unreachable_tasks_service_raises_scheduler_error():
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
-    scheduler = CloudTasksScheduler("projects/p/locations/l/queues/q", "http://127.0.0.1:1/x",
-                                    emulator_host=dead, timeout_s=1.0)
+    scheduler = CloudTasksScheduler(
+        "projects/p/locations/l/queues/q", "http://127.0.0.1:1/x", emulator_host=dead, timeout_s=1.0
+    )
     with pytest.raises(SchedulerError):
-        scheduler.schedule_check("job1", "a1-c0", datetime.now(timezone.utc))
+        scheduler.schedule_check("job1", "a1-c0", datetime.now(UTC))

@@ -19,23 +19,30 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
+from playwright.sync_api import Browser, Page, expect, sync_playwright  # requirements-dev.txt
 
 from devstack.stack import REPO_ROOT, LocalStack, StackConfig
-
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # requirements-dev.txt
 
 pytestmark = pytest.mark.integration
 
 CHROMIUM = os.environ.get("SAFESEND_CHROMIUM", "/usr/bin/chromium")
 # As root, in a sandbox with no outside network: these keep Chromium from phoning home at every start.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 REVIEWER = "dev@localhost"
@@ -54,10 +61,12 @@ def stack() -> Iterator[LocalStack]:
     running = LocalStack(StackConfig())
     # The console's local settings (the stack may set them too; these win): a development identity,
     # shown in a red banner, accepted from loopback only; CSRF tokens; our own origin.
-    running.config.service_env = {**running.config.service_env,
-                                  "SAFESEND_REVIEW_DEV_IDENTITY": REVIEWER,
-                                  "SAFESEND_REVIEW_CSRF_SECRET": uuid.uuid4().hex + uuid.uuid4().hex,
-                                  "SAFESEND_REVIEW_CONSOLE_URL": running.url}
+    running.config.service_env = {
+        **running.config.service_env,
+        "SAFESEND_REVIEW_DEV_IDENTITY": REVIEWER,
+        "SAFESEND_REVIEW_CSRF_SECRET": uuid.uuid4().hex + uuid.uuid4().hex,
+        "SAFESEND_REVIEW_CONSOLE_URL": running.url,
+    }
     with running:
         probe = requests.get(f"{running.url}/review", timeout=10)
         if probe.status_code == 404:
@@ -82,8 +91,10 @@ def page(browser: Browser, stack: LocalStack) -> Iterator[Page]:
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda exc: errors.append(str(exc)))
-    opened.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" and not EXPECTED.search(msg.text)
-              else None)
+    opened.on(
+        "console",
+        lambda msg: errors.append(msg.text) if msg.type == "error" and not EXPECTED.search(msg.text) else None,
+    )
     try:
         yield opened
     finally:
@@ -101,16 +112,22 @@ def clean_relay(stack: LocalStack) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def shots(stack: LocalStack) -> Path:
     configured = os.environ.get("SAFESEND_SCREENSHOT_DIR")
-    folder = (REPO_ROOT / configured) if configured and not os.path.isabs(configured) else \
-        Path(configured) if configured else stack.log_dir / "screenshots"
+    folder = (
+        (REPO_ROOT / configured)
+        if configured and not os.path.isabs(configured)
+        else Path(configured)
+        if configured
+        else stack.log_dir / "screenshots"
+    )
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
 # ----------------------------------------------------------------------------- helpers
 def status(stack: LocalStack, job_id: str) -> dict[str, Any]:
-    response = requests.get(f"{stack.url}/status", params={"job_id": job_id}, headers=stack.caller_headers(),
-                            timeout=10)
+    response = requests.get(
+        f"{stack.url}/status", params={"job_id": job_id}, headers=stack.caller_headers(), timeout=10
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -132,9 +149,16 @@ def faulted_review_job(stack: LocalStack, subject: str = SUBJECT) -> dict[str, A
     """A `payments` send that Gmail never got, though safesend cannot know: the relay fails it
     before forwarding. The channel never resends on a guess, so after the window it is in review."""
     stack.relay.set_mode("fail-before-forward", count=1)
-    body = {"customer_id": f"cust-{uuid.uuid4().hex[:10]}", "event_type": "payout_sent", "order_id": "1001",
-            "channel": "payments", "to": ["Ann Lee <ann.lee@example.com>"], "cc": ["audit@example.com"],
-            "subject": subject, "text": BODY}
+    body = {
+        "customer_id": f"cust-{uuid.uuid4().hex[:10]}",
+        "event_type": "payout_sent",
+        "order_id": "1001",
+        "channel": "payments",
+        "to": ["Ann Lee <ann.lee@example.com>"],
+        "cc": ["audit@example.com"],
+        "subject": subject,
+        "text": BODY,
+    }
     response = requests.post(f"{stack.url}/send", json=body, headers=stack.caller_headers(), timeout=30)
     assert response.status_code == 202 and response.json()["state"] == "unknown", response.text
     view = wait_for_state(stack, response.json()["job_id"], {"review", "sent", "failed", "cancelled"})
@@ -225,10 +249,16 @@ def test_a_reviewer_resends_an_item_a_faulted_send_put_in_review(page, browser, 
     assert message_id in text and job_id in text and "Outcome unknown" in text and "Mailbox searched" in text
     assert "a***@example.com" in text and "ann.lee@example.com" not in text  # masked like the logs
     assert BODY not in page.content()  # never the body
-    assert page.locator("a", has_text="Search Gmail").get_attribute("href").startswith(
-        "https://mail.google.com/mail/u/0/#search/rfc822msgid%3A")
-    assert [b.get_attribute("value") for b in page.locator("button[name=decision]").all()] == \
-        ["resend", "mark_sent", "cancel"]
+    assert (
+        page.locator("a", has_text="Search Gmail")
+        .get_attribute("href")
+        .startswith("https://mail.google.com/mail/u/0/#search/rfc822msgid%3A")
+    )
+    assert [b.get_attribute("value") for b in page.locator("button[name=decision]").all()] == [
+        "resend",
+        "mark_sent",
+        "cancel",
+    ]
     page.screenshot(path=str(shots / "console-item.png"), full_page=True)
 
     decide(page, "Resend", "Not in the mailbox (searched it); resending.")
@@ -296,9 +326,11 @@ def test_a_double_click_has_one_effect(page, stack):
     assert flash(page) == "resent"
     assert wait_for_state(stack, view["job_id"], {"sent"})["attempts"] == 2
     # The same form posted again, as a browser without our script would: replayed, never applied twice.
-    again = page.request.post(f"/review/items/{view['job_id']}/decision",
-                              form={**form, "decision": "resend", "note": "double click"},
-                              headers={"Origin": stack.url})
+    again = page.request.post(
+        f"/review/items/{view['job_id']}/decision",
+        form={**form, "decision": "resend", "note": "double click"},
+        headers={"Origin": stack.url},
+    )
     assert again.ok and parse_qs(urlsplit(again.url).query)["result"] == ["replayed"]
     time.sleep(1.5)
     assert effects(stack, view["message_id"]) == 1
@@ -327,8 +359,10 @@ def test_a_cross_site_post_is_refused(page, stack):
     view = faulted_review_job(stack, "Payout 5005 — forged")
     open_item(page, {**view, "subject_shown": "Payout 5005 — forged"})
     form = {name: page.locator(f"input[name={name}]").input_value() for name in ("review_id", "csrf")}
-    forged = page.request.post(f"/review/items/{view['job_id']}/decision",
-                               form={**form, "decision": "resend", "note": ""},
-                               headers={"Origin": "https://evil.example"})
+    forged = page.request.post(
+        f"/review/items/{view['job_id']}/decision",
+        form={**form, "decision": "resend", "note": ""},
+        headers={"Origin": "https://evil.example"},
+    )
     assert forged.status == 403 and re.search("Decision refused", forged.text())
     assert status(stack, view["job_id"])["state"] == "review" and effects(stack, view["message_id"]) == 0

@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from devstack.drill import (
-    DROPPED, MOCK, Drill, DrillSettings, main, mailbox_kind_for, make_cut_send, render_markdown, run_mock,
+    DROPPED,
+    MOCK,
+    Drill,
+    DrillSettings,
+    mailbox_kind_for,
+    main,
+    make_cut_send,
+    render_markdown,
+    run_mock,
     write_report,
 )
 from devstack.gmail_sim import GmailSimulator
@@ -34,8 +42,15 @@ def within(measured: float | None, lag: float) -> bool:
 
 
 def test_drill_measures_the_simulators_lags_and_says_mock(tmp_path):
-    settings = DrillSettings(to="sink@example.com", count=3, dropped=2, poll_s=POLL_S, max_wait_s=8.0,
-                             spacing_s=0.25, message_id_domain="drill.safesend.localhost")
+    settings = DrillSettings(
+        to="sink@example.com",
+        count=3,
+        dropped=2,
+        poll_s=POLL_S,
+        max_wait_s=8.0,
+        spacing_s=0.25,
+        message_id_domain="drill.safesend.localhost",
+    )
     lines: list[str] = []
     report = run_mock(settings, INDEX_LAG_S, HISTORY_LAG_S, progress=lines.append)
 
@@ -70,8 +85,15 @@ def test_drill_measures_the_simulators_lags_and_says_mock(tmp_path):
 
 
 def test_drill_counts_rewritten_message_ids():
-    settings = DrillSettings(to="sink@example.com", count=2, dropped=1, poll_s=POLL_S, max_wait_s=2.0,
-                             spacing_s=0.1, message_id_domain="drill.safesend.localhost")
+    settings = DrillSettings(
+        to="sink@example.com",
+        count=2,
+        dropped=1,
+        poll_s=POLL_S,
+        max_wait_s=2.0,
+        spacing_s=0.1,
+        message_id_domain="drill.safesend.localhost",
+    )
     with GmailSimulator(index_lag_s=0.3) as sim:
         sim.set_rewrite_message_ids(True)
         mailer = GmailMailer(api_endpoint=sim.url, send_timeout_s=5.0, read_timeout_s=5.0)
@@ -92,10 +114,33 @@ def test_drill_counts_rewritten_message_ids():
 
 def test_cli_mock_run_writes_json_and_markdown(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "devstack.drill", "--mock", "--count", "1", "--dropped", "1", "--poll-s", "0.1",
-         "--spacing-s", "0.1", "--max-wait-s", "5", "--mock-index-lag", "0.3", "--mock-history-lag", "0.1",
-         "--out", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "devstack.drill",
+            "--mock",
+            "--count",
+            "1",
+            "--dropped",
+            "1",
+            "--poll-s",
+            "0.1",
+            "--spacing-s",
+            "0.1",
+            "--max-wait-s",
+            "5",
+            "--mock-index-lag",
+            "0.3",
+            "--mock-history-lag",
+            "0.1",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     (json_file,) = tmp_path.glob("drill-mock-*.json")
     (md_file,) = tmp_path.glob("drill-mock-*.md")
@@ -115,12 +160,15 @@ def test_live_mode_needs_a_sink_and_readable_credentials(tmp_path, capsys):
     assert main(["--mock", "--count", "0", "--dropped", "0"], env={}) == 2
 
 
-@pytest.mark.parametrize("address, delegated, forced, kind", [
-    ("ann@gmail.com", None, "auto", "consumer"),
-    ("ann@googlemail.com", None, "auto", "consumer"),
-    ("support@example.com", None, "auto", "Workspace"),
-    ("ann@gmail.com", "support@example.com", "auto", "Workspace"),
-    ("support@example.com", None, "consumer", "consumer"),
-])
+@pytest.mark.parametrize(
+    "address, delegated, forced, kind",
+    [
+        ("ann@gmail.com", None, "auto", "consumer"),
+        ("ann@googlemail.com", None, "auto", "consumer"),
+        ("support@example.com", None, "auto", "Workspace"),
+        ("ann@gmail.com", "support@example.com", "auto", "Workspace"),
+        ("support@example.com", None, "consumer", "consumer"),
+    ],
+)
 def test_mailbox_kind(address, delegated, forced, kind):
     assert mailbox_kind_for(address, delegated, forced) == kind

@@ -130,7 +130,7 @@ def _proc_listen_addresses(port: int) -> list[tuple[str, int]]:
                 continue
             raw = bytes.fromhex(address_hex)
             # the kernel prints each 32-bit word in host (little-endian) order
-            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, width, 4))
+            packed = b"".join(raw[i : i + 4][::-1] for i in range(0, width, 4))
             address = ipaddress.ip_address(packed)
             mapped = getattr(address, "ipv4_mapped", None)
             result.append((str(mapped or address), port))
@@ -194,9 +194,7 @@ def test_firestore_write_read_transaction_reset(
 # ----------------------------------------------------------------------------- Pub/Sub
 
 
-def test_pubsub_publish_pull_with_attributes(
-    pubsub_emulator: PubSubEmulator, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_pubsub_publish_pull_with_attributes(pubsub_emulator: PubSubEmulator, monkeypatch: pytest.MonkeyPatch) -> None:
     from google.cloud import pubsub_v1
 
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", pubsub_emulator.host)
@@ -236,11 +234,9 @@ def test_pubsub_publish_pull_with_attributes(
 class _Recorder(BaseHTTPRequestHandler):
     received: queue.Queue[dict[str, Any]]
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
+    def do_POST(self) -> None:  # http.server API
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.received.put(
-            {"at": time.time(), "path": self.path, "headers": dict(self.headers.items()), "body": body}
-        )
+        self.received.put({"at": time.time(), "path": self.path, "headers": dict(self.headers.items()), "body": body})
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -494,7 +490,7 @@ def test_missing_installations_fail_loudly(tmp_path: Path) -> None:
     assert str(expected_jar) in str(firestore_error.value)
     with pytest.raises(EmulatorMissingError, match="google-cloud-cli-pubsub-emulator"):
         PubSubEmulator(sdk_root=tmp_path, log_dir=tmp_path).start()
-    with pytest.raises(EmulatorMissingError, match="scripts/bootstrap.sh"):
+    with pytest.raises(EmulatorMissingError, match=r"scripts/bootstrap\.sh"):
         CloudTasksEmulator(venv=tmp_path / "no-venv", log_dir=tmp_path).start()
     with pytest.raises(ValueError):
         CloudTasksEmulator(max_retries=-1)

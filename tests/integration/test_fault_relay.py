@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import itertools
 import json
 import os
 import signal
@@ -17,17 +18,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import httplib2
 import pytest
 from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
-from tests.integration.process_io import read_line_bounded
 from devstack.gmail_sim import GmailSimulator
 from devstack.relay import MODES, FaultRelay
+from tests.integration.process_io import read_line_bounded
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # What a dropped connection surfaces as through httplib2 (RemoteDisconnected is both of these).
@@ -65,7 +67,7 @@ def send(gmail: Any, message_id: str = "<relay.1@safesend.test>") -> dict:
     return gmail.send(userId="me", body={"raw": raw}).execute()
 
 
-def relay_control(relay_url: str, method: str, path: str, payload: Optional[dict] = None) -> tuple[int, dict]:
+def relay_control(relay_url: str, method: str, path: str, payload: dict | None = None) -> tuple[int, dict]:
     port = int(relay_url.rstrip("/").rsplit(":", 1)[1])
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
@@ -333,7 +335,7 @@ def test_trickle_response_forwards_then_dribbles_the_real_answer_byte_by_byte(
     data, arrivals = read_trickled(relay.port, request, 12, timeout=0.5)  # each read waits at most 0.5 s
     assert data == b"HTTP/1.1 200"
     assert len(arrivals) == 12  # one byte per read: the answer is dribbled, not written at once
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     assert min(gaps) >= 0.03 and max(gaps) < 0.5
     stats = relay.stats()
     assert stats["faulted"]["trickle-response"] == 1 and stats["forwarded"] == 1
@@ -354,8 +356,9 @@ def test_trickle_response_delivers_a_complete_answer_to_a_patient_client(
 def test_trickle_response_is_cut_short_by_stop(sim: GmailSimulator) -> None:
     fault_relay = FaultRelay(sim.url).start()
     try:
-        status, body = relay_control(fault_relay.url, "POST", "/_relay/mode",
-                                     {"mode": "trickle-response", "match": "all", "delay_s": 60.0})
+        status, body = relay_control(
+            fault_relay.url, "POST", "/_relay/mode", {"mode": "trickle-response", "match": "all", "delay_s": 60.0}
+        )
         assert status == 200 and body["mode"] == "trickle-response" and body["delay_s"] == 60.0
         conn = socket.create_connection(("127.0.0.1", fault_relay.port), timeout=10)
         conn.sendall(b"GET /gmail/v1/users/me/messages HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -25,20 +25,20 @@ import json
 import os
 import random
 import sys
-import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import requests
 
 from devstack import relay as relay_module
-from devstack.chaos import (ChaosAction, ChaosRunner, RecordingSweepTicker, RelayCycler)
+from devstack.chaos import ChaosAction, ChaosRunner, RecordingSweepTicker, RelayCycler
 from devstack.stack import LocalStack, StackConfig
 
 pytestmark = pytest.mark.integration
@@ -83,8 +83,9 @@ class Phase:
 PHASES = [
     Phase("inside-window", 0.5, {"SAFESEND_UNKNOWN_WINDOW_S": "3"}, beyond_window=False),
     # SAFESEND_RETRY_HORIZON_S is left at its default (3600 s).
-    Phase("beyond-window", 4.0, {"SAFESEND_UNKNOWN_WINDOW_S": "3", "SAFESEND_VERIFY_HORIZON_S": "10"},
-          beyond_window=True),
+    Phase(
+        "beyond-window", 4.0, {"SAFESEND_UNKNOWN_WINDOW_S": "3", "SAFESEND_VERIFY_HORIZON_S": "10"}, beyond_window=True
+    ),
 ]
 
 
@@ -134,13 +135,27 @@ def plan_jobs(rng: random.Random, phase: Phase, seed: int) -> list[JobSpec]:
     jobs = []
     for i in range(N_JOBS):
         channel = "transactional" if rng.random() < 0.55 else "payments"
-        body = {"customer_id": f"storm-{seed}-{phase.name}-{i:03d}", "event_type": "order_paid",
-                "order_id": str(1000 + i), "channel": channel, "to": [f"buyer{i}@example.com"],
-                "subject": f"Your receipt {i}", "text": f"Thanks for order {1000 + i}."}
+        body = {
+            "customer_id": f"storm-{seed}-{phase.name}-{i:03d}",
+            "event_type": "order_paid",
+            "order_id": str(1000 + i),
+            "channel": channel,
+            "to": [f"buyer{i}@example.com"],
+            "subject": f"Your receipt {i}",
+            "text": f"Thanks for order {1000 + i}.",
+        }
         key = compose_dedup_key(body["customer_id"], body["event_type"], body["order_id"])
-        jobs.append(JobSpec(i, body, job_id_for(key), message_id_for(key, MESSAGE_ID_DOMAIN), channel,
-                            webhooks=rng.choice((1, 2, 2, 3)),
-                            start_at_s=i * ARRIVAL_SPACING_S + rng.uniform(0.0, 0.1)))
+        jobs.append(
+            JobSpec(
+                i,
+                body,
+                job_id_for(key),
+                message_id_for(key, MESSAGE_ID_DOMAIN),
+                channel,
+                webhooks=rng.choice((1, 2, 2, 3)),
+                start_at_s=i * ARRIVAL_SPACING_S + rng.uniform(0.0, 0.1),
+            )
+        )
     spread = N_JOBS // (len(CRASH_POINTS) + 1)
     for k, point in enumerate(CRASH_POINTS):
         if spread:
@@ -197,9 +212,8 @@ def get_status(url: str, job_id: str, auth: dict[str, str], tries: int = 10) -> 
 def is_settled(view: dict[str, Any] | None, phase: Phase) -> bool:
     if view is None or view.get("state") not in SETTLED:
         return False
-    if phase.beyond_window and view["state"] == "sent" and view.get("next_check_at") is not None:
-        return False  # a verification check is still pending
-    return True
+    # Not settled while a verification check is still pending.
+    return not (phase.beyond_window and view["state"] == "sent" and view.get("next_check_at") is not None)
 
 
 # --------------------------------------------------------------------------- the storm
@@ -232,8 +246,10 @@ class Storm:
         hold = lambda: rng.uniform(2.0, MAX_PLANNED_FREEZE_S)  # noqa: E731
         actions = [ChaosAction(at(f), "kill_worker") for f in (0.15, 0.45, 0.75)]
         actions += [ChaosAction(at(f), "freeze", "firestore", hold()) for f in (0.3, 0.6)]
-        actions += [ChaosAction(at(0.9), "freeze", "pubsub", hold()),
-                    ChaosAction(traffic_s + 3.0 + rng.uniform(0.0, 1.0), "freeze", "pubsub", hold())]
+        actions += [
+            ChaosAction(at(0.9), "freeze", "pubsub", hold()),
+            ChaosAction(traffic_s + 3.0 + rng.uniform(0.0, 1.0), "freeze", "pubsub", hold()),
+        ]
         return actions
 
     def run(self) -> None:
@@ -244,8 +260,10 @@ class Storm:
         self.cycler = RelayCycler(stack.relay, relay_module.MODES, random.Random(f"{self.seed}/relay")).start()
         self.chaos = ChaosRunner(
             self.chaos_actions(traffic_s),
-            groups={"firestore": lambda: stack.process_groups()["firestore"],
-                    "pubsub": lambda: stack.process_groups()["pubsub"]},
+            groups={
+                "firestore": lambda: stack.process_groups()["firestore"],
+                "pubsub": lambda: stack.process_groups()["pubsub"],
+            },
             functions_master_pid=lambda: stack.functions.pid if stack.functions else None,
             functions_ready=stack.functions_serving,
         ).start()
@@ -277,8 +295,10 @@ class Storm:
     def _traffic(self) -> None:
         url = self.stack.url
         started = time.monotonic()
-        schedule = sorted(((j.start_at_s, j, n) for j in self.jobs for n in range(1, j.webhooks + 1)),
-                          key=lambda item: (item[0], item[1].index, item[2]))
+        schedule = sorted(
+            ((j.start_at_s, j, n) for j in self.jobs for n in range(1, j.webhooks + 1)),
+            key=lambda item: (item[0], item[1].index, item[2]),
+        )
         with ThreadPoolExecutor(max_workers=48, thread_name_prefix="n8n") as pool:
             futures = []
             for start_at, job, number in schedule:
@@ -286,7 +306,7 @@ class Storm:
                 if delay > 0:
                     time.sleep(delay)
                 futures.append(pool.submit(fire_webhook, url, job, number, self.stack.caller_headers()))
-            done, not_done = wait(futures, timeout=TRAFFIC_TAIL_S)
+            _done, not_done = wait(futures, timeout=TRAFFIC_TAIL_S)
             for future in not_done:
                 future.cancel()
             assert not not_done, f"{len(not_done)} webhooks still running {TRAFFIC_TAIL_S}s after the last start"
@@ -295,7 +315,7 @@ class Storm:
     def _fetch_views(self, job_ids: list[str]) -> dict[str, dict[str, Any] | None]:
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix="status") as pool:
             auth = self.stack.caller_headers()
-            return dict(zip(job_ids, pool.map(lambda jid: get_status(self.stack.url, jid, auth), job_ids)))
+            return dict(zip(job_ids, pool.map(lambda jid: get_status(self.stack.url, jid, auth), job_ids), strict=True))
 
     def _settle(self) -> None:
         pending = [j.job_id for j in self.jobs]
@@ -324,12 +344,14 @@ class Storm:
                 response = subscriber.pull(subscription=self.stack.subscription_path, max_messages=500, timeout=2)
                 received = response.received_messages
                 if received:
-                    subscriber.acknowledge(subscription=self.stack.subscription_path,
-                                           ack_ids=[m.ack_id for m in received])
+                    subscriber.acknowledge(
+                        subscription=self.stack.subscription_path, ack_ids=[m.ack_id for m in received]
+                    )
                 for message in received:
                     attributes = dict(message.message.attributes)
                     self.review_items[attributes.get("job_id", "?")].append(
-                        {"attributes": attributes, "data": json.loads(message.message.data)})
+                        {"attributes": attributes, "data": json.loads(message.message.data)}
+                    )
                 empty_pulls = 0 if received else empty_pulls + 1
                 missing = self._jobs_missing_review_items()
                 if (not missing and empty_pulls >= 2) or time.monotonic() > deadline:
@@ -421,18 +443,20 @@ class Storm:
                 elif t.trace in self.claimed_traces:
                     failures["503 after a claim"].append(f"{t.job_id} try {t.number}: {str(t.body)[:120]}")
         if any(t.status == 503 for h in self.webhooks for t in h.tries) and not self.claimed_traces:
-            failures["harness: no \"job claimed\" log lines, a 503 cannot be placed before/after a claim"].append(
-                str(self.stack.functions.log_path if self.stack.functions else None))
+            failures['harness: no "job claimed" log lines, a 503 cannot be placed before/after a claim'].append(
+                str(self.stack.functions.log_path if self.stack.functions else None)
+            )
         faulted = self.relay_stats.get("faulted", {})
         for mode in relay_module.MODES:
             if mode != "forward-and-respond" and not faulted.get(mode):
                 failures["harness: relay mode never applied"].append(mode)
-        for entry in (self.chaos.log if self.chaos else []):
+        for entry in self.chaos.log if self.chaos else []:
             if "error" in entry:
                 failures["harness: chaos action failed"].append(json.dumps(entry))
         if self.chaos and len(self.chaos.log) < len(self.chaos.actions):
             failures["harness: chaos actions not run in time"].append(
-                f"{len(self.chaos.log)} of {len(self.chaos.actions)} ran")
+                f"{len(self.chaos.log)} of {len(self.chaos.actions)} ran"
+            )
         return {k: v for k, v in failures.items() if v}
 
     # ------------------------------------------------------------------ reporting
@@ -446,9 +470,13 @@ class Storm:
         copies = Counter(e["message_id"] for e in self.effects)
         copies_hist = Counter(min(copies.get(j.message_id, 0), 3) for j in self.jobs)
         views = [self.views.get(j.job_id) for j in self.jobs]
-        states = Counter((v["state"] + (f"/{v['review_reason']}" if v.get("review_reason") else "")) if v
-                         else "missing" for v in views)
-        by_channel = Counter(f"{j.channel}:{v['state'] if v else 'missing'}" for j, v in zip(self.jobs, views))
+        states = Counter(
+            (v["state"] + (f"/{v['review_reason']}" if v.get("review_reason") else "")) if v else "missing"
+            for v in views
+        )
+        by_channel = Counter(
+            f"{j.channel}:{v['state'] if v else 'missing'}" for j, v in zip(self.jobs, views, strict=True)
+        )
         review_reasons = Counter(i["attributes"].get("reason") for items in self.review_items.values() for i in items)
         chaos = self.chaos.counts() if self.chaos else Counter()
         frozen = [e for e in (self.chaos.log if self.chaos else []) if e.get("action", "").startswith("freeze")]
@@ -479,9 +507,11 @@ class Storm:
         slow = [t for t in tries if t.elapsed_s > WEBHOOK_TIMEOUT_S + 5]
         long_freezes = [e for e in frozen if (e.get("frozen_s") or 0) > 3 * MAX_PLANNED_FREEZE_S]
         if slow or long_freezes:  # e.g. the machine swapped or another job hit the OOM killer
-            lines.append(f"NOTE: this machine stalled during the run ({len(slow)} webhook tries took longer than "
-                         f"their {WEBHOOK_TIMEOUT_S:.0f}s timeout; freezes lasted "
-                         f"{[e.get('frozen_s') for e in long_freezes]}s): timings above are not representative")
+            lines.append(
+                f"NOTE: this machine stalled during the run ({len(slow)} webhook tries took longer than "
+                f"their {WEBHOOK_TIMEOUT_S:.0f}s timeout; freezes lasted "
+                f"{[e.get('frozen_s') for e in long_freezes]}s): timings above are not representative"
+            )
         if failures:
             lines.append("FAILURES")
             for kind, items in failures.items():
@@ -499,10 +529,15 @@ class Storm:
         copies = sum(1 for e in self.effects if e["message_id"] == job.message_id)
         hooks = "; ".join(
             f"w{h.number}: " + ",".join(str(t.status) if t.status is not None else t.error or "?" for t in h.tries)
-            for h in self.webhooks if h.job_id == job_id)
-        out = [f"    job {job_id} channel={job.channel} crash_point={job.crash_point} state={view.get('state')} "
-               f"review_reason={view.get('review_reason')} attempts={view.get('attempts')} copies={copies} "
-               f"error={json.dumps(view.get('error'))[:160]}", f"      webhooks {hooks}"]
+            for h in self.webhooks
+            if h.job_id == job_id
+        )
+        out = [
+            f"    job {job_id} channel={job.channel} crash_point={job.crash_point} state={view.get('state')} "
+            f"review_reason={view.get('review_reason')} attempts={view.get('attempts')} copies={copies} "
+            f"error={json.dumps(view.get('error'))[:160]}",
+            f"      webhooks {hooks}",
+        ]
         t0 = None
         for event in view.get("events") or []:
             at = event.get("at") or ""
@@ -523,14 +558,26 @@ class Storm:
     def write_report(self, failures: dict[str, list[str]]) -> str:
         path = self.stack.log_dir / "storm-report.json"
         report = {
-            "phase": self.phase.name, "seed": self.seed, "timings": self.timings, "failures": failures,
-            "chaos": self.chaos.log if self.chaos else [], "relay": self.cycler.log if self.cycler else [],
+            "phase": self.phase.name,
+            "seed": self.seed,
+            "timings": self.timings,
+            "failures": failures,
+            "chaos": self.chaos.log if self.chaos else [],
+            "relay": self.cycler.log if self.cycler else [],
             "relay_stats": self.relay_stats,
-            "jobs": [{"index": j.index, "job_id": j.job_id, "channel": j.channel, "webhooks": j.webhooks,
-                      "crash_point": j.crash_point,
-                      "copies": sum(1 for e in self.effects if e["message_id"] == j.message_id),
-                      "view": self.views.get(j.job_id), "review_items": self.review_items.get(j.job_id, [])}
-                     for j in self.jobs],
+            "jobs": [
+                {
+                    "index": j.index,
+                    "job_id": j.job_id,
+                    "channel": j.channel,
+                    "webhooks": j.webhooks,
+                    "crash_point": j.crash_point,
+                    "copies": sum(1 for e in self.effects if e["message_id"] == j.message_id),
+                    "view": self.views.get(j.job_id),
+                    "review_items": self.review_items.get(j.job_id, []),
+                }
+                for j in self.jobs
+            ],
             "tries": [t.__dict__ for h in self.webhooks for t in h.tries],
         }
         path.write_text(json.dumps(report, indent=1, default=str))
@@ -540,8 +587,7 @@ class Storm:
 # --------------------------------------------------------------------------- the test
 def storm_config(phase: Phase) -> StackConfig:
     config = StackConfig(sim_index_lag_s=phase.sim_index_lag_s)
-    config.service_env = {**config.service_env, **phase.env,
-                          "SAFESEND_CHANNELS_JSON": json.dumps(SHORT_CHANNELS)}
+    config.service_env = {**config.service_env, **phase.env, "SAFESEND_CHANNELS_JSON": json.dumps(SHORT_CHANNELS)}
     return config
 
 
@@ -564,8 +610,11 @@ def test_fault_storm(phase: Phase, storm_seed: int, capsys: pytest.CaptureFixtur
     except BaseException:
         if storm is not None:  # a harness error: still show what happened so far
             with capsys.disabled():
-                print(f"\nstorm aborted ({phase.name}, seed {storm_seed}); chaos log: "
-                      f"{storm.chaos.log if storm.chaos else []}; logs: {stack.log_dir}", flush=True)
+                print(
+                    f"\nstorm aborted ({phase.name}, seed {storm_seed}); chaos log: "
+                    f"{storm.chaos.log if storm.chaos else []}; logs: {stack.log_dir}",
+                    flush=True,
+                )
         raise
     finally:
         if storm is not None:
@@ -578,4 +627,5 @@ def test_fault_storm(phase: Phase, storm_seed: int, capsys: pytest.CaptureFixtur
     with capsys.disabled():
         print("\n" + summary, flush=True)
     assert not failures, "storm assertions failed (summary and job histories printed above): " + "; ".join(
-        f"{kind}: {len(items)}" for kind, items in failures.items())
+        f"{kind}: {len(items)}" for kind, items in failures.items()
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import grpc
 import pytest
@@ -23,7 +23,7 @@ from safesend.lifecycle import Timing, new_job, start_attempt
 from safesend.model import Job
 
 PROJECT = "demo-safesend-faults"
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 UNAVAILABLE, DEADLINE = grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED
 lost_codes = pytest.mark.parametrize("code", [UNAVAILABLE, DEADLINE], ids=["unavailable", "deadline"])
 
@@ -54,8 +54,15 @@ def other(store, collection):
 
 
 def draft(key: str = "c:e:o", owner: str = "owner-a") -> Job:
-    job = new_job(f"id{abs(hash(key)) % 10**12:012d}", key, "<job-x@mail.example.com>", "receipts",
-                  {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None}, "h" * 64, NOW)
+    job = new_job(
+        f"id{abs(hash(key)) % 10**12:012d}",
+        key,
+        "<job-x@mail.example.com>",
+        "receipts",
+        {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None},
+        "h" * 64,
+        NOW,
+    )
     return start_attempt(job, NOW, owner, Timing())
 
 
@@ -164,8 +171,9 @@ def test_a_genuine_concurrent_writer_between_our_read_and_write_wins(store, othe
 
 @lost_codes
 def test_claim_whose_create_answer_was_lost_has_one_winner_across_two_claimers(store, other, faults, code):
-    faults.lose_answers("Commit", times=1, code=code,
-                        match=lambda method, request: threading.current_thread().name == "claimer-a")
+    faults.lose_answers(
+        "Commit", times=1, code=code, match=lambda method, request: threading.current_thread().name == "claimer-a"
+    )
     barrier = threading.Barrier(2)
     outcomes: dict[str, tuple[Job, bool]] = {}
     errors: list[BaseException] = []
@@ -208,8 +216,11 @@ def test_ten_racing_compare_and_sets_have_one_winner_even_with_lost_answers(stor
     stored, _ = store.claim_or_get(draft())
     lossy_names = {f"writer-{i}" for i in lossy}
     if lossy_names:
-        faults.lose_answers("Commit", times=len(lossy_names),
-                            match=lambda method, request: threading.current_thread().name in lossy_names)
+        faults.lose_answers(
+            "Commit",
+            times=len(lossy_names),
+            match=lambda method, request: threading.current_thread().name in lossy_names,
+        )
     barrier = threading.Barrier(10)
     wins: dict[int, Job] = {}
     losses: list[int] = []
@@ -234,7 +245,7 @@ def test_ten_racing_compare_and_sets_have_one_winner_even_with_lost_answers(stor
     assert errors == []
     assert faults.count(FaultMode.LOSE_ANSWER) == len(lossy_names)
     assert len(wins) == 1 and len(losses) == 9
-    (winner, job), = wins.items()
+    ((winner, job),) = wins.items()
     snapshot = raw(other, stored.id)
     assert Job.from_dict(snapshot.to_dict()) == job and job.attempts == 10 + winner and job.version == 2
     assert job.store_token == snapshot.update_time

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from google.cloud import firestore
@@ -15,7 +15,7 @@ from safesend.lifecycle import Timing, new_job, start_attempt
 from safesend.states import State
 
 PROJECT = "demo-safesend-store"
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -28,8 +28,15 @@ def store(firestore_emulator, monkeypatch):
 
 
 def draft(key: str = "c:e:o", owner: str = "owner-a"):
-    job = new_job(f"id{abs(hash(key)) % 10**12:012d}", key, "<job-x@mail.example.com>", "receipts",
-                  {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None}, "h" * 64, NOW)
+    job = new_job(
+        f"id{abs(hash(key)) % 10**12:012d}",
+        key,
+        "<job-x@mail.example.com>",
+        "receipts",
+        {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None},
+        "h" * 64,
+        NOW,
+    )
     return start_attempt(job, NOW, owner, Timing())
 
 
@@ -142,6 +149,7 @@ def test_job_round_trips_with_events_and_aware_datetimes(store):
 
 def test_unreachable_store_raises_store_unavailable(monkeypatch):
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
@@ -193,9 +201,9 @@ def test_a_damaged_document_is_skipped_by_find_due_and_the_jobs_after_it_are_ret
         job = draft(f"c:e:{i}")
         job.next_check_at = NOW + timedelta(seconds=i)
         good.append(store.claim_or_get(job)[0])
-    store._ref("damaged0000").set({"state": "sending", "next_check_at": NOW - timedelta(seconds=5),
-                                   "id": "damaged0000", "events": "not a list"})
-    store._ref("damaged0001").set({"state": "sending", "next_check_at": NOW - timedelta(seconds=4),
-                                   "dedup_key": 7})
+    store._ref("damaged0000").set(
+        {"state": "sending", "next_check_at": NOW - timedelta(seconds=5), "id": "damaged0000", "events": "not a list"}
+    )
+    store._ref("damaged0001").set({"state": "sending", "next_check_at": NOW - timedelta(seconds=4), "dedup_key": 7})
     due = store.find_due(State.SENDING, NOW + timedelta(seconds=10), limit=10)
     assert [j.id for j in due] == [j.id for j in good]

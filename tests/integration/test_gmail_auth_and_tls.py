@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from google.oauth2.credentials import Credentials
@@ -38,7 +39,7 @@ class TokenEndpoint:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server API
+            def do_POST(self) -> None:  # http.server API
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.refreshes += 1
                 status, data = outer.answer()
@@ -63,8 +64,9 @@ class TokenEndpoint:
             return self.fail_status, json.dumps({"error": "backend_error"}).encode()
         if self.garbage:
             return 200, b"<html>not json</html>"
-        return 200, json.dumps({"access_token": f"token-{self.refreshes}", "expires_in": 3600,
-                                "token_type": "Bearer"}).encode()
+        return 200, json.dumps(
+            {"access_token": f"token-{self.refreshes}", "expires_in": 3600, "token_type": "Bearer"}
+        ).encode()
 
     def write(self, wfile: Any, data: bytes) -> None:
         """All at once, or trickled (bounded by len(data) and stop())."""
@@ -75,7 +77,7 @@ class TokenEndpoint:
             if self.stopping.wait(self.trickle_s):
                 return
             try:
-                wfile.write(data[index:index + 1])
+                wfile.write(data[index : index + 1])
             except OSError:  # the client gave up
                 return
 
@@ -94,10 +96,16 @@ def token_endpoint() -> Iterator[TokenEndpoint]:
 
 
 def credentials(token_endpoint: TokenEndpoint, expired: bool = False) -> Credentials:
-    expiry = datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(hours=-1 if expired else 1)
-    return Credentials(token="initial-token", refresh_token="refresh-token-value", token_uri=token_endpoint.url,
-                       client_id="client", client_secret="client-secret-value", scopes=list(GMAIL_SCOPES),
-                       expiry=expiry)
+    expiry = datetime.now(UTC).replace(tzinfo=None) + timedelta(hours=-1 if expired else 1)
+    return Credentials(
+        token="initial-token",
+        refresh_token="refresh-token-value",
+        token_uri=token_endpoint.url,
+        client_id="client",
+        client_secret="client-secret-value",
+        scopes=list(GMAIL_SCOPES),
+        expiry=expiry,
+    )
 
 
 def copies(sim: GmailSimulator) -> int:
@@ -164,8 +172,9 @@ def assert_mailbox_unavailable(call: Any) -> str:
 def test_a_revoked_refresh_token_makes_reads_unavailable_and_the_send_not_accepted(sim, token_endpoint):
     """RefreshError used to escape _read and abort a whole sweep; the port promises MailboxUnavailableError."""
     token_endpoint.refuse = True
-    mailer = GmailMailer(api_endpoint=sim.url, credentials=credentials(token_endpoint, expired=True),
-                         sleep=lambda s: None)
+    mailer = GmailMailer(
+        api_endpoint=sim.url, credentials=credentials(token_endpoint, expired=True), sleep=lambda s: None
+    )
     assert "invalid_grant" in assert_mailbox_unavailable(lambda: mailer.find_by_message_id(MESSAGE_ID))
     assert_mailbox_unavailable(lambda: mailer.stored_message_id("0123456789abcdef"))
     outcome = mailer.send(RAW)
@@ -177,8 +186,9 @@ def test_a_revoked_refresh_token_makes_reads_unavailable_and_the_send_not_accept
 def test_an_unexpected_refresh_failure_on_a_read_is_mailbox_unavailable(sim, token_endpoint):
     """A 200 that is not JSON makes google-auth raise a bare TypeError: still a failed read, not a crash."""
     token_endpoint.garbage = True
-    mailer = GmailMailer(api_endpoint=sim.url, credentials=credentials(token_endpoint, expired=True),
-                         sleep=lambda s: None)
+    mailer = GmailMailer(
+        api_endpoint=sim.url, credentials=credentials(token_endpoint, expired=True), sleep=lambda s: None
+    )
     assert_mailbox_unavailable(lambda: mailer.find_by_message_id(MESSAGE_ID))
     assert_mailbox_unavailable(lambda: mailer.stored_message_id("0123456789abcdef"))
     assert sim.effects() == []
@@ -187,8 +197,9 @@ def test_an_unexpected_refresh_failure_on_a_read_is_mailbox_unavailable(sim, tok
 # ------------------------------------------------------- the refresh is inside the send's deadline
 def test_a_trickling_token_endpoint_is_cut_at_the_send_deadline_and_nothing_is_sent(sim, token_endpoint):
     token_endpoint.trickle_s = 0.3  # every read succeeds inside a 0.5 s socket timeout
-    mailer = GmailMailer(api_endpoint=sim.url, credentials=credentials(token_endpoint, expired=True),
-                         send_timeout_s=0.5)
+    mailer = GmailMailer(
+        api_endpoint=sim.url, credentials=credentials(token_endpoint, expired=True), send_timeout_s=0.5
+    )
     outcome, elapsed = call_bounded(lambda: mailer.send(RAW), limit_s=3.0)
     assert elapsed < 1.5
     assert isinstance(outcome, Failure)
@@ -212,8 +223,9 @@ def test_a_refresh_after_a_401_is_inside_the_same_deadline(sim, token_endpoint):
 def test_a_failing_token_endpoint_gets_one_try_per_attempt_not_google_auth_backoff_sleeps(sim, token_endpoint):
     """google-auth sleeps ~1 s then ~2 s between token retries on a 5xx: outside any socket timeout."""
     token_endpoint.fail_status = 503
-    mailer = GmailMailer(api_endpoint=sim.url, credentials=credentials(token_endpoint, expired=True),
-                         send_timeout_s=0.5)
+    mailer = GmailMailer(
+        api_endpoint=sim.url, credentials=credentials(token_endpoint, expired=True), send_timeout_s=0.5
+    )
     started = time.monotonic()
     outcome = mailer.send(RAW)
     elapsed = time.monotonic() - started

@@ -8,15 +8,16 @@ recording proxy in front of the Gmail simulator. No request may leave 127.0.0.1.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
-import http.client
 import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
@@ -57,10 +58,10 @@ class FakeGoogle:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
+            def do_GET(self) -> None:  # http.server API
                 outer.metadata(self)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.path.endswith(":signJwt"):
                     outer.sign_jwt(self, body)
@@ -80,7 +81,9 @@ class FakeGoogle:
         self.thread.start()
 
     @staticmethod
-    def answer(handler: BaseHTTPRequestHandler, status: int, payload: Any, content_type: str = "application/json") -> None:
+    def answer(
+        handler: BaseHTTPRequestHandler, status: int, payload: Any, content_type: str = "application/json"
+    ) -> None:
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", content_type)
@@ -95,8 +98,15 @@ class FakeGoogle:
             return self.answer(handler, 403, {"error": "missing Metadata-Flavor"})
         path, _, query = handler.path.partition("?")
         if path == "/computeMetadata/v1/instance/service-accounts/default/":
-            return self.answer(handler, 200, {"email": OWN_ACCOUNT, "aliases": ["default"],
-                                              "scopes": ["https://www.googleapis.com/auth/cloud-platform"]})
+            return self.answer(
+                handler,
+                200,
+                {
+                    "email": OWN_ACCOUNT,
+                    "aliases": ["default"],
+                    "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+                },
+            )
         if path == "/computeMetadata/v1/instance/service-accounts/default/token":
             token = f"mds-token-{len(self.metadata_tokens) + 1}"
             self.metadata_tokens.append(token)
@@ -113,13 +123,24 @@ class FakeGoogle:
         if caller not in self.metadata_tokens:
             return self.answer(handler, 401, {"error": {"code": 401, "status": "UNAUTHENTICATED"}})
         if principal != OWN_ACCOUNT or not self.token_creator_on_self:
-            return self.answer(handler, 403, {"error": {"code": 403, "status": "PERMISSION_DENIED",
-                                                        "message": "iam.serviceAccounts.signJwt denied"}})
+            return self.answer(
+                handler,
+                403,
+                {
+                    "error": {
+                        "code": 403,
+                        "status": "PERMISSION_DENIED",
+                        "message": "iam.serviceAccounts.signJwt denied",
+                    }
+                },
+            )
         payload = json.loads(body)["payload"]
         claims = json.loads(payload)
         if claims.get("exp", 0) > time.time() + 12 * 3600:
             return self.answer(handler, 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT"}})
-        signing_input = f"{b64url(json.dumps({'alg': 'RS256', 'typ': 'JWT', 'kid': 'k1'}).encode())}.{b64url(payload.encode())}"
+        signing_input = (
+            f"{b64url(json.dumps({'alg': 'RS256', 'typ': 'JWT', 'kid': 'k1'}).encode())}.{b64url(payload.encode())}"
+        )
         signature = self.key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
         return self.answer(handler, 200, {"keyId": "k1", "signedJwt": f"{signing_input}.{b64url(signature)}"})
 
@@ -129,15 +150,20 @@ class FakeGoogle:
             return self.answer(handler, 400, {"error": "unsupported_grant_type"})
         header, payload, signature = form["assertion"][0].split(".")
         try:
-            self.key.public_key().verify(unb64url(signature), f"{header}.{payload}".encode(), padding.PKCS1v15(),
-                                         hashes.SHA256())
+            self.key.public_key().verify(
+                unb64url(signature), f"{header}.{payload}".encode(), padding.PKCS1v15(), hashes.SHA256()
+            )
         except Exception:  # noqa: BLE001 - any verification failure is Google's invalid_grant
             return self.answer(handler, 400, {"error": "invalid_grant"})
         claims = json.loads(unb64url(payload))
         self.exchanges.append(claims)
         now = time.time()
-        if claims["aud"] != self.token_url or claims["iss"] != OWN_ACCOUNT or not claims["iat"] - 60 <= now < claims["exp"] \
-                or claims["exp"] - claims["iat"] > 3600:
+        if (
+            claims["aud"] != self.token_url
+            or claims["iss"] != OWN_ACCOUNT
+            or not claims["iat"] - 60 <= now < claims["exp"]
+            or claims["exp"] - claims["iat"] > 3600
+        ):
             return self.answer(handler, 400, {"error": "invalid_grant"})
         if not set(claims["scope"].split()) <= self.authorised_scopes:
             return self.answer(handler, 401, {"error": "unauthorized_client"})
@@ -224,8 +250,9 @@ def gmail(sim) -> Iterator[RecordingProxy]:
 def keyless(google: FakeGoogle):
     # What runtime.py builds on Cloud Run: no credentials JSON, a delegated user, ADC of the function.
     source = gce.Credentials(scopes=["https://www.googleapis.com/auth/iam"])
-    return load_gmail_credentials(None, None, MAILBOX, source_credentials=source,
-                                  iam_sign_jwt_url=google.sign_url, token_uri=google.token_url)
+    return load_gmail_credentials(
+        None, None, MAILBOX, source_credentials=source, iam_sign_jwt_url=google.sign_url, token_uri=google.token_url
+    )
 
 
 def copies(sim) -> int:
@@ -267,13 +294,30 @@ def test_the_signed_jwt_is_rejected_if_tampered_with(google):
     """The fake token endpoint really verifies: a JWT not signed by signJwt's key is refused."""
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     header = b64url(json.dumps({"alg": "RS256"}).encode())
-    payload = b64url(json.dumps({"iss": OWN_ACCOUNT, "sub": MAILBOX, "aud": google.token_url,
-                                 "scope": " ".join(GMAIL_SCOPES), "iat": int(time.time()),
-                                 "exp": int(time.time()) + 600}).encode())
+    payload = b64url(
+        json.dumps(
+            {
+                "iss": OWN_ACCOUNT,
+                "sub": MAILBOX,
+                "aud": google.token_url,
+                "scope": " ".join(GMAIL_SCOPES),
+                "iat": int(time.time()),
+                "exp": int(time.time()) + 600,
+            }
+        ).encode()
+    )
     signature = b64url(private.sign(f"{header}.{payload}".encode(), padding.PKCS1v15(), hashes.SHA256()))
     conn = http.client.HTTPConnection(google.host.split(":")[0], int(google.host.split(":")[1]), timeout=5)
-    conn.request("POST", "/token", body=urllib.parse.urlencode(
-        {"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": f"{header}.{payload}.{signature}"}),
-        headers={"Content-Type": "application/x-www-form-urlencoded"})
+    conn.request(
+        "POST",
+        "/token",
+        body=urllib.parse.urlencode(
+            {
+                "grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+                "assertion": f"{header}.{payload}.{signature}",
+            }
+        ),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
     response = conn.getresponse()
     assert response.status == 400 and json.loads(response.read())["error"] == "invalid_grant"

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import socket
 import time
-from datetime import datetime, timezone
-from typing import Iterator
+from datetime import UTC, datetime
 
 import httplib2
 import pytest
 from googleapiclient.discovery import build
 
 from devstack.gmail_sim import GmailSimulator
-from devstack.relay import FaultRelay
 from safesend.adapters import gmail_mailer
 from safesend.adapters.gmail_mailer import GmailMailer
 from safesend.errors import HistoryExpiredError, MailboxUnavailableError
@@ -26,9 +24,10 @@ from safesend.model import Accepted, Bucket, Failure
 
 KEY = "cust-7:order_paid:1001"
 MESSAGE_ID = message_id_for(KEY, "mail.example.com")
-MESSAGE = OutgoingMessage(sender="Shop <shop@example.com>", to=("ann@example.com",), subject="Receipt",
-                          text="Thanks!", html="<p>Thanks!</p>")
-RAW = build_mime(MESSAGE, MESSAGE_ID, job_id_for(KEY), datetime(2026, 11, 29, tzinfo=timezone.utc))
+MESSAGE = OutgoingMessage(
+    sender="Shop <shop@example.com>", to=("ann@example.com",), subject="Receipt", text="Thanks!", html="<p>Thanks!</p>"
+)
+RAW = build_mime(MESSAGE, MESSAGE_ID, job_id_for(KEY), datetime(2026, 11, 29, tzinfo=UTC))
 
 
 @pytest.fixture
@@ -61,19 +60,23 @@ def test_close_after_forward_sends_exactly_once(sim, relay, mailer):
 def test_stock_httplib2_would_have_duplicated_the_same_send(sim, relay):
     """Control experiment for the test above, same relay mode, stock transport: two emails."""
     relay.set_mode("close-after-forward", count=1)
-    service = build("gmail", "v1", http=httplib2.Http(timeout=5), static_discovery=True,
-                    client_options={"api_endpoint": relay.url})
+    service = build(
+        "gmail", "v1", http=httplib2.Http(timeout=5), static_discovery=True, client_options={"api_endpoint": relay.url}
+    )
     service.users().messages().send(userId="me", body={"raw": encode_raw(RAW)}).execute(num_retries=0)
     assert sent_copies(sim) == 2
 
 
-@pytest.mark.parametrize("mode, bucket, code, effects", [
-    ("fail-before-forward", Bucket.MAYBE_ACCEPTED, "disconnected_after_write", 0),
-    ("forward-then-drop-response", Bucket.MAYBE_ACCEPTED, "timeout", 1),
-    ("slow-response", Bucket.MAYBE_ACCEPTED, "timeout", 1),
-    ("forward-then-5xx", Bucket.MAYBE_ACCEPTED, "http_503_backendError", 1),
-    ("429-before-forward", Bucket.NOT_ACCEPTED, "http_429_rateLimitExceeded", 0),
-])
+@pytest.mark.parametrize(
+    "mode, bucket, code, effects",
+    [
+        ("fail-before-forward", Bucket.MAYBE_ACCEPTED, "disconnected_after_write", 0),
+        ("forward-then-drop-response", Bucket.MAYBE_ACCEPTED, "timeout", 1),
+        ("slow-response", Bucket.MAYBE_ACCEPTED, "timeout", 1),
+        ("forward-then-5xx", Bucket.MAYBE_ACCEPTED, "http_503_backendError", 1),
+        ("429-before-forward", Bucket.NOT_ACCEPTED, "http_429_rateLimitExceeded", 0),
+    ],
+)
 def test_each_relay_fault_is_classified_and_never_retried(sim, relay, mailer, mode, bucket, code, effects):
     relay.set_mode(mode, count=1, delay_s=4.0)
     outcome = mailer.send(RAW)
@@ -83,10 +86,16 @@ def test_each_relay_fault_is_classified_and_never_retried(sim, relay, mailer, mo
     assert relay.stats()["requests"] == 1  # one attempt is one request
 
 
-@pytest.mark.parametrize("status, reason, retryable", [
-    (400, "invalidArgument", False), (403, "forbidden", False), (403, "userRateLimitExceeded", True),
-    (429, "rateLimitExceeded", True), (401, "authError", True),
-])
+@pytest.mark.parametrize(
+    "status, reason, retryable",
+    [
+        (400, "invalidArgument", False),
+        (403, "forbidden", False),
+        (403, "userRateLimitExceeded", True),
+        (429, "rateLimitExceeded", True),
+        (401, "authError", True),
+    ],
+)
 def test_gmail_refusals_are_definitely_not_accepted(sim, mailer, status, reason, retryable):
     sim.inject_errors(status, count=1, reason=reason)
     outcome = mailer.send(RAW)
@@ -151,8 +160,9 @@ def test_read_back_is_a_single_try(sim, relay, mailer):
 # ----------------------------------------------------------------------------- the change log
 def other_raw(n: int) -> bytes:
     key = f"cust-7:order_paid:{2000 + n}"
-    return build_mime(MESSAGE, message_id_for(key, "mail.example.com"), job_id_for(key),
-                      datetime(2026, 11, 29, tzinfo=timezone.utc))
+    return build_mime(
+        MESSAGE, message_id_for(key, "mail.example.com"), job_id_for(key), datetime(2026, 11, 29, tzinfo=UTC)
+    )
 
 
 def test_current_history_id_is_the_profiles(sim, relay, mailer):
@@ -248,9 +258,11 @@ def test_trickled_answers_are_cut_at_the_read_deadline(sim, relay, call):
     relay.set_mode("trickle-response", match="all", delay_s=0.5)
     started = time.monotonic()
     with pytest.raises(MailboxUnavailableError):
-        {"current_history_id": lambda: mailer.current_history_id(),
-         "added_since": lambda: mailer.added_since("1000"),
-         "message_ids_of": lambda: mailer.message_ids_of([gmail_id])}[call]()
+        {
+            "current_history_id": mailer.current_history_id,
+            "added_since": lambda: mailer.added_since("1000"),
+            "message_ids_of": lambda: mailer.message_ids_of([gmail_id]),
+        }[call]()
     assert time.monotonic() - started <= mailer.read_deadline_s + 0.5
 
 
@@ -261,8 +273,9 @@ def test_message_ids_of_reads_concurrently_and_caches(sim, relay, mailer):
     started = time.monotonic()
     found = mailer.message_ids_of(ids)
     elapsed = time.monotonic() - started
-    assert found == {gid: message_id_for(f"cust-7:order_paid:{2000 + n}", "mail.example.com")
-                     for n, gid in enumerate(ids)}
+    assert found == {
+        gid: message_id_for(f"cust-7:order_paid:{2000 + n}", "mail.example.com") for n, gid in enumerate(ids)
+    }
     assert list(found) == ids
     assert relay.stats()["requests"] == 12  # 5 quota units each
     assert elapsed < 12 * 0.4 / 2  # several at a time (8 readers: two rounds of 0.4 s)

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import http.client
 import io
+import itertools
 import json
 import os
 import signal
@@ -14,8 +15,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import httplib2
 import pytest
@@ -23,8 +25,8 @@ from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 from googleapiclient.http import MediaIoBaseUpload
 
-from tests.integration.process_io import read_line_bounded
 from devstack.gmail_sim import GmailSimulator, is_strict_message_id
+from tests.integration.process_io import read_line_bounded
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +45,7 @@ def sim() -> Iterator[GmailSimulator]:
 def make_client() -> Callable[..., Any]:
     """Build the real discovery client against a base URL (the simulator or a relay)."""
 
-    def factory(url: str, timeout: float = 5.0, http: Optional[httplib2.Http] = None) -> Any:
+    def factory(url: str, timeout: float = 5.0, http: httplib2.Http | None = None) -> Any:
         http = http or httplib2.Http(timeout=timeout)
         return build("gmail", "v1", http=http, client_options={"api_endpoint": url}, static_discovery=True)
 
@@ -55,7 +57,7 @@ def gmail(sim: GmailSimulator, make_client: Callable[..., Any]) -> Any:
     return make_client(sim.url).users().messages()
 
 
-def make_raw(message_id: Optional[str], to: Optional[str] = "rcpt@example.com", subject: str = "hello") -> bytes:
+def make_raw(message_id: str | None, to: str | None = "rcpt@example.com", subject: str = "hello") -> bytes:
     lines = ["From: sender@example.com"]
     if to is not None:
         lines.append(f"To: {to}")
@@ -78,7 +80,7 @@ def search(gmail: Any, message_id: str) -> dict:
     return gmail.list(userId="me", q=f"rfc822msgid:{message_id}", includeSpamTrash=True, labelIds=["SENT"]).execute()
 
 
-def control(sim_url: str, method: str, path: str, payload: Optional[dict] = None) -> tuple[int, dict]:
+def control(sim_url: str, method: str, path: str, payload: dict | None = None) -> tuple[int, dict]:
     port = int(sim_url.rstrip("/").rsplit(":", 1)[1])
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
@@ -156,7 +158,9 @@ def test_malformed_message_id_is_rewritten_and_original_kept(sim: GmailSimulator
     assert not is_strict_message_id(bad_id)
     sent = send(gmail, make_raw(bad_id))
     got = gmail.get(
-        userId="me", id=sent["id"], format="metadata",
+        userId="me",
+        id=sent["id"],
+        format="metadata",
         metadataHeaders=["Message-ID", "X-Google-Original-Message-ID"],
     ).execute()
     headers = header_map(got)
@@ -217,7 +221,7 @@ def test_undecodable_raw_is_400(sim: GmailSimulator, gmail: Any) -> None:
     ],
 )
 def test_injected_errors_surface_as_http_error_and_accept_nothing(
-    sim: GmailSimulator, gmail: Any, status: int, reason: Optional[str], expected_reason: str, expected_status_name: str
+    sim: GmailSimulator, gmail: Any, status: int, reason: str | None, expected_reason: str, expected_status_name: str
 ) -> None:
     sim.inject_errors(status, count=2, reason=reason)
     for _ in range(2):
@@ -281,14 +285,14 @@ def test_duplicates_are_all_found_and_pagination_is_bounded(sim: GmailSimulator,
 
 
 @pytest.mark.parametrize("metadata", [None, {}], ids=["uploadType=media", "uploadType=multipart"])
-def test_upload_path_with_media_body(sim: GmailSimulator, gmail: Any, metadata: Optional[dict]) -> None:
+def test_upload_path_with_media_body(sim: GmailSimulator, gmail: Any, metadata: dict | None) -> None:
     raw = make_raw("<upload.1@safesend.test>")
     media = MediaIoBaseUpload(io.BytesIO(raw), mimetype="message/rfc822")
     req = gmail.send(userId="me", body=metadata, media_body=media)
     # googleapiclient 2.202 keeps the discovery doc's https scheme for /upload/ URLs and only swaps the
     # netloc for api_endpoint, so a plain-http endpoint needs the scheme fixed by hand.
     assert req.uri.startswith(f"https://127.0.0.1:{sim.port}/upload/gmail/v1/users/me/messages/send?")
-    req.uri = "http://" + req.uri[len("https://"):]
+    req.uri = "http://" + req.uri[len("https://") :]
     expected_type = "media" if metadata is None else "multipart"
     assert f"uploadType={expected_type}" in req.uri
     sent = req.execute()
@@ -374,8 +378,6 @@ def test_stop_closes_port_and_joins_threads(make_client: Callable[..., Any]) -> 
     assert not [t for t in threading.enumerate() if t.name.startswith("gmail-sim") and t.is_alive()]
 
 
-
-
 def test_cli_subprocess_serves_and_stops_on_sigterm(tmp_path: Path, make_client: Callable[..., Any]) -> None:
     log = tmp_path / "cli-effects.jsonl"
     proc = subprocess.Popen(
@@ -421,8 +423,12 @@ def client(sim: GmailSimulator, make_client: Callable[..., Any]) -> Any:
 
 def test_get_profile_reports_the_current_history_id(sim: GmailSimulator, client: Any) -> None:
     profile = client.users().getProfile(userId="me").execute()
-    assert profile == {"emailAddress": "sim-mailbox@safesend.localhost", "messagesTotal": 0, "threadsTotal": 0,
-                       "historyId": str(sim.current_history_id)}
+    assert profile == {
+        "emailAddress": "sim-mailbox@safesend.localhost",
+        "messagesTotal": 0,
+        "threadsTotal": 0,
+        "historyId": str(sim.current_history_id),
+    }
     assert client.users().getProfile(userId="ann@example.com").execute()["emailAddress"] == "ann@example.com"
     ids = []
     for i in range(10):
@@ -432,7 +438,7 @@ def test_get_profile_reports_the_current_history_id(sim: GmailSimulator, client:
         assert got["historyId"] == now["historyId"]  # the message's own change is the newest
         ids.append(int(now["historyId"]))
     assert ids == sorted(set(ids)) and ids[0] > int(profile["historyId"])
-    assert any(b - a > 1 for a, b in zip(ids, ids[1:]))  # "not contiguous", like Gmail's
+    assert any(b - a > 1 for a, b in itertools.pairwise(ids))  # "not contiguous", like Gmail's
     assert client.users().getProfile(userId="me").execute()["messagesTotal"] == 10
 
 
@@ -447,8 +453,9 @@ def test_history_lists_messages_added_oldest_first_with_labels(sim: GmailSimulat
     assert [int(r["id"]) for r in records] == sorted(int(r["id"]) for r in records)
     first = records[0]
     assert first["messages"] == [{"id": sent[0]["id"], "threadId": sent[0]["threadId"]}]
-    assert first["messagesAdded"] == [{"message": {"id": sent[0]["id"], "threadId": sent[0]["threadId"],
-                                                   "labelIds": ["SENT"]}}]
+    assert first["messagesAdded"] == [
+        {"message": {"id": sent[0]["id"], "threadId": sent[0]["threadId"], "labelIds": ["SENT"]}}
+    ]
     # startHistoryId is exclusive: from the first record's id on, only the later two.
     assert added_ids(history(client, first["id"])) == [s["id"] for s in sent[1:]]
     assert history(client, answer["historyId"]) == {"historyId": answer["historyId"]}
@@ -481,20 +488,27 @@ def test_history_filters_by_label_and_type_and_records_label_changes(sim: GmailS
     sim.delete_message(inbox)
 
     everything = history(client, start)["history"]
-    kinds = [next(k for k in ("messagesAdded", "labelsAdded", "labelsRemoved", "messagesDeleted") if k in r)
-             for r in everything]
+    kinds = [
+        next(k for k in ("messagesAdded", "labelsAdded", "labelsRemoved", "messagesDeleted") if k in r)
+        for r in everything
+    ]
     assert kinds == ["messagesAdded", "messagesAdded", "labelsAdded", "labelsRemoved", "messagesDeleted"]
-    assert everything[2]["labelsAdded"] == [{"message": {"id": sent, "threadId": sent, "labelIds": ["SENT", "STARRED"]},
-                                             "labelIds": ["STARRED"]}]
+    assert everything[2]["labelsAdded"] == [
+        {"message": {"id": sent, "threadId": sent, "labelIds": ["SENT", "STARRED"]}, "labelIds": ["STARRED"]}
+    ]
     assert everything[4]["messagesDeleted"] == [{"message": {"id": inbox, "threadId": inbox}}]
     got = client.users().messages().get(userId="me", id=sent, format="minimal").execute()
     assert got["historyId"] == everything[2]["id"]  # the last change that touched the message
 
     assert added_ids(history(client, start, labelId="SENT", historyTypes=["messageAdded"])) == [sent]
-    assert [r["id"] for r in history(client, start, labelId="SENT")["history"]] == \
-        [everything[0]["id"], everything[2]["id"]]
-    assert [r["id"] for r in history(client, start, labelId="UNREAD")["history"]] == \
-        [everything[1]["id"], everything[3]["id"]]  # the removal names the label it removed
+    assert [r["id"] for r in history(client, start, labelId="SENT")["history"]] == [
+        everything[0]["id"],
+        everything[2]["id"],
+    ]
+    assert [r["id"] for r in history(client, start, labelId="UNREAD")["history"]] == [
+        everything[1]["id"],
+        everything[3]["id"],
+    ]  # the removal names the label it removed
     removed = history(client, start, historyTypes=["labelRemoved", "messageDeleted"])["history"]
     assert [r["id"] for r in removed] == [everything[3]["id"], everything[4]["id"]]
     status, body = control(sim.url, "GET", f"/gmail/v1/users/me/history?startHistoryId={start}&historyTypes=bogus")
@@ -596,8 +610,14 @@ def test_history_and_profile_controls_over_http(sim: GmailSimulator, client: Any
 def test_rewrite_every_message_id_knob(sim: GmailSimulator, gmail: Any) -> None:
     sim.set_rewrite_message_ids(True)
     sent = send(gmail, make_raw("<valid.1@safesend.test>"))
-    headers = header_map(gmail.get(userId="me", id=sent["id"], format="metadata",
-                                   metadataHeaders=["Message-ID", "X-Google-Original-Message-ID"]).execute())
+    headers = header_map(
+        gmail.get(
+            userId="me",
+            id=sent["id"],
+            format="metadata",
+            metadataHeaders=["Message-ID", "X-Google-Original-Message-ID"],
+        ).execute()
+    )
     assert headers["message-id"].endswith("@mx.google.com>")
     assert headers["x-google-original-message-id"] == "<valid.1@safesend.test>"
     assert search(gmail, "<valid.1@safesend.test>") == {"resultSizeEstimate": 0}

@@ -3,8 +3,8 @@ seconds (no wait for the search index), through the real mailer, simulator and e
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
-from typing import Iterator
 
 import pytest
 
@@ -17,8 +17,12 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def stack() -> Iterator[LocalStack]:
     config = StackConfig(sim_index_lag_s=4.0)  # the search index is slow here...
-    config.service_env = {**config.service_env, "SAFESEND_INDEX_LAG_S": "4", "SAFESEND_UNKNOWN_WINDOW_S": "8",
-                          "SAFESEND_HISTORY_CHECK_S": "0.5"}
+    config.service_env = {
+        **config.service_env,
+        "SAFESEND_INDEX_LAG_S": "4",
+        "SAFESEND_UNKNOWN_WINDOW_S": "8",
+        "SAFESEND_HISTORY_CHECK_S": "0.5",
+    }
     with LocalStack(config) as running:
         running.sim.set_history_lag(0.3)  # ...the change log is not
         yield running

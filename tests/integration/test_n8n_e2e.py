@@ -25,15 +25,15 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from devstack.stack import LocalStack, StackConfig
 from safesend.keys import compose_dedup_key, job_id_for
-
 from tests.integration import n8n_support as ns
 
 _INSTALLED = subprocess.run(["bash", str(ns.INSTALL_SCRIPT), "--check"], capture_output=True).returncode == 0
@@ -80,10 +80,18 @@ def credentials(api_key: str, hmac_secret: str) -> list[dict[str, Any]]:
     """What a user creates in n8n (Credentials > Add): ids as referenced by the example workflows."""
     return [
         {"id": "SafesendApiKey01", "name": "safesend API key", "type": "httpBearerAuth", "data": {"token": api_key}},
-        {"id": "SafesendHmacKey1", "name": "safesend HMAC secret", "type": "crypto",
-         "data": {"hmacSecret": hmac_secret}},
-        {"id": "SafesendOrdersHk", "name": "orders webhook token", "type": "httpHeaderAuth",
-         "data": {"name": ORDERS_HEADER[0], "value": ORDERS_HEADER[1]}},
+        {
+            "id": "SafesendHmacKey1",
+            "name": "safesend HMAC secret",
+            "type": "crypto",
+            "data": {"hmacSecret": hmac_secret},
+        },
+        {
+            "id": "SafesendOrdersHk",
+            "name": "orders webhook token",
+            "type": "httpHeaderAuth",
+            "data": {"name": ORDERS_HEADER[0], "value": ORDERS_HEADER[1]},
+        },
     ]
 
 
@@ -116,8 +124,7 @@ class Cli:
 
 
 @pytest.fixture(scope="module")
-def cli(n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy,
-        tmp_path_factory: pytest.TempPathFactory) -> Cli:
+def cli(n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy, tmp_path_factory: pytest.TempPathFactory) -> Cli:
     runner = Cli(ns.N8nFolder(n8n_bin, tmp_path_factory.mktemp("n8n-cli")), proxy.url)
     retry = "send-with-retry"
     workflows = [
@@ -136,8 +143,9 @@ def cli(n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy,
 
 
 @pytest.fixture(scope="module")
-def server(n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[ns.N8nServer]:
+def server(
+    n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ns.N8nServer]:
     folder = ns.N8nFolder(n8n_bin, tmp_path_factory.mktemp("n8n-server"))
     folder.import_credentials(credentials(stack.api_key, stack.hmac_secret))
     workflow = ns.load_example("send-and-wait", proxy.url)
@@ -150,9 +158,15 @@ def server(n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy,
 
 # --------------------------------------------------------------------------- helpers
 def order(customer: str, order_id: str, channel: str = "transactional") -> dict[str, Any]:
-    return {"customer_id": customer, "event_type": "order_paid", "order_id": order_id, "channel": channel,
-            "to": ["Ann <ann@example.com>"], "subject": f"Your receipt for order {order_id}",
-            "text": f"Thanks for order {order_id}!"}
+    return {
+        "customer_id": customer,
+        "event_type": "order_paid",
+        "order_id": order_id,
+        "channel": channel,
+        "to": ["Ann <ann@example.com>"],
+        "subject": f"Your receipt for order {order_id}",
+        "text": f"Thanks for order {order_id}!",
+    }
 
 
 def new_customer() -> str:
@@ -289,8 +303,9 @@ def test_reimport_keeps_one_copy_per_example(cli, proxy):
 
 # --------------------------------------------------------------------------- send-and-wait (n8n start)
 def wait_for(server: ns.N8nServer, orders: list[dict[str, Any]], timeout_s: float = 90) -> list[dict[str, Any]]:
-    status, body = server.post_webhook(server.webhook, {"orders": orders}, timeout_s=timeout_s,
-                                       headers=dict([ORDERS_HEADER]))
+    status, body = server.post_webhook(
+        server.webhook, {"orders": orders}, timeout_s=timeout_s, headers=dict([ORDERS_HEADER])
+    )
     assert status == 200 and isinstance(body, list), (status, body, server.log_tail())
     return body
 
@@ -313,8 +328,10 @@ def test_send_and_wait_two_orders_two_emails(server, stack):
     customer = new_customer()
     orders = [order(customer, "1"), order(customer, "2")]
     finals = by_order(wait_for(server, orders))
-    assert {k: (v["state"], v["from"]) for k, v in finals.items()} == {"1": ("sent", "callback"),
-                                                                        "2": ("sent", "callback")}
+    assert {k: (v["state"], v["from"]) for k, v in finals.items()} == {
+        "1": ("sent", "callback"),
+        "2": ("sent", "callback"),
+    }
     assert finals["1"]["job_id"] != finals["2"]["job_id"]
     for job in orders:
         assert emails_for(stack, job) == 1
@@ -344,8 +361,9 @@ def test_send_and_wait_ignores_a_late_callback_for_another_job(server, stack, pr
     first_job_id = job_id_for(compose_dedup_key(orders[0]["customer_id"], "order_paid", "1"))
     with ThreadPoolExecutor(1) as pool:
         answer = pool.submit(wait_for, server, orders)
-        stray = deliver_when_waiting(proxy, orders[1], {"job_id": first_job_id, "state": "review",
-                                                         "notice_id": "stray"})
+        stray = deliver_when_waiting(
+            proxy, orders[1], {"job_id": first_job_id, "state": "review", "notice_id": "stray"}
+        )
         finals = by_order(answer.result())
     assert stray == 200  # it did resume the Wait for order 2 ...
     assert finals["2"]["state"] == "sent" and finals["2"]["job_id"] != first_job_id  # ... and was ignored
@@ -354,16 +372,21 @@ def test_send_and_wait_ignores_a_late_callback_for_another_job(server, stack, pr
         assert emails_for(stack, job) == 1
 
 
-def deliver_when_waiting(proxy: ns.CountingProxy, job: dict[str, Any], notice: dict[str, Any],
-                         timeout_s: float = 20) -> int:
+def deliver_when_waiting(
+    proxy: ns.CountingProxy, job: dict[str, Any], notice: dict[str, Any], timeout_s: float = 20
+) -> int:
     """POST `notice` to the callback_url of `job`'s send as soon as n8n accepts it (it answers 409 until
     the execution has reached its Wait node); safesend's own first delivery comes a second later."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         seen = proxy.sends_for(customer_id=job["customer_id"], order_id=job["order_id"])
         if seen and seen[0].status is not None:
-            request = urllib.request.Request(seen[0].json["callback_url"], data=json.dumps(notice).encode(),
-                                             headers={"Content-Type": "application/json"}, method="POST")
+            request = urllib.request.Request(
+                seen[0].json["callback_url"],
+                data=json.dumps(notice).encode(),
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
             try:
                 with urllib.request.urlopen(request, timeout=5) as response:
                     return response.status

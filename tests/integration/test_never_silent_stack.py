@@ -9,7 +9,8 @@ horizon of 8 s so a second copy is looked for within the test.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from google.cloud import pubsub_v1
@@ -26,8 +27,12 @@ def stack() -> Iterator[LocalStack]:
     config = StackConfig()
     # The change log off: these reproductions are about the search path (with it, the 8.1 copy is
     # found in seconds and no resend happens at all: tests/integration/test_history_stack.py).
-    config.service_env = {**config.service_env, "SAFESEND_MESSAGE_ID_DOMAIN": DOMAIN,
-                          "SAFESEND_VERIFY_HORIZON_S": "8", "SAFESEND_HISTORY_CHECK_S": "0"}
+    config.service_env = {
+        **config.service_env,
+        "SAFESEND_MESSAGE_ID_DOMAIN": DOMAIN,
+        "SAFESEND_VERIFY_HORIZON_S": "8",
+        "SAFESEND_HISTORY_CHECK_S": "0",
+    }
     with LocalStack(config) as running:
         yield running
 
@@ -127,12 +132,15 @@ def test_rate_limits_do_not_burn_the_job(n8n, stack):
     assert n8n.effects(view["message_id"]) == 1
 
 
-@pytest.mark.parametrize("field, value", [
-    ("subject", "=?utf-8?q?hi=0D=0ABcc:_evil@attacker.example?="),
-    ("subject", "=?utf-8?q?hi=0D=0A=0D=0Abody?="),
-    ("subject", "=?utf-8?q?a=00b?="),
-    ("to", ['"=?utf-8?q?x=0D=0ABcc:_e@evil.example?=" <ann@example.com>']),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("subject", "=?utf-8?q?hi=0D=0ABcc:_evil@attacker.example?="),
+        ("subject", "=?utf-8?q?hi=0D=0A=0D=0Abody?="),
+        ("subject", "=?utf-8?q?a=00b?="),
+        ("to", ['"=?utf-8?q?x=0D=0ABcc:_e@evil.example?=" <ann@example.com>']),
+    ],
+)
 def test_encoded_word_injection_is_400_and_nothing_is_stored_or_sent(n8n, field, value):
     """8.9: an encoded word decoded into a separate Bcc header (or ended the header block)."""
     body = n8n.job(**{field: value})
@@ -140,6 +148,7 @@ def test_encoded_word_injection_is_400_and_nothing_is_stored_or_sent(n8n, field,
     response = n8n.send(body)
     assert response.status_code == 400 and field in response.json()["fields"], response.text
     from tests.integration.test_stack import job_id_of
+
     missing = n8n.get("/status", {"job_id": job_id_of(body)})
     assert missing.status_code == 404
     assert len(n8n.stack.sim.effects()) == before

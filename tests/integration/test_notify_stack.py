@@ -5,8 +5,8 @@ point (pushed with credentials, at least once) -> one Google Chat card and one S
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import datetime
-from typing import Iterator
 
 import pytest
 
@@ -64,8 +64,9 @@ def test_time_from_review_to_the_chat_card_is_measured(stack, n8n):
     view = in_review(stack, n8n)
     job_id = view["job_id"]
     stack.chat.wait_for(lambda got: any(job_id in r.body.decode() for r in got), timeout_s=30)
-    entered = next(datetime.fromisoformat(e["at"]) for e in n8n.status(job_id)["events"]
-                   if e["kind"] == "entered_review")
+    entered = next(
+        datetime.fromisoformat(e["at"]) for e in n8n.status(job_id)["events"] if e["kind"] == "entered_review"
+    )
     posted = next(r.at for r in stack.chat.received if job_id in r.body.decode())
     latency_s = posted - entered.timestamp()
     print(f"\nreview -> chat card on the local stack: {latency_s:.2f} s")

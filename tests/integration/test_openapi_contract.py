@@ -34,7 +34,7 @@ Run: .venv/bin/python -m pytest tests/integration/test_openapi_contract.py -q -p
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -42,8 +42,12 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
-from schemathesis.specs.openapi.checks import (content_type_conformance, response_headers_conformance,
-                                               response_schema_conformance, status_code_conformance)
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from devstack.stack import LocalStack, StackConfig
 from tests.integration import openapi_hooks
@@ -53,8 +57,13 @@ pytestmark = pytest.mark.integration
 MAX_EXAMPLES = 50  # fuzzed cases per operation (explicit examples and coverage cases come on top)
 REQUEST_TIMEOUT_S = 30
 OPERATION_TIMEOUT_S = 120  # hard stop per fuzzed operation; the whole file normally takes ~40 s
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance, response_headers_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
 
 schema = schemathesis.openapi.from_path(openapi_hooks.SPEC_PATH)
 openapi_hooks.install(schema)
@@ -62,7 +71,7 @@ TALLY = openapi_hooks.Tally()
 
 
 @schema.hook
-def after_call(context, case, response) -> None:  # noqa: ANN001 - schemathesis hook signature
+def after_call(context, case, response) -> None:  # schemathesis hook signature
     TALLY.record(case, response)
 
 
@@ -87,7 +96,12 @@ def test_spec_is_valid_openapi_3_and_covers_exactly_the_routes():
     operations = [result.ok() for result in loaded.get_all_operations()]  # .ok() raises on a broken operation
     assert {op.path for op in operations} == openapi_hooks.ROUTES
     assert {(op.method.upper(), op.path) for op in operations} == {
-        ("POST", "/send"), ("GET", "/status"), ("POST", "/reconcile"), ("POST", "/sweep"), ("POST", "/notify")}
+        ("POST", "/send"),
+        ("GET", "/status"),
+        ("POST", "/reconcile"),
+        ("POST", "/sweep"),
+        ("POST", "/notify"),
+    }
     # The hook's copy of the server-side channel list and the spec's enum must agree.
     assert tuple(raw["components"]["schemas"]["Channel"]["enum"]) == openapi_hooks.CHANNELS
     # The fixed bodies the hook replays are valid by the spec.
@@ -103,16 +117,25 @@ def test_stack_serves_the_documented_routes_with_auth_off(stack, http):
     job_id = response.json()["job_id"]
     assert http.get(f"{stack.url}/status", params={"job_id": job_id}, timeout=REQUEST_TIMEOUT_S).status_code == 200
     assert http.post(f"{stack.url}/sweep", json={}, timeout=60).status_code == 200
-    assert http.post(f"{stack.url}/reconcile", json={"job_id": job_id},
-                     timeout=REQUEST_TIMEOUT_S).status_code == 200
+    assert http.post(f"{stack.url}/reconcile", json={"job_id": job_id}, timeout=REQUEST_TIMEOUT_S).status_code == 200
 
 
 # ------------------------------------------------------------------------------ the contract run
 @pytest.mark.timeout(OPERATION_TIMEOUT_S)
 @schema.parametrize()
-@settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                 HealthCheck.data_too_large, HealthCheck.large_base_example])
+@settings(
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+    ],
+)
 def test_api_conforms_to_openapi(case, stack, http):
     case.call_and_validate(base_url=stack.url, session=http, checks=CHECKS, timeout=REQUEST_TIMEOUT_S)
 
@@ -147,13 +170,15 @@ EDGE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("method, path, query, headers, body",
-                         [pytest.param(*case[1:], id=case[0]) for case in EDGE_CASES])
+@pytest.mark.parametrize(
+    "method, path, query, headers, body", [pytest.param(*case[1:], id=case[0]) for case in EDGE_CASES]
+)
 def test_edge_answers_conform_to_openapi(stack, http, method, path, query, headers, body):
     """Requests a schema-driven fuzzer seldom or never builds (over 1 MiB, not JSON, ids that are
     not valid Firestore document ids ...): the answer must still be documented and conform."""
-    response = http.request(method, f"{stack.url}{path}", params=query, headers=headers, data=body,
-                            timeout=REQUEST_TIMEOUT_S)
+    response = http.request(
+        method, f"{stack.url}{path}", params=query, headers=headers, data=body, timeout=REQUEST_TIMEOUT_S
+    )
     operation = schema[path][method]
     TALLY.record(operation.Case(query=query), response)
     try:
@@ -162,8 +187,7 @@ def test_edge_answers_conform_to_openapi(stack, http, method, path, query, heade
     except FailureGroup as exc:  # its "Reproduce with" line shows an empty request: name the real one
         report = str(exc).split("Reproduce with:")[0].strip()
     shown = body if body is None or len(body) <= 200 else body[:200] + b"... (%d bytes)" % len(body)
-    pytest.fail(f"request: {method} {path} query={query} headers={headers} body={shown!r}\n{report}",
-                pytrace=False)
+    pytest.fail(f"request: {method} {path} query={query} headers={headers} body={shown!r}\n{report}", pytrace=False)
 
 
 # ------------------------------------------------------------------------------ what a healthy Gmail never answers
@@ -194,12 +218,23 @@ def test_fault_outcomes_conform_to_openapi(stack, http, fault, channel, expected
         stack.relay.set_mode(what, count=1, delay_s=6)
     else:
         stack.sim.inject_errors(what, count=1, reason="invalidArgument")
-    body = {"dedup_key": f"contract-fault-{channel}-{what}", "channel": channel,
-            "to": ["Ann <ann@example.com>"], "cc": "Bob <bob@example.org>", "subject": "Fault ✓",
-            "text": "Body", "html": "<p>Body</p>"}
+    body = {
+        "dedup_key": f"contract-fault-{channel}-{what}",
+        "channel": channel,
+        "to": ["Ann <ann@example.com>"],
+        "cc": "Bob <bob@example.org>",
+        "subject": "Fault ✓",
+        "text": "Body",
+        "html": "<p>Body</p>",
+    }
     try:
-        send = _validated(http.post(f"{stack.url}/send", json=body, timeout=REQUEST_TIMEOUT_S),
-                          "/send", "POST", body=body, media_type="application/json")
+        send = _validated(
+            http.post(f"{stack.url}/send", json=body, timeout=REQUEST_TIMEOUT_S),
+            "/send",
+            "POST",
+            body=body,
+            media_type="application/json",
+        )
     finally:
         stack.relay.set_mode("forward-and-respond")
     assert send.status_code == expected, send.text
@@ -207,16 +242,27 @@ def test_fault_outcomes_conform_to_openapi(stack, http, fault, channel, expected
     deadline = time.monotonic() + 40
     while True:
         query = {"job_id": job_id}
-        view = _validated(http.get(f"{stack.url}/status", params=query, timeout=REQUEST_TIMEOUT_S),
-                          "/status", "GET", query=query).json()
+        view = _validated(
+            http.get(f"{stack.url}/status", params=query, timeout=REQUEST_TIMEOUT_S), "/status", "GET", query=query
+        ).json()
         if view["state"] in SETTLED or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert view["state"] in SETTLED, view
-    _validated(http.post(f"{stack.url}/reconcile", json=query, timeout=REQUEST_TIMEOUT_S),
-               "/reconcile", "POST", body=query, media_type="application/json")
-    _validated(http.post(f"{stack.url}/send", json=body, timeout=REQUEST_TIMEOUT_S),  # the replay
-               "/send", "POST", body=body, media_type="application/json")
+    _validated(
+        http.post(f"{stack.url}/reconcile", json=query, timeout=REQUEST_TIMEOUT_S),
+        "/reconcile",
+        "POST",
+        body=query,
+        media_type="application/json",
+    )
+    _validated(
+        http.post(f"{stack.url}/send", json=body, timeout=REQUEST_TIMEOUT_S),  # the replay
+        "/send",
+        "POST",
+        body=body,
+        media_type="application/json",
+    )
 
 
 def test_contract_run_exercised_the_api():

@@ -13,8 +13,9 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -47,9 +48,16 @@ class Client:
         self.url = stack.url
 
     def job(self, channel: str = "transactional", **overrides: Any) -> dict[str, Any]:
-        return {"customer_id": f"cust-{uuid.uuid4().hex[:10]}", "event_type": "order_paid", "order_id": "1001",
-                "channel": channel, "to": ["ann@example.com"], "subject": "Your receipt",
-                "text": "Thanks for your order.", **overrides}
+        return {
+            "customer_id": f"cust-{uuid.uuid4().hex[:10]}",
+            "event_type": "order_paid",
+            "order_id": "1001",
+            "channel": channel,
+            "to": ["ann@example.com"],
+            "subject": "Your receipt",
+            "text": "Thanks for your order.",
+            **overrides,
+        }
 
     def send(self, body: dict[str, Any], fault: str | None = None, timeout: float = 30) -> requests.Response:
         headers = {**self.stack.caller_headers(), **({"X-Safesend-Fault": fault} if fault else {})}
@@ -64,8 +72,9 @@ class Client:
         return response.json()
 
     def sweep(self) -> dict[str, Any]:
-        response = self._retrying(lambda: requests.post(f"{self.url}/sweep", json={}, timeout=60,
-                                                        headers=self.stack.internal_headers()))
+        response = self._retrying(
+            lambda: requests.post(f"{self.url}/sweep", json={}, timeout=60, headers=self.stack.internal_headers())
+        )
         assert response.status_code == 200, response.text
         return response.json()
 
@@ -104,6 +113,7 @@ def n8n(stack: LocalStack) -> Client:
 
 def job_id_of(body: dict[str, Any]) -> str:
     from safesend.keys import compose_dedup_key, job_id_for
+
     return job_id_for(compose_dedup_key(body["customer_id"], body["event_type"], body["order_id"]))
 
 
@@ -142,8 +152,12 @@ def test_ambiguous_job_on_a_review_channel_lands_in_review_and_is_never_resent(n
     view = n8n.wait_for(job_id, SETTLED)
     assert (view["state"], view["review_reason"]) == ("review", "ambiguous")
     item = pull_review_item(subscriber, stack.subscription_path, job_id)
-    assert item["attributes"] == {"job_id": job_id, "reason": "ambiguous", "channel": "payments",
-                                  "review_id": f"{job_id}:1"}
+    assert item["attributes"] == {
+        "job_id": job_id,
+        "reason": "ambiguous",
+        "channel": "payments",
+        "review_id": f"{job_id}:1",
+    }
     data = item["data"]
     assert data["message_id"] == view["message_id"] and data["recipients"]["to"] == ["ann@example.com"]
     assert data["subject"] == "Your receipt" and "Thanks for your order." not in json.dumps(data)
@@ -163,8 +177,7 @@ def pull_review_item(subscriber, subscription: str, job_id: str, timeout_s: floa
     while time.monotonic() < deadline:
         response = subscriber.pull(subscription=subscription, max_messages=20, timeout=5)
         if response.received_messages:
-            subscriber.acknowledge(subscription=subscription,
-                                   ack_ids=[m.ack_id for m in response.received_messages])
+            subscriber.acknowledge(subscription=subscription, ack_ids=[m.ack_id for m in response.received_messages])
         for received in response.received_messages:
             if received.message.attributes.get("job_id") == job_id:
                 return {"data": json.loads(received.message.data), "attributes": dict(received.message.attributes)}
@@ -247,8 +260,12 @@ def test_duplicated_cloud_tasks_delivery_changes_nothing(n8n, stack):
     job_id = response.json()["job_id"]
     settled = n8n.wait_for(job_id, SETTLED)
     for step in ("a1-c0", "a1-c0", "a1-c1"):  # at-least-once delivery, and a late stale task
-        redelivered = requests.post(f"{stack.url}/reconcile", json={"job_id": job_id, "step": step}, timeout=30,
-                                    headers=stack.internal_headers())
+        redelivered = requests.post(
+            f"{stack.url}/reconcile",
+            json={"job_id": job_id, "step": step},
+            timeout=30,
+            headers=stack.internal_headers(),
+        )
         assert redelivered.status_code == 200 and redelivered.json()["action"] == "nothing_to_do"
     after = n8n.status(job_id)
     assert after["updated_at"] == settled["updated_at"] and after["events"] == settled["events"]

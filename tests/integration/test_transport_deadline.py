@@ -13,12 +13,12 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import pytest
 
-from devstack.gmail_sim import GmailSimulator
 from devstack.relay import FaultRelay
 from safesend.adapters.gmail_mailer import READ_TRIES, GmailMailer
 from safesend.adapters.one_shot_http import OneShotHttp, TransportError
@@ -35,8 +35,14 @@ class TrickleServer:
     """Raw loopback TCP server: reads the client's first bytes, writes `prefix`, then one filler byte every
     `delay_s` (at most `max_bytes`). Bounded by stop() and by the client leaving."""
 
-    def __init__(self, prefix: bytes, delay_s: float, filler: bytes = b"x", max_bytes: int = 200,
-                 tls: Optional[ssl.SSLContext] = None) -> None:
+    def __init__(
+        self,
+        prefix: bytes,
+        delay_s: float,
+        filler: bytes = b"x",
+        max_bytes: int = 200,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.prefix, self.delay_s, self.filler, self.max_bytes = prefix, delay_s, filler, max_bytes
         self.tls = tls
         self.connections = 0
@@ -51,7 +57,7 @@ class TrickleServer:
         while not self._stop.is_set():
             try:
                 conn, _ = self._listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -92,18 +98,24 @@ def loopback_tls(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(cert_file, key_file)
     client = ssl.create_default_context(cafile=str(cert_file))
@@ -134,7 +146,7 @@ def call_bounded(call: Callable[[], Any], limit_s: float) -> tuple[Any, float]:
     return box["result"], box["elapsed"]
 
 
-def raised(call: Callable[[], Any]) -> Optional[Exception]:
+def raised(call: Callable[[], Any]) -> Exception | None:
     """The exception `call` raised, or None: lets call_bounded time a call that is meant to fail."""
     try:
         call()
@@ -208,8 +220,7 @@ def test_a_search_with_many_slow_hits_shares_one_deadline(sim):
     for _ in range(10):
         sim.insert_message(RAW)
     sim.set_latency(0.0, read_seconds=0.45)  # 11 reads x 0.45 s = 4.95 s > the 4.5 s search budget
-    mailer = GmailMailer(api_endpoint=sim.url, send_timeout_s=TIMEOUT_S, read_timeout_s=TIMEOUT_S,
-                         sleep=lambda s: None)
+    mailer = GmailMailer(api_endpoint=sim.url, send_timeout_s=TIMEOUT_S, read_timeout_s=TIMEOUT_S, sleep=lambda s: None)
     started = time.monotonic()
     with pytest.raises(MailboxUnavailableError):
         mailer.find_by_message_id(MESSAGE_ID)
@@ -227,8 +238,9 @@ def test_a_deadline_already_past_sends_nothing_and_says_so(relay):
 
 def test_a_body_read_until_close_is_not_taken_as_complete_when_the_deadline_cuts_it():
     """No Content-Length: the body ends at EOF, and the deadline's shutdown is an EOF too."""
-    server = TrickleServer(prefix=b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: text/plain\r\n\r\n",
-                           delay_s=0.1)
+    server = TrickleServer(
+        prefix=b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: text/plain\r\n\r\n", delay_s=0.1
+    )
     try:
         transport = OneShotHttp(timeout=TIMEOUT_S)  # no explicit deadline: now + timeout, per request
         with pytest.raises(TransportError) as info:
@@ -241,8 +253,7 @@ def test_a_body_read_until_close_is_not_taken_as_complete_when_the_deadline_cuts
 def test_a_trickled_https_answer_is_cut_at_the_deadline(tmp_path):
     """Same as over plain HTTP, through TLS: the watchdog's shutdown must reach the socket under SSL."""
     server_tls, client_tls = loopback_tls(tmp_path)
-    server = TrickleServer(prefix=b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", delay_s=0.1,
-                           tls=server_tls)
+    server = TrickleServer(prefix=b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", delay_s=0.1, tls=server_tls)
     try:
         transport = OneShotHttp(timeout=TIMEOUT_S, ssl_context=client_tls)
         with pytest.raises(TransportError) as info:

@@ -19,8 +19,12 @@ from tests.fakes import FakeClock, FakeMailbox, FakeMailer, FakeNotifier, FakePu
 
 POLICIES = {
     "defaults": {"max_attempts": 3, "quick_retries": 2, "retry_base_s": 1.0, "retry_cap_s": 30.0},
-    "channels": {"receipts": {"on_unknown": "retry"}, "payments": {"on_unknown": "review"}, "plain": {},
-                 "review-notifications": {"on_unknown": "retry", "notify": ["chat", "slack"]}},
+    "channels": {
+        "receipts": {"on_unknown": "retry"},
+        "payments": {"on_unknown": "review"},
+        "plain": {},
+        "review-notifications": {"on_unknown": "retry", "notify": ["chat", "slack"]},
+    },
 }
 CALLBACKS = CallbackPolicy(frozenset({"n8n.example.com", "*.app.n8n.cloud"}))
 TIMING = Timing(lease_s=120, index_lag_s=90, unknown_window_s=300, recheck_s=60, publish_lease_s=60)
@@ -39,8 +43,14 @@ class World:
     pushed: int = 0
 
     def request(self, key: str = "cust-1:order_paid:42", channel: str = "receipts", **overrides: Any):
-        body = {"dedup_key": key, "channel": channel, "to": "ann@example.com", "subject": "Receipt",
-                "text": "Thanks for your order.", **overrides}
+        body = {
+            "dedup_key": key,
+            "channel": channel,
+            "to": "ann@example.com",
+            "subject": "Receipt",
+            "text": "Thanks for your order.",
+            **overrides,
+        }
         return parse_send_request(body, "Shop <shop@example.com>", callbacks=CALLBACKS)
 
     def effects(self, job_id_or_msgid: str) -> int:
@@ -70,9 +80,15 @@ class World:
             self.service.notify(attributes["job_id"], attributes["review_id"])
 
 
-def make_world(script: list | None = None, index_lag_s: float = 30.0, policies: dict | None = None,
-               verify: bool = True, reviewers: ReviewerTargets = ReviewerTargets(),
-               history_check_s: float = 0.0, history_lag_s: float = 0.0) -> World:
+def make_world(
+    script: list | None = None,
+    index_lag_s: float = 30.0,
+    policies: dict | None = None,
+    verify: bool = True,
+    reviewers: ReviewerTargets = ReviewerTargets(),
+    history_check_s: float = 0.0,
+    history_lag_s: float = 0.0,
+) -> World:
     """The service over fakes. The mailbox's change log is off unless `history_check_s` > 0: most
     tests are about the search path, which the service falls back to without a checkpoint."""
     clock = FakeClock()
@@ -82,14 +98,26 @@ def make_world(script: list | None = None, index_lag_s: float = 30.0, policies: 
     scheduler = FakeScheduler()
     publisher = FakePublisher()
     notifier = FakeNotifier()
-    service = SafeSendService(store, mailer, scheduler, publisher,
-                              ChannelPolicies.from_mapping(policies or POLICIES),
-                              message_id_domain="mail.example.com",
-                              timing=dataclasses.replace(TIMING, history_check_s=history_check_s), request_budget_s=40,
-                              send_timeout_s=10, verify_message_id_every=1 if verify else 0, clock=clock,
-                              monotonic=clock.monotonic, sleep=clock.sleep, uniform=lambda a, b: b,
-                              notifier=notifier, reviewers=reviewers, default_from="Shop <shop@example.com>",
-                              checkpoint_in_background=False)
+    service = SafeSendService(
+        store,
+        mailer,
+        scheduler,
+        publisher,
+        ChannelPolicies.from_mapping(policies or POLICIES),
+        message_id_domain="mail.example.com",
+        timing=dataclasses.replace(TIMING, history_check_s=history_check_s),
+        request_budget_s=40,
+        send_timeout_s=10,
+        verify_message_id_every=1 if verify else 0,
+        clock=clock,
+        monotonic=clock.monotonic,
+        sleep=clock.sleep,
+        uniform=lambda a, b: b,
+        notifier=notifier,
+        reviewers=reviewers,
+        default_from="Shop <shop@example.com>",
+        checkpoint_in_background=False,
+    )
     return World(clock, mailbox, mailer, store, scheduler, publisher, service, notifier)
 
 

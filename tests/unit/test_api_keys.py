@@ -10,7 +10,8 @@ import time
 import pytest
 from flask import Flask
 
-from safesend.api_keys import ApiKeyError, ApiKeyRing, digest_of, main as api_keys_main, mint
+from safesend.api_keys import ApiKeyError, ApiKeyRing, digest_of, mint
+from safesend.api_keys import main as api_keys_main
 from safesend.auth import Authenticator, AuthPolicy
 from safesend.config import Settings
 from safesend.errors import ConfigurationError
@@ -20,8 +21,15 @@ from safesend.runtime import Runtime
 from tests.unit.conftest import make_world
 
 APP = Flask(__name__)
-BODY = {"customer_id": "c1", "event_type": "order_paid", "order_id": "42", "channel": "receipts",
-        "to": "ann@example.com", "subject": "Receipt", "text": "Thanks"}
+BODY = {
+    "customer_id": "c1",
+    "event_type": "order_paid",
+    "order_id": "42",
+    "channel": "receipts",
+    "to": "ann@example.com",
+    "subject": "Receipt",
+    "text": "Thanks",
+}
 
 
 def test_a_minted_key_verifies_and_names_its_key_id():
@@ -39,19 +47,26 @@ def test_several_keys_are_valid_at_once_for_rotation_and_a_removed_one_is_revoke
         ApiKeyRing.parse(new_entry).verify(old)
 
 
-@pytest.mark.parametrize("tamper", [
-    lambda k: k[:-1] + ("A" if k[-1] != "A" else "B"),  # one character of the secret
-    lambda k: k.replace("ssk_n8n_", "ssk_other_"),  # another key id, same secret
-    lambda k: k + "x", lambda k: k[:-1], lambda k: "ssk_", lambda k: "ssk_n8n_" + "!" * 43,
-])
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda k: k[:-1] + ("A" if k[-1] != "A" else "B"),  # one character of the secret
+        lambda k: k.replace("ssk_n8n_", "ssk_other_"),  # another key id, same secret
+        lambda k: k + "x",
+        lambda k: k[:-1],
+        lambda k: "ssk_",
+        lambda k: "ssk_n8n_" + "!" * 43,
+    ],
+)
 def test_a_wrong_or_malformed_key_is_refused(tamper):
     key, entry = mint("n8n")
     with pytest.raises(ApiKeyError):
         ApiKeyRing.parse(entry).verify(tamper(key))
 
 
-@pytest.mark.parametrize("raw", ["n8n", "n8n:abc", "N8N:" + "0" * 64, "a:" + "0" * 64 + ",a:" + "1" * 64,
-                                 "n8n:" + "g" * 64])
+@pytest.mark.parametrize(
+    "raw", ["n8n", "n8n:abc", "N8N:" + "0" * 64, "a:" + "0" * 64 + ",a:" + "1" * 64, "n8n:" + "g" * 64]
+)
 def test_a_malformed_key_list_refuses_to_start(raw):
     with pytest.raises(ConfigurationError, match="SAFESEND_AUTH_API_KEYS"):
         Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_AUTH_API_KEYS": raw}).check_auth()
@@ -74,18 +89,33 @@ INTERNAL_KEY, INTERNAL_ENTRY = mint("local-internal")
 @pytest.fixture
 def api_and_world():
     world = make_world()
-    policy = AuthPolicy(None, frozenset(), frozenset(), caller_keys=ApiKeyRing.parse(CALLER_ENTRY),
-                        internal_keys=ApiKeyRing.parse(INTERNAL_ENTRY))
-    runtime = Runtime(Settings(project="demo", default_from="Shop <shop@example.com>"), world.service.policies,
-                      world.service, Authenticator(policy, None, time.time))
+    policy = AuthPolicy(
+        None,
+        frozenset(),
+        frozenset(),
+        caller_keys=ApiKeyRing.parse(CALLER_ENTRY),
+        internal_keys=ApiKeyRing.parse(INTERNAL_ENTRY),
+    )
+    runtime = Runtime(
+        Settings(project="demo", default_from="Shop <shop@example.com>"),
+        world.service.policies,
+        world.service,
+        Authenticator(policy, None, time.time),
+    )
     return HttpApi(lambda: runtime), world
 
 
 def call(handler, key: str | None, method: str = "POST", body=None, query: str = ""):
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    with APP.test_request_context(f"/x{query}", method=method, data=json.dumps(body) if body else None,
-                                  headers=headers, content_type="application/json"):
+    with APP.test_request_context(
+        f"/x{query}",
+        method=method,
+        data=json.dumps(body) if body else None,
+        headers=headers,
+        content_type="application/json",
+    ):
         from flask import request
+
         payload, status, _ = handler(request)
         return status, payload
 
@@ -98,8 +128,9 @@ def test_a_caller_key_sends_and_reads_status(api_and_world):
     assert status == 200
 
 
-@pytest.mark.parametrize("key", [INTERNAL_KEY, CALLER_KEY[:-1] + ("Q" if CALLER_KEY[-1] != "Q" else "R"),
-                                 "ssk_nope_" + "a" * 43, None])
+@pytest.mark.parametrize(
+    "key", [INTERNAL_KEY, CALLER_KEY[:-1] + ("Q" if CALLER_KEY[-1] != "Q" else "R"), "ssk_nope_" + "a" * 43, None]
+)
 def test_send_refuses_any_other_key_with_401_and_says_what_to_do(api_and_world, key):
     api, world = api_and_world
     status, payload = call(api.send, key, body=BODY)
@@ -143,13 +174,27 @@ def test_a_public_function_with_an_api_key_starts():
     public(SAFESEND_AUTH_HMAC_SECRET="x" * 32).check_auth()
 
 
-@pytest.mark.parametrize("env, why", [
-    ({"SAFESEND_AUTH_API_KEYS": CALLER_ENTRY, "SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM": "true",
-      "SAFESEND_AUTH_AUDIENCES": "https://x"}, "TRUST_CLOUD_RUN_IAM"),
-    ({"SAFESEND_AUTH_DISABLED": "1", "SAFESEND_AUTH_API_KEYS": CALLER_ENTRY}, "AUTH_DISABLED"),
-    ({"SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS": "n8n@p.iam.gserviceaccount.com",
-      "SAFESEND_AUTH_AUDIENCES": "https://x"}, "needs SAFESEND_AUTH_API_KEYS"),
-])
+@pytest.mark.parametrize(
+    "env, why",
+    [
+        (
+            {
+                "SAFESEND_AUTH_API_KEYS": CALLER_ENTRY,
+                "SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM": "true",
+                "SAFESEND_AUTH_AUDIENCES": "https://x",
+            },
+            "TRUST_CLOUD_RUN_IAM",
+        ),
+        ({"SAFESEND_AUTH_DISABLED": "1", "SAFESEND_AUTH_API_KEYS": CALLER_ENTRY}, "AUTH_DISABLED"),
+        (
+            {
+                "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS": "n8n@p.iam.gserviceaccount.com",
+                "SAFESEND_AUTH_AUDIENCES": "https://x",
+            },
+            "needs SAFESEND_AUTH_API_KEYS",
+        ),
+    ],
+)
 def test_a_public_function_refuses_to_start_without_its_own_gate(env, why):
     """With allUsers as invoker, trusting unsigned (IAM-stripped) ID tokens would accept forged ones."""
     with pytest.raises(ConfigurationError, match=why):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -16,8 +17,20 @@ from safesend.config import Settings
 from safesend.http_api import HttpApi
 from safesend.runtime import Runtime
 from tests.unit.test_auth_secrets import b64, claims, segment, signed_token
-from tests.unit.test_http_security import (AUDIENCE, BODY, GOOGLE_CERT, N8N, SECRET, TASKS, api,  # noqa: F401
-                                           iam_api, request, stripped, untouched, world)
+from tests.unit.test_http_security import (  # noqa: F401
+    AUDIENCE,
+    BODY,
+    GOOGLE_CERT,
+    N8N,
+    SECRET,
+    TASKS,
+    api,
+    iam_api,
+    request,
+    stripped,
+    untouched,
+    world,
+)
 
 HOUR = 3600
 MISSING = object()
@@ -44,7 +57,7 @@ BAD_CLAIMS = {
     "exp missing": lambda: bad(exp=MISSING),
     "exp 3 h ahead": lambda: bad(exp=int(NOW()) + 3 * HOUR),
     "exp 1e300": lambda: bad(exp=1e300),
-    "exp huge int": lambda: bad(exp=10 ** 400),
+    "exp huge int": lambda: bad(exp=10**400),
     "iat Infinity": lambda: bad(iat=-math.inf),
     "iat string": lambda: bad(iat="yesterday"),
     "iat false": lambda: bad(iat=False),
@@ -88,16 +101,27 @@ def test_signed_tokens_with_malformed_claims_are_401_and_touch_nothing(api, worl
     assert untouched(world)
 
 
-@pytest.mark.parametrize("payload", [
-    lambda: with_raw('"exp": Infinity'),
-    lambda: with_raw('"exp": NaN'),
-    lambda: with_raw('"exp": 1e999'),
-    lambda: with_raw('"aud": ["x"]'),
-    lambda: "[" * 100_000 + "]" * 100_000,
-    lambda: '"just a string"',
-    lambda: "not json at all",
-], ids=["Infinity literal", "NaN literal", "overflowing exp", "duplicate aud", "deep nesting", "not an object",
-        "not json"])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        lambda: with_raw('"exp": Infinity'),
+        lambda: with_raw('"exp": NaN'),
+        lambda: with_raw('"exp": 1e999'),
+        lambda: with_raw('"aud": ["x"]'),
+        lambda: "[" * 100_000 + "]" * 100_000,
+        lambda: '"just a string"',
+        lambda: "not json at all",
+    ],
+    ids=[
+        "Infinity literal",
+        "NaN literal",
+        "overflowing exp",
+        "duplicate aud",
+        "deep nesting",
+        "not an object",
+        "not json",
+    ],
+)
 def test_behind_iam_odd_json_is_401(iam_api, world, payload):
     assert post(iam_api, unsigned_raw(payload())) == 401
     assert untouched(world)
@@ -107,14 +131,18 @@ def test_behind_iam_well_formed_claims_still_pass(iam_api, world):
     assert post(iam_api, stripped(signed_token(bad(exp=int(time.time()) + HOUR)))) == 200
 
 
-@pytest.mark.parametrize("header", [
-    segment({"alg": "RS256", "kid": ["google-key-1"]}),
-    segment({"alg": ["RS256"], "kid": "google-key-1"}),
-    segment({"alg": "none", "kid": "google-key-1"}),
-    segment({"alg": "HS256", "kid": "google-key-1"}),
-    segment({"alg": "RS256"}),
-    segment(["RS256"]),
-], ids=["kid list", "alg list", "alg none", "alg HS256", "no kid", "header list"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        segment({"alg": "RS256", "kid": ["google-key-1"]}),
+        segment({"alg": ["RS256"], "kid": "google-key-1"}),
+        segment({"alg": "none", "kid": "google-key-1"}),
+        segment({"alg": "HS256", "kid": "google-key-1"}),
+        segment({"alg": "RS256"}),
+        segment(["RS256"]),
+    ],
+    ids=["kid list", "alg list", "alg none", "alg HS256", "no kid", "header list"],
+)
 def test_signed_path_odd_headers_are_401(api, world, header):
     token = signed_token(claims("c"))
     _, payload, signature = token.split(".")
@@ -153,8 +181,7 @@ def test_certificates_rotated_in_are_fetched_once_more():
     """An unknown key id refetches the certificates (at most once a minute), then verifies."""
     fetched: list[dict] = [{}, {"google-key-1": GOOGLE_CERT}]
     clock = [time.time()]
-    verifier = GoogleIdTokenVerifier(frozenset({AUDIENCE}), fetch=lambda url: fetched.pop(0),
-                                     clock=lambda: clock[0])
+    verifier = GoogleIdTokenVerifier(frozenset({AUDIENCE}), fetch=lambda url: fetched.pop(0), clock=lambda: clock[0])
     token = signed_token(claims("c"))
     with pytest.raises(AuthenticationError):  # first fetch: key unknown, cache too young to refetch
         verifier.verify(token)

@@ -13,7 +13,7 @@ import json
 import logging
 import secrets
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from flask import Flask
@@ -21,8 +21,18 @@ from google.auth import crypt, jwt
 
 from safesend.auth import SIGNATURE_HEADER
 from safesend.logs import CloudLoggingFormatter, get_logger
-from tests.unit.test_http_security import (AUDIENCE, BODY, GOOGLE_SIGNER, N8N, ROGUE_SIGNER, api,  # noqa: F401
-                                           iam_api, id_token, stripped, world)
+from tests.unit.test_http_security import (  # noqa: F401
+    AUDIENCE,
+    BODY,
+    GOOGLE_SIGNER,
+    N8N,
+    ROGUE_SIGNER,
+    api,
+    iam_api,
+    id_token,
+    stripped,
+    world,
+)
 
 APP = Flask(__name__)
 ENDPOINTS = ["send", "status", "reconcile", "sweep"]
@@ -38,8 +48,16 @@ def segment(obj: object) -> str:
 
 def claims(canary: str, **override: object) -> dict[str, object]:
     now = int(time.time())
-    return {"iss": "https://accounts.google.com", "aud": AUDIENCE, "sub": canary, "email": N8N,
-            "email_verified": True, "iat": now - 5, "exp": now + 600, **override}
+    return {
+        "iss": "https://accounts.google.com",
+        "aud": AUDIENCE,
+        "sub": canary,
+        "email": N8N,
+        "email_verified": True,
+        "iat": now - 5,
+        "exp": now + 600,
+        **override,
+    }
 
 
 def signed_token(payload: dict[str, object], signer: crypt.RSASigner = GOOGLE_SIGNER) -> str:
@@ -69,8 +87,9 @@ CREDENTIALS: dict[str, Callable[[str], dict[str, str]]] = {
     "signed, wrong audience": lambda c: bearer(signed_token(claims(c, aud=f"https://{c}.run.app"))),
     "signed, audience list": lambda c: bearer(signed_token(claims(c, aud=[AUDIENCE, c]))),
     "signed, bad iat": lambda c: bearer(signed_token(claims(c, iat=c))),
-    "signed, email not verified": lambda c: bearer(signed_token(claims(c, email=f"x{c}@{c}.example",
-                                                                       email_verified=False))),
+    "signed, email not verified": lambda c: bearer(
+        signed_token(claims(c, email=f"x{c}@{c}.example", email_verified=False))
+    ),
     "signed, unlisted caller": lambda c: bearer(signed_token(claims(c, email=f"x{c}@proj.iam.gserviceaccount.com"))),
     "stripped, wrong audience": lambda c: bearer(stripped(signed_token(claims(c, aud=f"https://{c}.run.app")))),
     "stripped, audience list": lambda c: bearer(stripped(signed_token(claims(c, aud=[c])))),
@@ -82,8 +101,10 @@ CREDENTIALS: dict[str, Callable[[str], dict[str, str]]] = {
     "hmac, canary v1": lambda c: {SIGNATURE_HEADER: f"t={int(time.time())},v1={c},v1={c}{c}"},
     "hmac, no equals": lambda c: {SIGNATURE_HEADER: f"t={int(time.time())},{c}"},
     "x-serverless, oauth token": lambda c: {"X-Serverless-Authorization": f"Bearer ya29.{c}"},
-    "x-serverless, garbage": lambda c: {"X-Serverless-Authorization": f"Bearer {c}.{c}.{c}",
-                                        "Authorization": f"Bearer {id_token()}"},
+    "x-serverless, garbage": lambda c: {
+        "X-Serverless-Authorization": f"Bearer {c}.{c}.{c}",
+        "Authorization": f"Bearer {id_token()}",
+    },
 }
 
 
@@ -108,9 +129,11 @@ def logs(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
 def call(handler, method: str, headers: dict[str, str]) -> tuple[int, str]:
     """Status and everything the client sees (body and headers) as one string."""
     body = json.dumps(BODY) if method == "POST" else None
-    with APP.test_request_context("/x?job_id=" + "0" * 32, method=method, data=body, headers=headers,
-                                  content_type="application/json"):
+    with APP.test_request_context(
+        "/x?job_id=" + "0" * 32, method=method, data=body, headers=headers, content_type="application/json"
+    ):
         from flask import request
+
         payload, status, response_headers = handler(request)
     return status, json.dumps(payload) + json.dumps(response_headers)
 
@@ -118,8 +141,9 @@ def call(handler, method: str, headers: dict[str, str]) -> tuple[int, str]:
 @pytest.mark.parametrize("trust_iam", [False, True], ids=["direct", "behind-iam"])
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("credential", list(CREDENTIALS))
-def test_a_refused_credential_is_neither_logged_nor_echoed(request, logs, caplog, capsys, world, endpoint,
-                                                          credential, trust_iam):
+def test_a_refused_credential_is_neither_logged_nor_echoed(
+    request, logs, caplog, capsys, world, endpoint, credential, trust_iam
+):
     api_ = request.getfixturevalue("iam_api" if trust_iam else "api")
     canary = "cnry" + secrets.token_hex(12)
     headers = CREDENTIALS[credential](canary)

@@ -12,7 +12,8 @@ import io
 import time
 
 import pytest
-from flask import Flask, request as flask_request
+from flask import Flask
+from flask import request as flask_request
 
 from safesend.auth import SIGNATURE_HEADER, sign
 from tests.unit.test_http_security import SECRET, api, untouched, world  # noqa: F401
@@ -51,14 +52,26 @@ class EndlessBody(io.RawIOBase):
         return n
 
 
-def call(handler, stream: io.RawIOBase, content_length: int | None, method: str = "POST",
-         headers: dict[str, str] | None = None) -> tuple[int, int]:
+def call(
+    handler,
+    stream: io.RawIOBase,
+    content_length: int | None,
+    method: str = "POST",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, int]:
     """Status, and how many bytes a later `request.get_data()` (the framework's hook) would get."""
-    environ = {"wsgi.input": stream, "wsgi.input_terminated": True,  # gunicorn frames chunked bodies itself
-               **({"CONTENT_LENGTH": str(content_length)} if content_length is not None
-                  else {"HTTP_TRANSFER_ENCODING": "chunked"})}
-    with APP.test_request_context("/x", method=method, headers=headers or {}, content_type="application/json",
-                                  environ_overrides=environ):
+    environ = {
+        "wsgi.input": stream,
+        "wsgi.input_terminated": True,  # gunicorn frames chunked bodies itself
+        **(
+            {"CONTENT_LENGTH": str(content_length)}
+            if content_length is not None
+            else {"HTTP_TRANSFER_ENCODING": "chunked"}
+        ),
+    }
+    with APP.test_request_context(
+        "/x", method=method, headers=headers or {}, content_type="application/json", environ_overrides=environ
+    ):
         _, status, _ = handler(flask_request)
         left_over = len(flask_request.get_data())
     return status, left_over
@@ -96,8 +109,7 @@ def test_a_body_nobody_reads_is_not_buffered_either(api, world, method):
 def test_an_accepted_body_is_still_there_for_later_readers(api, world):
     raw = b'{"job_id": "' + b"0" * 32 + b'"}'
     headers = {SIGNATURE_HEADER: sign(SECRET, int(time.time()), raw)}
-    with APP.test_request_context("/x", method="POST", data=raw, headers=headers,
-                                  content_type="application/json"):
+    with APP.test_request_context("/x", method="POST", data=raw, headers=headers, content_type="application/json"):
         status = api.send(flask_request)[1]
         assert flask_request.get_data() == raw
     assert status == 400  # through the guard to validation

@@ -22,26 +22,33 @@ TIMEOUT = classify_transport(TransportFault.TIMEOUT, "read timed out")
 
 
 # --------------------------------------------------------------------------- the URL policy
-@pytest.mark.parametrize("url", [
-    "https://n8n.example.com/webhook-waiting/1", "https://tenant.app.n8n.cloud/webhook-waiting/2",
-    "https://n8n.example.com:8443/x?y=1",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://n8n.example.com/webhook-waiting/1",
+        "https://tenant.app.n8n.cloud/webhook-waiting/2",
+        "https://n8n.example.com:8443/x?y=1",
+    ],
+)
 def test_allowed_callback_urls(url):
     assert CALLBACKS.check_url(url) == url
 
 
-@pytest.mark.parametrize("url, why", [
-    ("http://n8n.example.com/x", "https"),
-    ("https://evil.example.com/x", "allowlist"),
-    ("https://app.n8n.cloud/x", "allowlist"),  # "*.app.n8n.cloud" is for subdomains only
-    ("https://n8n.example.com.evil.example/x", "allowlist"),
-    ("https://user:pw@n8n.example.com/x", "credentials"),
-    ("https://169.254.169.254/computeMetadata/v1/", "allowlist"),
-    ("https://n8n.example.com/" + "x" * 2100, "at most"),
-    ("https://n8n.example.com/a b", "printable"),
-    ("https://n8n.example.com:99999/x", "valid URL"),
-    ("file:///etc/passwd", "https"),
-])
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("http://n8n.example.com/x", "https"),
+        ("https://evil.example.com/x", "allowlist"),
+        ("https://app.n8n.cloud/x", "allowlist"),  # "*.app.n8n.cloud" is for subdomains only
+        ("https://n8n.example.com.evil.example/x", "allowlist"),
+        ("https://user:pw@n8n.example.com/x", "credentials"),
+        ("https://169.254.169.254/computeMetadata/v1/", "allowlist"),
+        ("https://n8n.example.com/" + "x" * 2100, "at most"),
+        ("https://n8n.example.com/a b", "printable"),
+        ("https://n8n.example.com:99999/x", "valid URL"),
+        ("file:///etc/passwd", "https"),
+    ],
+)
 def test_refused_callback_urls_say_why(url, why):
     with pytest.raises(CallbackUrlError, match=why):
         CALLBACKS.check_url(url)
@@ -52,11 +59,23 @@ def test_no_allowlist_means_no_callbacks():
         CallbackPolicy().check_url(HOOK_A)
 
 
-@pytest.mark.parametrize("address, allowed", [
-    ("93.184.216.34", True), ("2606:2800:220:1::", True), ("127.0.0.1", False), ("10.0.0.8", False),
-    ("192.168.1.1", False), ("169.254.169.254", False), ("::1", False), ("fd00::1", False),
-    ("0.0.0.0", False), ("224.0.0.1", False), ("100.64.0.1", False), ("not-an-ip", False),
-])
+@pytest.mark.parametrize(
+    "address, allowed",
+    [
+        ("93.184.216.34", True),
+        ("2606:2800:220:1::", True),
+        ("127.0.0.1", False),
+        ("10.0.0.8", False),
+        ("192.168.1.1", False),
+        ("169.254.169.254", False),
+        ("::1", False),
+        ("fd00::1", False),
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),
+        ("100.64.0.1", False),
+        ("not-an-ip", False),
+    ],
+)
 def test_only_public_addresses_are_connected_to(address, allowed):
     assert CALLBACKS.address_allowed(address) is allowed
     assert CallbackPolicy(frozenset({"x"}), allow_http=True).address_allowed(address) is True  # local stacks
@@ -72,9 +91,18 @@ def test_the_callback_url_is_not_part_of_the_payload():
 
 def test_a_refused_callback_url_is_a_400_naming_the_field():
     with pytest.raises(RequestValidationError) as info:
-        parse_send_request({"dedup_key": "k:e:1", "channel": "receipts", "to": "ann@example.com", "subject": "s",
-                            "text": "t", "callback_url": "http://127.0.0.1:5678/x"}, "s@example.com",
-                           callbacks=CALLBACKS)
+        parse_send_request(
+            {
+                "dedup_key": "k:e:1",
+                "channel": "receipts",
+                "to": "ann@example.com",
+                "subject": "s",
+                "text": "t",
+                "callback_url": "http://127.0.0.1:5678/x",
+            },
+            "s@example.com",
+            callbacks=CALLBACKS,
+        )
     assert "https" in info.value.fields["callback_url"]
 
 
@@ -90,8 +118,12 @@ def test_a_sent_job_calls_its_callback_once_with_the_outcome(world):
     settle(world, job.id)
     (notice,) = world.notifier.bodies_for(HOOK_A)
     assert {k: notice[k] for k in ("job_id", "dedup_key", "state", "message_id", "verified")} == {
-        "job_id": job.id, "dedup_key": job.dedup_key, "state": "sent", "message_id": job.message_id,
-        "verified": True}
+        "job_id": job.id,
+        "dedup_key": job.dedup_key,
+        "state": "sent",
+        "message_id": job.message_id,
+        "verified": True,
+    }
     assert "text" not in notice and world.store.get(job.id).notice_due_at is None
 
 
@@ -122,7 +154,7 @@ def test_each_webhook_execution_gets_its_own_callback(world):
     """Two executions fire the same key: one email, both workflows resume."""
     world.mailer.script = [("accept", TIMEOUT)]  # settles only after reconciling
     first, _ = world.service.submit(world.request(callback_url=HOOK_A))
-    second, replayed = world.service.submit(world.request(callback_url=HOOK_B))
+    _second, replayed = world.service.submit(world.request(callback_url=HOOK_B))
     assert replayed and world.store.get(first.id).callbacks == [HOOK_A, HOOK_B]
     settle(world, first.id)
     assert [n["state"] for n in world.notifier.bodies_for(HOOK_A)] == ["sent"]
@@ -166,7 +198,7 @@ def test_a_review_channel_tells_the_workflow_review():
 
 def test_the_sweeper_delivers_notices_whose_task_was_lost(world):
     world.service.scheduler = None  # no Cloud Tasks at all
-    job, _ = world.service.submit(world.request(callback_url=HOOK_A))
+    _job, _ = world.service.submit(world.request(callback_url=HOOK_A))
     world.clock.advance(2)
     report = world.service.sweep()
     assert report.actions.get("notices_delivered") == 1

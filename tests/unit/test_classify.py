@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safesend.classify import TransportFault, classify_http, classify_transport, crash_failure
 from safesend.model import Bucket
@@ -35,8 +36,7 @@ HTTP_TABLE = [
 ]
 
 
-@pytest.mark.parametrize("status,reason,bucket,retryable", HTTP_TABLE,
-                         ids=[f"{s}-{r}" for s, r, _, _ in HTTP_TABLE])
+@pytest.mark.parametrize("status,reason,bucket,retryable", HTTP_TABLE, ids=[f"{s}-{r}" for s, r, _, _ in HTTP_TABLE])
 def test_http_status_maps_to_documented_bucket(status, reason, bucket, retryable):
     failure = classify_http(status, reason, detail="d", retry_after_s=None)
     assert (failure.bucket, failure.retryable) == (bucket, retryable)
@@ -117,5 +117,10 @@ def test_crash_failure_is_maybe_accepted():
 
 def test_failure_as_dict_is_json_ready_and_truncates_detail():
     data = classify_http(503, "backendError", detail="x" * 2000).as_dict()
-    assert data == {"bucket": "maybe_accepted", "retryable": False, "code": "http_503_backendError",
-                    "detail": "x" * 500, "status": 503}
+    assert data == {
+        "bucket": "maybe_accepted",
+        "retryable": False,
+        "code": "http_503_backendError",
+        "detail": "x" * 500,
+        "status": 503,
+    }

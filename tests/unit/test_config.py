@@ -29,8 +29,13 @@ def test_defaults_with_only_a_project():
     assert s.gmail_api_endpoint is None
     assert (s.send_timeout_s, s.read_timeout_s, s.request_budget_s) == (20.0, 15.0, 40.0)
     assert s.verify_message_id_every == 100
-    assert (s.timing.lease_s, s.timing.index_lag_s, s.timing.unknown_window_s,
-            s.timing.recheck_s, s.timing.publish_lease_s) == (120.0, 90.0, 300.0, 60.0, 60.0)
+    assert (
+        s.timing.lease_s,
+        s.timing.index_lag_s,
+        s.timing.unknown_window_s,
+        s.timing.recheck_s,
+        s.timing.publish_lease_s,
+    ) == (120.0, 90.0, 300.0, 60.0, 60.0)
     assert (s.tasks_queue, s.reconcile_url, s.review_topic) == (None, None, None)
     assert (s.sweep_batch, s.sweep_budget_s) == (50, 90.0)
     assert not hasattr(s, "enable_fault_injection")  # the deployed package has no fault switch
@@ -53,10 +58,17 @@ def test_missing_project_raises(env):
 
 
 def test_values_are_read_from_the_mapping():
-    s = settings(SAFESEND_JOBS_COLLECTION="jobs_test", SAFESEND_GMAIL_USER="ops@example.com",
-                 SAFESEND_SEND_TIMEOUT_S="5", SAFESEND_LEASE_S="30", SAFESEND_SWEEP_BATCH="7",
-                 SAFESEND_REVIEW_TOPIC="projects/p/topics/review", SAFESEND_VERIFY_MESSAGE_ID_EVERY="0",
-                 SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM="yes", SAFESEND_CHANNELS_JSON='{"x": {}}')
+    s = settings(
+        SAFESEND_JOBS_COLLECTION="jobs_test",
+        SAFESEND_GMAIL_USER="ops@example.com",
+        SAFESEND_SEND_TIMEOUT_S="5",
+        SAFESEND_LEASE_S="30",
+        SAFESEND_SWEEP_BATCH="7",
+        SAFESEND_REVIEW_TOPIC="projects/p/topics/review",
+        SAFESEND_VERIFY_MESSAGE_ID_EVERY="0",
+        SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM="yes",
+        SAFESEND_CHANNELS_JSON='{"x": {}}',
+    )
     assert s.jobs_collection == "jobs_test"
     assert s.gmail_user == "ops@example.com"
     assert (s.send_timeout_s, s.timing.lease_s, s.sweep_batch) == (5.0, 30.0, 7)
@@ -72,6 +84,7 @@ def test_empty_values_mean_unset():
 
 
 # --------------------------------------------------------------- Message-ID domain
+
 
 def test_domain_falls_back_to_the_default_sender_domain_lowercased():
     s = settings(SAFESEND_DEFAULT_FROM="Shop <Orders@Mail.Example.COM>")
@@ -96,8 +109,17 @@ def test_invalid_message_id_domain_raises(domain):
 
 # --------------------------------------------------------------- numbers and booleans
 
-@pytest.mark.parametrize("name", ["SAFESEND_LEASE_S", "SAFESEND_SEND_TIMEOUT_S", "SAFESEND_INDEX_LAG_S",
-                                  "SAFESEND_SWEEP_BATCH", "SAFESEND_REQUEST_BUDGET_S"])
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "SAFESEND_LEASE_S",
+        "SAFESEND_SEND_TIMEOUT_S",
+        "SAFESEND_INDEX_LAG_S",
+        "SAFESEND_SWEEP_BATCH",
+        "SAFESEND_REQUEST_BUDGET_S",
+    ],
+)
 @pytest.mark.parametrize("value", ["abc", "10s", "1,5", "-1"])
 def test_non_number_or_negative_raises(name, value):
     with pytest.raises(ConfigurationError):
@@ -114,8 +136,19 @@ def test_non_finite_delay_raises(name, value):
         settings(**{name: value})
 
 
-@pytest.mark.parametrize("raw,expected", [("1", True), ("true", True), ("YES", True), (" on ", True),
-                                          ("0", False), ("False", False), ("no", False), ("off", False)])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("1", True),
+        ("true", True),
+        ("YES", True),
+        (" on ", True),
+        ("0", False),
+        ("False", False),
+        ("no", False),
+        ("off", False),
+    ],
+)
 def test_booleans_accept_the_usual_spellings(raw, expected):
     assert settings(SAFESEND_CALLBACK_ALLOW_HTTP=raw).callback_allow_http is expected
 
@@ -128,14 +161,16 @@ def test_bad_boolean_raises(raw):
 
 # --------------------------------------------------------------- cross-field rules
 
+
 def test_queue_without_reconcile_url_raises():
     with pytest.raises(ConfigurationError):
         settings(SAFESEND_TASKS_QUEUE="projects/p/locations/l/queues/q")
 
 
 def test_queue_with_reconcile_url_is_accepted():
-    s = settings(SAFESEND_TASKS_QUEUE="projects/p/locations/l/queues/q",
-                 SAFESEND_RECONCILE_URL="https://example.com/reconcile")
+    s = settings(
+        SAFESEND_TASKS_QUEUE="projects/p/locations/l/queues/q", SAFESEND_RECONCILE_URL="https://example.com/reconcile"
+    )
     assert (s.tasks_queue, s.reconcile_url) == ("projects/p/locations/l/queues/q", "https://example.com/reconcile")
 
 
@@ -159,7 +194,7 @@ def test_default_send_timeout_limits_a_short_lease():
 # --------------------------------------------------------------- issue 8.3 and 8.4: refuse to start
 @pytest.mark.parametrize("lag,window", [("90", "89"), ("300", "60")])
 def test_an_unknown_window_shorter_than_the_index_lag_refuses_to_start(lag, window):
-    """"Not found" before the index could have caught up is no evidence: a resend would duplicate."""
+    """ "Not found" before the index could have caught up is no evidence: a resend would duplicate."""
     with pytest.raises(ConfigurationError, match="index lag"):
         settings(SAFESEND_INDEX_LAG_S=lag, SAFESEND_UNKNOWN_WINDOW_S=window)
 
@@ -184,8 +219,15 @@ def test_a_channel_whose_timing_breaks_the_guarantee_refuses_to_start(channel):
         preflight(settings(SAFESEND_CHANNELS_JSON=json.dumps({"late": {"on_unknown": "retry", **channel}})))
 
 
-@pytest.mark.parametrize("domain", ["notifications.mail.example-shop.com", "a" * 28 + ".example", "b" * 38 + ".io",
-                                    ".".join(["c" * 63] * 3) + ".example.com"])
+@pytest.mark.parametrize(
+    "domain",
+    [
+        "notifications.mail.example-shop.com",
+        "a" * 28 + ".example",
+        "b" * 38 + ".io",
+        ".".join(["c" * 63] * 3) + ".example.com",
+    ],
+)
 def test_long_message_id_domains_pass_the_start_up_probe(domain):
     """8.4: a Message-ID domain of 28-38 characters used to fold the header: every send answered 500."""
     from safesend.runtime import preflight
@@ -197,5 +239,9 @@ def test_a_default_sender_that_cannot_make_a_message_refuses_to_start():
     from safesend.runtime import preflight
 
     with pytest.raises(ConfigurationError, match="SAFESEND_DEFAULT_FROM"):
-        preflight(settings(SAFESEND_DEFAULT_FROM='"=?utf-8?q?x=0D=0ABcc:_e@evil.example?=" <shop@example.com>',
-                           SAFESEND_AUTH_DISABLED="1"))
+        preflight(
+            settings(
+                SAFESEND_DEFAULT_FROM='"=?utf-8?q?x=0D=0ABcc:_e@evil.example?=" <shop@example.com>',
+                SAFESEND_AUTH_DISABLED="1",
+            )
+        )

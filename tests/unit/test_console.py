@@ -12,7 +12,7 @@ import flask
 import pytest
 
 from safesend.classify import TransportFault, classify_transport
-from safesend.console import (CONSOLE_JS, CSP, CSS_PATH, ICON_PATH, JS_PATH, MAX_FORM_BYTES, ReviewConsole)
+from safesend.console import CONSOLE_JS, CSP, CSS_PATH, ICON_PATH, JS_PATH, MAX_FORM_BYTES, ReviewConsole
 from safesend.errors import ConfigurationError
 from safesend.lifecycle import MAX_NOTE_CHARS
 from safesend.reviewer_auth import CSRF_TTL_S, ReviewerAuth, ReviewerSettings
@@ -41,10 +41,24 @@ def dev_auth(clock: Clock | None = None) -> ReviewerAuth:
     return ReviewerAuth(ReviewerSettings(dev_identity="dev@localhost", csrf_secret=SECRET), clock=clock or Clock())
 
 
-def call(console: ReviewConsole, method: str, path: str, *, data: Any = None, headers: dict | None = None,
-         remote: str = "127.0.0.1", content_type: str | None = None) -> tuple[str, int, dict[str, str]]:
-    with APP.test_request_context(path, method=method, data=data, headers=headers or {}, content_type=content_type,
-                                  environ_base={"REMOTE_ADDR": remote}):
+def call(
+    console: ReviewConsole,
+    method: str,
+    path: str,
+    *,
+    data: Any = None,
+    headers: dict | None = None,
+    remote: str = "127.0.0.1",
+    content_type: str | None = None,
+) -> tuple[str, int, dict[str, str]]:
+    with APP.test_request_context(
+        path,
+        method=method,
+        data=data,
+        headers=headers or {},
+        content_type=content_type,
+        environ_base={"REMOTE_ADDR": remote},
+    ):
         return console.handle(flask.request)
 
 
@@ -69,8 +83,10 @@ def duplicate_job() -> tuple[World, str]:
 
 
 def hidden_fields(page: str) -> dict[str, str]:
-    return {name: html.unescape(value) for name, value in
-            re.findall(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)">', page)}
+    return {
+        name: html.unescape(value)
+        for name, value in re.findall(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)">', page)
+    }
 
 
 def buttons(page: str) -> list[str]:
@@ -92,15 +108,26 @@ def console(world: World) -> ReviewConsole:
     return ReviewConsole(lambda: world.service, lambda: auth)
 
 
-def decide(console: ReviewConsole, job_id: str, decision: str, *, note: str = "checked", form: dict | None = None,
-           headers: dict | None = None) -> tuple[str, int, dict[str, str]]:
+def decide(
+    console: ReviewConsole,
+    job_id: str,
+    decision: str,
+    *,
+    note: str = "checked",
+    form: dict | None = None,
+    headers: dict | None = None,
+) -> tuple[str, int, dict[str, str]]:
     if form is None:
         page, status, _ = call(console, "GET", f"/review/items/{job_id}")
         assert status == 200
         form = hidden_fields(page)
-    return call(console, "POST", f"/review/items/{job_id}/decision",
-                data={**form, "decision": decision, "note": note},
-                headers={"Origin": ORIGIN} if headers is None else headers)
+    return call(
+        console,
+        "POST",
+        f"/review/items/{job_id}/decision",
+        data={**form, "decision": decision, "note": note},
+        headers={"Origin": ORIGIN} if headers is None else headers,
+    )
 
 
 def follow(console: ReviewConsole, response: tuple[str, int, dict[str, str]]) -> tuple[str, dict[str, list[str]]]:
@@ -135,8 +162,15 @@ def test_get_never_changes_anything(world, console):
     job_id = review_job(world)
     before = snapshot(world)
     sends, searches = world.mailer.sends, world.mailer.searches
-    for path in ("/review", f"/review/items/{job_id}", f"/review/items/{job_id}/decision", "/review?channel=x",
-                 CSS_PATH, "/", "/review/nope"):
+    for path in (
+        "/review",
+        f"/review/items/{job_id}",
+        f"/review/items/{job_id}/decision",
+        "/review?channel=x",
+        CSS_PATH,
+        "/",
+        "/review/nope",
+    ):
         call(console, "GET", path)
         call(console, "HEAD", path)
     assert snapshot(world) == before and (world.mailer.sends, world.mailer.searches) == (sends, searches)
@@ -187,8 +221,9 @@ def test_unknown_and_malformed_job_ids_are_404(console):
 
 
 def test_every_value_is_escaped(world, console):
-    job_id = review_job(world, subject=EVIL_SUBJECT, to=['"Eve & \\"Co\\"" <eve@example.com>'],
-                        key="k<script>x</script>")
+    job_id = review_job(
+        world, subject=EVIL_SUBJECT, to=['"Eve & \\"Co\\"" <eve@example.com>'], key="k<script>x</script>"
+    )
     for path in ("/review", f"/review/items/{job_id}"):
         page, _, _ = call(console, "GET", path)
         assert "<script>alert" not in page and "<img" not in page and "<b>" not in page
@@ -212,8 +247,9 @@ def test_pages_carry_a_strict_csp_and_no_inline_code(world, console):
         scripts = re.findall(r"<script\b[^>]*>", page)
         assert scripts == [f'<script src="{JS_PATH}" defer>'], scripts  # no inline script
         assert "<style" not in page and " style=" not in page and not re.search(r"\son[a-z]+=", page)
-        assert not re.search(r'(src|href)="(https?:)?//', page.replace(
-            'href="https://mail.google.com/mail/u/0/#search/', "")), "no external assets"
+        assert not re.search(
+            r'(src|href)="(https?:)?//', page.replace('href="https://mail.google.com/mail/u/0/#search/', "")
+        ), "no external assets"
         assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
 
 
@@ -239,8 +275,9 @@ def test_resend_checks_the_mailbox_sends_once_and_redirects_with_the_result(worl
     assert "Resent" in page and 'data-result="resent"' in page
     job = world.store.get(job_id)
     assert job.state is State.SENT and world.effects(job_id) == 1 and world.mailer.searches == searches + 1
-    assert [(d["decision"], d["reviewer"], d["note"], d["result"]) for d in job.decisions] == \
-        [("resend", "dev@localhost", "not in the mailbox, resending", "resent")]
+    assert [(d["decision"], d["reviewer"], d["note"], d["result"]) for d in job.decisions] == [
+        ("resend", "dev@localhost", "not in the mailbox, resending", "resent")
+    ]
     assert "not in the mailbox, resending" in page and buttons(page) == []
     assert "there is nothing to decide" in page
 
@@ -273,7 +310,7 @@ def test_a_second_decision_on_the_same_review_is_a_409(world, console):
     job_id = review_job(world)
     form = hidden_fields(call(console, "GET", f"/review/items/{job_id}")[0])
     follow(console, decide(console, job_id, "resend", form=form))
-    page, status, _ = decide(console, job_id, "cancel", form=form)
+    _page, status, _ = decide(console, job_id, "cancel", form=form)
     assert status == 409
     assert world.store.get(job_id).state is State.SENT
 
@@ -284,8 +321,10 @@ def test_a_resend_is_refused_when_a_copy_is_in_the_mailbox(world, console):
     copy = world.mailbox.accept(f"Message-ID: {job.message_id}\r\nSubject: x\r\n\r\nbody".encode())
     world.clock.advance(31)  # past the fake mailbox's index lag
     response = decide(console, job_id, "resend")
-    assert parse_qs(urlsplit(response[2]["Location"]).query) == {"result": ["refused_copy_found"],
-                                                                 "copy": [copy.gmail_id]}
+    assert parse_qs(urlsplit(response[2]["Location"]).query) == {
+        "result": ["refused_copy_found"],
+        "copy": [copy.gmail_id],
+    }
     page, _ = follow(console, response)
     assert "Resend refused" in page and copy.gmail_id in page
     assert world.effects(job_id) == 1  # only the copy that was already there
@@ -311,13 +350,16 @@ def test_flash_and_copy_parameters_are_a_fixed_vocabulary(world, console):
 
 
 # ----------------------------------------------------------------------------- what a decision must carry
-@pytest.mark.parametrize("headers", [
-    {},  # neither Origin nor Referer
-    {"Origin": "https://evil.example"},
-    {"Origin": "null"},
-    {"Origin": ORIGIN, "Sec-Fetch-Site": "cross-site"},
-    {"Referer": "https://evil.example/page"},
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},  # neither Origin nor Referer
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},
+        {"Origin": ORIGIN, "Sec-Fetch-Site": "cross-site"},
+        {"Referer": "https://evil.example/page"},
+    ],
+)
 def test_a_decision_from_another_origin_is_refused(world, console, headers):
     job_id = review_job(world)
     before = snapshot(world)
@@ -352,6 +394,7 @@ def test_the_csrf_token_is_bound_to_the_review_and_the_reviewer(world):
         assert status == 403 and "Decision refused" in page, bad
     foreign = ReviewerAuth(ReviewerSettings(dev_identity="eve@localhost", csrf_secret=SECRET), clock=clock)
     from safesend.reviewer_auth import Reviewer
+
     eve_token = foreign.csrf_token(Reviewer("eve@localhost", "dev"), form["review_id"])
     assert decide(console, job_id, "cancel", form={**form, "csrf": eve_token})[1] == 403  # another reviewer's
     clock.now += CSRF_TTL_S + 1
@@ -360,13 +403,16 @@ def test_the_csrf_token_is_bound_to_the_review_and_the_reviewer(world):
     assert snapshot(world) == before
 
 
-@pytest.mark.parametrize("change, status", [
-    ({"decision": "delete_everything"}, 400),
-    ({"review_id": "garbage"}, 400),
-    ({"review_id": "0" * 32 + ":1"}, 400),  # a review of another job
-    ({"note": "x" * (MAX_NOTE_CHARS + 1)}, 400),
-    ({"extra": "field"}, 400),
-])
+@pytest.mark.parametrize(
+    "change, status",
+    [
+        ({"decision": "delete_everything"}, 400),
+        ({"review_id": "garbage"}, 400),
+        ({"review_id": "0" * 32 + ":1"}, 400),  # a review of another job
+        ({"note": "x" * (MAX_NOTE_CHARS + 1)}, 400),
+        ({"extra": "field"}, 400),
+    ],
+)
 def test_malformed_decisions_are_refused(world, console, change, status):
     job_id = review_job(world)
     form = hidden_fields(call(console, "GET", f"/review/items/{job_id}")[0])
@@ -380,16 +426,29 @@ def test_malformed_decisions_are_refused(world, console, change, status):
 def test_oversized_and_non_form_bodies_are_refused(world, console):
     job_id = review_job(world)
     path = f"/review/items/{job_id}/decision"
-    _, status, _ = call(console, "POST", path, data="x" * (MAX_FORM_BYTES + 1), headers={"Origin": ORIGIN},
-                        content_type="application/x-www-form-urlencoded")
+    _, status, _ = call(
+        console,
+        "POST",
+        path,
+        data="x" * (MAX_FORM_BYTES + 1),
+        headers={"Origin": ORIGIN},
+        content_type="application/x-www-form-urlencoded",
+    )
     assert status == 413
-    _, status, _ = call(console, "POST", path, data='{"decision": "cancel"}', headers={"Origin": ORIGIN},
-                        content_type="application/json")
+    _, status, _ = call(
+        console,
+        "POST",
+        path,
+        data='{"decision": "cancel"}',
+        headers={"Origin": ORIGIN},
+        content_type="application/json",
+    )
     assert status == 415
     form = hidden_fields(call(console, "GET", f"/review/items/{job_id}")[0])
     body = "&".join(f"{k}={v}" for k, v in {**form, "decision": "cancel"}.items()) + "&decision=resend"
-    _, status, _ = call(console, "POST", path, data=body, headers={"Origin": ORIGIN},
-                        content_type="application/x-www-form-urlencoded")
+    _, status, _ = call(
+        console, "POST", path, data=body, headers={"Origin": ORIGIN}, content_type="application/x-www-form-urlencoded"
+    )
     assert status == 400  # a repeated field is never guessed at
     assert world.store.get(job_id).state is State.REVIEW
 
@@ -409,14 +468,19 @@ AUDIENCE = "/projects/1/locations/europe-west1/services/review"
 
 
 def iap_console(world: World, calls: list[str]) -> ReviewConsole:
-    settings = ReviewerSettings(iap_audiences=frozenset({AUDIENCE}), allowed_emails=frozenset({"ann@example.com"}),
-                                csrf_secret=SECRET, console_url="https://review.example.com")
+    settings = ReviewerSettings(
+        iap_audiences=frozenset({AUDIENCE}),
+        allowed_emails=frozenset({"ann@example.com"}),
+        csrf_secret=SECRET,
+        console_url="https://review.example.com",
+    )
     auth = ReviewerAuth(settings, clock=Clock())
     auth.verifier._fetch = lambda url: (_ for _ in ()).throw(AssertionError("no key fetch expected"))
 
     def service():
         calls.append("service")
         return world.service
+
     return ReviewConsole(service, lambda: auth)
 
 
@@ -424,10 +488,18 @@ def test_without_an_iap_assertion_nothing_is_read(world):
     job_id = review_job(world)
     calls: list[str] = []
     console = iap_console(world, calls)
-    for method, path in (("GET", "/review"), ("GET", f"/review/items/{job_id}"),
-                         ("POST", f"/review/items/{job_id}/decision")):
-        page, status, _ = call(console, method, path, remote="203.0.113.7",
-                               headers={"x-goog-authenticated-user-email": "accounts.google.com:ann@example.com"})
+    for method, path in (
+        ("GET", "/review"),
+        ("GET", f"/review/items/{job_id}"),
+        ("POST", f"/review/items/{job_id}/decision"),
+    ):
+        page, status, _ = call(
+            console,
+            method,
+            path,
+            remote="203.0.113.7",
+            headers={"x-goog-authenticated-user-email": "accounts.google.com:ann@example.com"},
+        )
         assert status == 401 and "Sign-in required" in page and "devbanner" not in page
     assert calls == []  # refused before the store is touched
 
@@ -440,6 +512,7 @@ def test_a_development_identity_never_answers_a_remote_address(world, console):
 def test_a_misconfigured_console_is_a_500_page(world):
     def broken() -> ReviewerAuth:
         raise ConfigurationError("SAFESEND_REVIEW_CSRF_SECRET must be at least 32 bytes")
+
     page, status, headers = call(ReviewConsole(lambda: world.service, broken), "GET", "/review")
     assert status == 500 and "misconfigured" in page and "SAFESEND_REVIEW_CSRF_SECRET" not in page
     assert headers["Content-Security-Policy"] == CSP
@@ -455,8 +528,12 @@ def test_behind_iap_a_signed_reviewer_decides_without_a_banner(world):
 
     keys = Keys()
     clock = Clock()
-    settings = ReviewerSettings(iap_audiences=frozenset({AUDIENCE}), allowed_emails=frozenset({"ann@example.com"}),
-                                csrf_secret=SECRET, console_url="https://review.example.com")
+    settings = ReviewerSettings(
+        iap_audiences=frozenset({AUDIENCE}),
+        allowed_emails=frozenset({"ann@example.com"}),
+        csrf_secret=SECRET,
+        console_url="https://review.example.com",
+    )
     auth = ReviewerAuth(settings, clock=clock)
     auth.verifier._fetch = keys.fetch
     auth.verifier._clock = clock
@@ -464,21 +541,42 @@ def test_behind_iap_a_signed_reviewer_decides_without_a_banner(world):
 
     def assertion(email: str) -> dict[str, str]:
         now = int(clock())
-        return {"x-goog-iap-jwt-assertion": keys.sign({"iss": IAP_ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 600,
-                                                       "email": email, "sub": "accounts.google.com:1"})}
+        return {
+            "x-goog-iap-jwt-assertion": keys.sign(
+                {
+                    "iss": IAP_ISSUER,
+                    "aud": AUDIENCE,
+                    "iat": now,
+                    "exp": now + 600,
+                    "email": email,
+                    "sub": "accounts.google.com:1",
+                }
+            )
+        }
 
     job_id = review_job(world)
     page, status, _ = call(console, "GET", "/review", headers=assertion("Ann@example.com"), remote="203.0.113.7")
     assert status == 200 and "ann@example.com" in page and "devbanner" not in page and job_id in page
-    page, _, _ = call(console, "GET", f"/review/items/{job_id}", headers=assertion("ann@example.com"),
-                      remote="203.0.113.7")
+    page, _, _ = call(
+        console, "GET", f"/review/items/{job_id}", headers=assertion("ann@example.com"), remote="203.0.113.7"
+    )
     form = hidden_fields(page)
     post = dict(data={**form, "decision": "cancel", "note": "by IAP"}, remote="203.0.113.7")
-    _, status, _ = call(console, "POST", f"/review/items/{job_id}/decision",
-                        headers={**assertion("ann@example.com"), "Origin": "http://localhost"}, **post)
+    _, status, _ = call(
+        console,
+        "POST",
+        f"/review/items/{job_id}/decision",
+        headers={**assertion("ann@example.com"), "Origin": "http://localhost"},
+        **post,
+    )
     assert status == 403  # our origin is the configured console URL, not whatever Host says
-    response = call(console, "POST", f"/review/items/{job_id}/decision",
-                    headers={**assertion("ann@example.com"), "Origin": "https://review.example.com"}, **post)
+    response = call(
+        console,
+        "POST",
+        f"/review/items/{job_id}/decision",
+        headers={**assertion("ann@example.com"), "Origin": "https://review.example.com"},
+        **post,
+    )
     assert response[1] == 303
     job = world.store.get(job_id)
     assert job.state is State.CANCELLED and job.decisions[0]["reviewer"] == "ann@example.com"

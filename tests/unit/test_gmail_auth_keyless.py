@@ -13,8 +13,7 @@ import pytest
 from google.auth.exceptions import RefreshError
 
 from safesend.adapters import gmail_auth
-from safesend.adapters.gmail_auth import (IAM_SCOPE, OAUTH_TOKEN_URI, KeylessDelegatedCredentials,
-                                          load_gmail_credentials)
+from safesend.adapters.gmail_auth import IAM_SCOPE, OAUTH_TOKEN_URI, KeylessDelegatedCredentials, load_gmail_credentials
 from safesend.adapters.gmail_mailer import GMAIL_SCOPES
 from safesend.errors import ConfigurationError
 
@@ -57,22 +56,37 @@ def b64(part: dict) -> str:
 
 
 class FakeGoogle:
-    def __init__(self, sign_status: int = 200, token_status: int = 200, token_error: str | None = None,
-                 sign_body: bytes | None = None):
+    def __init__(
+        self,
+        sign_status: int = 200,
+        token_status: int = 200,
+        token_error: str | None = None,
+        sign_body: bytes | None = None,
+    ):
         self.calls: list[dict] = []
-        self.sign_status, self.token_status, self.token_error, self.sign_body = \
-            sign_status, token_status, token_error, sign_body
+        self.sign_status, self.token_status, self.token_error, self.sign_body = (
+            sign_status,
+            token_status,
+            token_error,
+            sign_body,
+        )
 
     def __call__(self, url, method="GET", body=None, headers=None, **kwargs):
         self.calls.append({"url": url, "method": method, "body": body, "headers": dict(headers or {})})
         if url.endswith(":signJwt"):
             if self.sign_status != 200:
-                return Answer(self.sign_status, json.dumps(
-                    {"error": {"code": self.sign_status, "status": "PERMISSION_DENIED", "message": "nope"}}).encode())
+                return Answer(
+                    self.sign_status,
+                    json.dumps(
+                        {"error": {"code": self.sign_status, "status": "PERMISSION_DENIED", "message": "nope"}}
+                    ).encode(),
+                )
             if self.sign_body is not None:
                 return Answer(200, self.sign_body)
             payload = json.loads(json.loads(body)["payload"])
-            return Answer(200, json.dumps({"keyId": "k", "signedJwt": f"{b64({'alg': 'RS256'})}.{b64(payload)}.sig"}).encode())
+            return Answer(
+                200, json.dumps({"keyId": "k", "signedJwt": f"{b64({'alg': 'RS256'})}.{b64(payload)}.sig"}).encode()
+            )
         if self.token_status != 200:
             return Answer(self.token_status, json.dumps({"error": self.token_error or "invalid_grant"}).encode())
         return Answer(200, json.dumps({"access_token": "delegated-token", "expires_in": 3600}).encode())
@@ -103,7 +117,7 @@ def test_refresh_signs_the_delegation_claims_as_the_functions_own_account_and_ex
     assert form["grant_type"] == ["urn:ietf:params:oauth:grant-type:jwt-bearer"]
     assert form["assertion"][0].count(".") == 2
     assert creds.token == "delegated-token" and creds.valid and creds.signer_email == SIGNER
-    assert creds.expiry > datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    assert creds.expiry > datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
 
 
 def test_a_named_signer_is_used_as_given():
@@ -114,8 +128,10 @@ def test_a_named_signer_is_used_as_given():
 
 
 def test_the_scopes_are_exactly_the_two_gmail_scopes():
-    assert GMAIL_SCOPES == ("https://www.googleapis.com/auth/gmail.send",
-                            "https://www.googleapis.com/auth/gmail.readonly")
+    assert GMAIL_SCOPES == (
+        "https://www.googleapis.com/auth/gmail.send",
+        "https://www.googleapis.com/auth/gmail.readonly",
+    )
 
 
 def test_missing_token_creator_is_a_refresh_error_that_says_so():
@@ -160,6 +176,7 @@ def test_other_universes_are_refused():
 def test_a_transport_that_raises_on_errors_keeps_its_retryable_flag():
     def failing(url, **kwargs):
         raise RefreshError("token endpoint answered HTTP 503", retryable=True)
+
     with pytest.raises(RefreshError) as error:
         credentials().refresh(failing)
     assert error.value.retryable and str(error.value.args[0]).startswith("IAM signJwt: ")

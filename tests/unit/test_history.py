@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safesend.classify import TransportFault, classify_http, classify_transport
 from safesend.states import State
@@ -99,9 +100,22 @@ def test_the_checkpoint_costs_no_gmail_call_per_send_and_predates_the_attempt():
 
 
 @settings(max_examples=150, deadline=None)
-@given(script=st.lists(st.sampled_from(["accept", DROPPED, LOST, classify_http(429, "rateLimitExceeded"),
-                                        ("accept", classify_http(503, "backendError"))]), min_size=1, max_size=5),
-       history_lag_s=st.sampled_from([0.0, 3.0, 20.0, 200.0]))
+@given(
+    script=st.lists(
+        st.sampled_from(
+            [
+                "accept",
+                DROPPED,
+                LOST,
+                classify_http(429, "rateLimitExceeded"),
+                ("accept", classify_http(503, "backendError")),
+            ]
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    history_lag_s=st.sampled_from([0.0, 3.0, 20.0, 200.0]),
+)
 def test_with_the_change_log_every_script_still_settles_with_an_honest_mailbox(script, history_lag_s):
     """Whatever the log's own lag (even past the index lag), it never causes a second copy."""
     world = history_world(list(script), history_lag_s=history_lag_s)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +19,15 @@ from safesend.runtime import Runtime
 from tests.unit.conftest import make_world
 
 APP = Flask(__name__)
-BODY = {"customer_id": "c1", "event_type": "order_paid", "order_id": "42", "channel": "receipts",
-        "to": "ann@example.com", "subject": "Receipt", "text": "Thanks"}
+BODY = {
+    "customer_id": "c1",
+    "event_type": "order_paid",
+    "order_id": "42",
+    "channel": "receipts",
+    "to": "ann@example.com",
+    "subject": "Receipt",
+    "text": "Thanks",
+}
 
 
 SECRET = b"0123456789abcdef0123456789abcdef"
@@ -30,8 +37,9 @@ SECRET = b"0123456789abcdef0123456789abcdef"
 def api_and_world():
     world = make_world()
     settings = Settings(project="demo", default_from="Shop <shop@example.com>")
-    authenticator = Authenticator(AuthPolicy(SECRET, frozenset(), frozenset({"tasks@p.iam.gserviceaccount.com"})),
-                                  None, time.time)
+    authenticator = Authenticator(
+        AuthPolicy(SECRET, frozenset(), frozenset({"tasks@p.iam.gserviceaccount.com"})), None, time.time
+    )
     runtime = Runtime(settings, world.service.policies, world.service, authenticator)
     return HttpApi(lambda: runtime), world
 
@@ -41,9 +49,11 @@ def call(handler, method: str = "POST", body: Any = None, query: str = "", heade
     data = json.dumps(body) if body is not None else None
     signed = (data or "").encode() if method == "POST" else query.lstrip("?").encode()
     headers = {SIGNATURE_HEADER: sign(SECRET, int(time.time()), signed), **(headers or {})}
-    with APP.test_request_context(f"/x{query}", method=method, data=data, headers=headers,
-                                  content_type="application/json"):
+    with APP.test_request_context(
+        f"/x{query}", method=method, data=data, headers=headers, content_type="application/json"
+    ):
         from flask import request
+
         payload, status, response_headers = handler(request)
         return status, payload, response_headers
 
@@ -100,7 +110,7 @@ def test_store_down_before_claim_is_503_with_retry_after(api_and_world):
         raise StoreUnavailableError("down")
 
     world.store.claim_or_get = down
-    status, payload, headers = call(api.send, body=BODY)
+    status, _payload, headers = call(api.send, body=BODY)
     assert status == 503 and headers["Retry-After"] == "5" and world.mailer.sends == 0
 
 
@@ -153,6 +163,7 @@ def test_reconcile_answers_200_for_anything_it_handled_and_503_when_the_mailbox_
     for bad in ({}, {"job_id": "missing"}, {"job_id": "a/b"}, {"job_id": "__x__"}, {"job_id": 7}):
         assert reconcile(bad)[0] == 400
     from safesend.errors import MailboxUnavailableError
+
     world.clock.advance(120)
     world.mailer.search_error = MailboxUnavailableError("gmail down")
     assert reconcile({"job_id": sent["job_id"]})[0] == 503

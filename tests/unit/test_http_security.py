@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -32,19 +32,32 @@ SECRET = b"s3cret-s3cret-s3cret-s3cret-s3cret!"
 AUDIENCE = "https://safesend-send-123.us-central1.run.app"
 N8N = "n8n-invoker@proj.iam.gserviceaccount.com"
 TASKS = "tasks-invoker@proj.iam.gserviceaccount.com"
-BODY = {"customer_id": "c1", "event_type": "order_paid", "order_id": "42", "channel": "receipts",
-        "to": "ann@example.com", "subject": "Receipt", "text": "Thanks"}
+BODY = {
+    "customer_id": "c1",
+    "event_type": "order_paid",
+    "order_id": "42",
+    "channel": "receipts",
+    "to": "ann@example.com",
+    "subject": "Receipt",
+    "text": "Thanks",
+}
 
 
 def make_key(kid: str) -> tuple[crypt.RSASigner, str]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, kid)])
-    now = datetime.now(timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(1).not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=1))
-            .sign(key, hashes.SHA256()))
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     return crypt.RSASigner.from_string(pem, key_id=kid), cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
@@ -52,11 +65,24 @@ GOOGLE_SIGNER, GOOGLE_CERT = make_key("google-key-1")
 ROGUE_SIGNER, _ = make_key("google-key-1")  # same kid, different key: a forgery
 
 
-def id_token(email: str = N8N, audience: str = AUDIENCE, signer: crypt.RSASigner = GOOGLE_SIGNER,
-             issuer: str = "https://accounts.google.com", verified: bool = True, expires_in: int = 600) -> str:
+def id_token(
+    email: str = N8N,
+    audience: str = AUDIENCE,
+    signer: crypt.RSASigner = GOOGLE_SIGNER,
+    issuer: str = "https://accounts.google.com",
+    verified: bool = True,
+    expires_in: int = 600,
+) -> str:
     now = int(time.time())
-    claims = {"iss": issuer, "aud": audience, "sub": "1234", "email": email, "email_verified": verified,
-              "iat": now - 5, "exp": now + expires_in}
+    claims = {
+        "iss": issuer,
+        "aud": audience,
+        "sub": "1234",
+        "email": email,
+        "email_verified": verified,
+        "iat": now - 5,
+        "exp": now + expires_in,
+    }
     return jwt.encode(signer, claims).decode()
 
 
@@ -73,11 +99,20 @@ def api(world):
     return HttpApi(lambda: Runtime(settings, world.service.policies, world.service, authenticator))
 
 
-def request(handler, *, method: str = "POST", data: bytes | str | None = None, query: str = "",
-            headers: dict[str, str] | None = None, content_type: str = "application/json"):
-    with APP.test_request_context(f"/x{query}", method=method, data=data, headers=headers or {},
-                                  content_type=content_type):
+def request(
+    handler,
+    *,
+    method: str = "POST",
+    data: bytes | str | None = None,
+    query: str = "",
+    headers: dict[str, str] | None = None,
+    content_type: str = "application/json",
+):
+    with APP.test_request_context(
+        f"/x{query}", method=method, data=data, headers=headers or {}, content_type=content_type
+    ):
         from flask import request as flask_request
+
         payload, status, _ = handler(flask_request)
         return status, payload
 
@@ -98,8 +133,9 @@ def test_a_valid_signature_sends(api, world):
     assert world.mailer.sends == 1
 
 
-@pytest.mark.parametrize("case", ["wrong secret", "tampered body", "expired", "from the future", "malformed",
-                                  "no v1", "missing"])
+@pytest.mark.parametrize(
+    "case", ["wrong secret", "tampered body", "expired", "from the future", "malformed", "no v1", "missing"]
+)
 def test_bad_signatures_are_401_and_touch_nothing(api, world, case):
     raw, headers = signed(BODY)
     if case == "wrong secret":
@@ -147,17 +183,29 @@ def test_an_allowed_callers_id_token_sends(api, world):
     assert status == 200 and world.mailer.sends == 1
 
 
-@pytest.mark.parametrize("token, expected", [
-    (lambda: id_token(audience="https://someone-else.run.app"), 401),
-    (lambda: id_token(signer=ROGUE_SIGNER), 401),
-    (lambda: id_token(expires_in=-60), 401),
-    (lambda: id_token(issuer="https://evil.example"), 401),
-    (lambda: id_token(verified=False), 401),
-    (lambda: "not.a.jwt", 401),
-    (lambda: id_token(email="stranger@proj.iam.gserviceaccount.com"), 403),
-    (lambda: id_token(email=TASKS), 403),  # an internal invoker is not a caller
-], ids=["wrong audience", "forged signature", "expired", "not google", "unverified email", "garbage",
-        "unknown caller", "internal invoker"])
+@pytest.mark.parametrize(
+    "token, expected",
+    [
+        (lambda: id_token(audience="https://someone-else.run.app"), 401),
+        (lambda: id_token(signer=ROGUE_SIGNER), 401),
+        (lambda: id_token(expires_in=-60), 401),
+        (lambda: id_token(issuer="https://evil.example"), 401),
+        (lambda: id_token(verified=False), 401),
+        (lambda: "not.a.jwt", 401),
+        (lambda: id_token(email="stranger@proj.iam.gserviceaccount.com"), 403),
+        (lambda: id_token(email=TASKS), 403),  # an internal invoker is not a caller
+    ],
+    ids=[
+        "wrong audience",
+        "forged signature",
+        "expired",
+        "not google",
+        "unverified email",
+        "garbage",
+        "unknown caller",
+        "internal invoker",
+    ],
+)
 def test_bad_id_tokens_are_refused_and_touch_nothing(api, world, token, expected):
     status, payload = request(api.send, data=json.dumps(BODY), headers={"Authorization": f"Bearer {token()}"})
     assert status == expected and payload["error"] in ("unauthenticated", "forbidden")
@@ -173,8 +221,14 @@ def test_internal_endpoints_take_only_the_invokers_id_token(api, world, endpoint
     assert request(handler, data=raw, headers=hmac_headers)[0] == 401  # HMAC is for n8n only
     assert request(handler, data=body, headers={"Authorization": f"Bearer {id_token(email=N8N)}"})[0] == 403
     assert request(handler, data=body)[0] == 401
-    assert request(handler, data=body, headers={
-        "Authorization": f"Bearer {id_token(email=TASKS, audience='https://x.run.app')}"})[0] == 401
+    assert (
+        request(
+            handler,
+            data=body,
+            headers={"Authorization": f"Bearer {id_token(email=TASKS, audience='https://x.run.app')}"},
+        )[0]
+        == 401
+    )
     assert untouched(world)
 
 
@@ -221,23 +275,27 @@ def test_oversize_request_is_413_before_anything_else(api, world):
     assert status == 413 and untouched(world)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("subject", "Hi\r\nBcc: victim@example.com"),
-    ("subject", "Hi\nX-Injected: 1"),
-    ("subject", "Hi\x00"),
-    ("subject", "Hi\u2028Bcc: victim@example.com"),
-    ("to", "ann@example.com\r\nBcc: victim@example.com"),
-    ("to", ["Ann\r\nBcc: victim@example.com <ann@example.com>"]),
-    ("reply_to", "help@example.com\nBcc: victim@example.com"),
-    ("from", "Shop <shop@example.com>\r\nX-Injected: 1"),
-    ("cc", "bob@example.com, victim@example.com"),  # two addresses smuggled into one item
-    ("dedup_key", "c1:order\r\nBcc: x"),
-    ("dedup_key", "key with spaces"),
-    ("dedup_key", "k" * 256),
-    ("dedup_key", "ключ"),
-    ("customer_id", "c1\n"),
-    ("text", "body\x00"),
-], ids=lambda v: repr(v)[:30])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("subject", "Hi\r\nBcc: victim@example.com"),
+        ("subject", "Hi\nX-Injected: 1"),
+        ("subject", "Hi\x00"),
+        ("subject", "Hi\u2028Bcc: victim@example.com"),
+        ("to", "ann@example.com\r\nBcc: victim@example.com"),
+        ("to", ["Ann\r\nBcc: victim@example.com <ann@example.com>"]),
+        ("reply_to", "help@example.com\nBcc: victim@example.com"),
+        ("from", "Shop <shop@example.com>\r\nX-Injected: 1"),
+        ("cc", "bob@example.com, victim@example.com"),  # two addresses smuggled into one item
+        ("dedup_key", "c1:order\r\nBcc: x"),
+        ("dedup_key", "key with spaces"),
+        ("dedup_key", "k" * 256),
+        ("dedup_key", "ключ"),
+        ("customer_id", "c1\n"),
+        ("text", "body\x00"),
+    ],
+    ids=lambda v: repr(v)[:30],
+)
 def test_injection_and_bad_shapes_are_400_naming_the_field(api, world, field, value):
     body = {**BODY, field: value}
     if field == "dedup_key":
@@ -263,6 +321,7 @@ def test_non_ascii_display_names_are_encoded_not_refused(api, world):
     assert request(api.send, data=raw, headers=headers)[0] == 200
     import email
     from email import policy
+
     sent = email.message_from_bytes(world.mailbox.raws[0], policy=policy.default)
     assert sent["To"].addresses[0].display_name == "Zoë Ångström" and sent["Subject"] == "Ваш чек"
     assert b"=?utf-8?" in world.mailbox.raws[0]  # RFC 2047 on the wire, never raw 8-bit headers
@@ -271,21 +330,35 @@ def test_non_ascii_display_names_are_encoded_not_refused(api, world):
 # ----------------------------------------------------------------------------- configuration
 def test_a_deployment_without_auth_settings_refuses_to_start():
     from safesend.errors import ConfigurationError
+
     with pytest.raises(ConfigurationError):
         Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p"}).check_auth()
     with pytest.raises(ConfigurationError):  # invokers whose ID tokens could not be checked
         Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_AUTH_INTERNAL_INVOKERS": TASKS}).check_auth()
     with pytest.raises(ConfigurationError):  # a short secret
-        Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_AUTH_HMAC_SECRET": "short",
-                           "SAFESEND_AUTH_INTERNAL_INVOKERS": TASKS, "SAFESEND_AUTH_AUDIENCES": AUDIENCE}).check_auth()
-    Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_AUTH_HMAC_SECRET": "x" * 32,
-                       "SAFESEND_AUTH_INTERNAL_INVOKERS": TASKS, "SAFESEND_AUTH_AUDIENCES": AUDIENCE}).check_auth()
+        Settings.from_env(
+            {
+                "GOOGLE_CLOUD_PROJECT": "p",
+                "SAFESEND_AUTH_HMAC_SECRET": "short",
+                "SAFESEND_AUTH_INTERNAL_INVOKERS": TASKS,
+                "SAFESEND_AUTH_AUDIENCES": AUDIENCE,
+            }
+        ).check_auth()
+    Settings.from_env(
+        {
+            "GOOGLE_CLOUD_PROJECT": "p",
+            "SAFESEND_AUTH_HMAC_SECRET": "x" * 32,
+            "SAFESEND_AUTH_INTERNAL_INVOKERS": TASKS,
+            "SAFESEND_AUTH_AUDIENCES": AUDIENCE,
+        }
+    ).check_auth()
     Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_AUTH_DISABLED": "1"}).check_auth()
 
 
 def test_disabling_auth_is_explicit_and_warns(caplog):
     from safesend.auth import Role
     from safesend.runtime import build_authenticator
+
     with caplog.at_level("WARNING", logger="safesend"):
         authenticator = build_authenticator(Settings(project="p", auth_disabled=True))
     assert authenticator.check(Role.INTERNAL, {}, b"") == "unauthenticated-local"
@@ -301,8 +374,9 @@ def stripped(token: str) -> str:
 @pytest.fixture
 def iam_api(world):
     settings = Settings(project="demo", default_from="Shop <shop@example.com>")
-    verifier = GoogleIdTokenVerifier(frozenset({AUDIENCE}), fetch=lambda url: {"google-key-1": GOOGLE_CERT},
-                                     trust_cloud_run_iam=True)
+    verifier = GoogleIdTokenVerifier(
+        frozenset({AUDIENCE}), fetch=lambda url: {"google-key-1": GOOGLE_CERT}, trust_cloud_run_iam=True
+    )
     authenticator = Authenticator(AuthPolicy(SECRET, frozenset({N8N}), frozenset({TASKS})), verifier, time.time)
     return HttpApi(lambda: Runtime(settings, world.service.policies, world.service, authenticator))
 
@@ -316,17 +390,23 @@ def test_behind_iam_a_token_cloud_run_verified_and_stripped_is_accepted(iam_api,
 
 def test_x_serverless_authorization_wins_because_that_is_the_header_cloud_run_checked(iam_api, world):
     forged_caller = stripped(id_token(email=N8N, signer=ROGUE_SIGNER))  # not what Cloud Run verified
-    headers = {"X-Serverless-Authorization": f"Bearer {stripped(id_token(email=TASKS))}",
-               "Authorization": f"Bearer {forged_caller}"}
+    headers = {
+        "X-Serverless-Authorization": f"Bearer {stripped(id_token(email=TASKS))}",
+        "Authorization": f"Bearer {forged_caller}",
+    }
     assert request(iam_api.send, data=json.dumps(BODY), headers=headers)[0] == 403  # read as TASKS
     assert untouched(world)
 
 
-@pytest.mark.parametrize("token", [
-    lambda: stripped(id_token(audience="https://someone-else.run.app")),
-    lambda: stripped(id_token(expires_in=-600)),
-    lambda: stripped(id_token(issuer="https://evil.example")),
-], ids=["wrong audience", "expired", "not google"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        lambda: stripped(id_token(audience="https://someone-else.run.app")),
+        lambda: stripped(id_token(expires_in=-600)),
+        lambda: stripped(id_token(issuer="https://evil.example")),
+    ],
+    ids=["wrong audience", "expired", "not google"],
+)
 def test_stripped_tokens_still_have_their_claims_checked(iam_api, world, token):
     assert request(iam_api.send, data=json.dumps(BODY), headers={"Authorization": f"Bearer {token()}"})[0] == 401
     assert untouched(world)

@@ -7,7 +7,7 @@ import io
 import json
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -23,8 +23,9 @@ def isolated_context():
     yield ctx
 
 
-def record(message="hello %s", args=("world",), level=logging.INFO, fields=None, exc_info=None,
-           name="safesend", created=None) -> logging.LogRecord:
+def record(
+    message="hello %s", args=("world",), level=logging.INFO, fields=None, exc_info=None, name="safesend", created=None
+) -> logging.LogRecord:
     rec = logging.LogRecord(name, level, __file__, 10, message, args, exc_info)
     if fields is not None:
         rec.fields = fields
@@ -43,19 +44,27 @@ def formatted(rec: logging.LogRecord) -> dict:
 
 # --------------------------------------------------------------- formatter
 
+
 def test_entry_has_severity_message_time_and_logger(isolated_context):
-    created = datetime(2024, 5, 6, 7, 8, 9, 500000, tzinfo=timezone.utc).timestamp()
+    created = datetime(2024, 5, 6, 7, 8, 9, 500000, tzinfo=UTC).timestamp()
     entry = isolated_context.run(formatted, record(created=created))
     assert entry["severity"] == "INFO"
     assert entry["message"] == "hello world"
-    assert datetime.fromisoformat(entry["time"]) == datetime(2024, 5, 6, 7, 8, 9, 500000, tzinfo=timezone.utc)
+    assert datetime.fromisoformat(entry["time"]) == datetime(2024, 5, 6, 7, 8, 9, 500000, tzinfo=UTC)
     assert entry["logger"] == "safesend"
     assert TRACE_KEY not in entry
 
 
-@pytest.mark.parametrize("level,severity", [(logging.DEBUG, "DEBUG"), (logging.INFO, "INFO"),
-                                            (logging.WARNING, "WARNING"), (logging.ERROR, "ERROR"),
-                                            (logging.CRITICAL, "CRITICAL")])
+@pytest.mark.parametrize(
+    "level,severity",
+    [
+        (logging.DEBUG, "DEBUG"),
+        (logging.INFO, "INFO"),
+        (logging.WARNING, "WARNING"),
+        (logging.ERROR, "ERROR"),
+        (logging.CRITICAL, "CRITICAL"),
+    ],
+)
 def test_severity_is_the_level_name(isolated_context, level, severity):
     assert isolated_context.run(formatted, record(level=level))["severity"] == severity
 
@@ -67,9 +76,10 @@ def test_warn_level_name_is_reported_as_warning(isolated_context):
 
 
 def test_extra_fields_are_top_level_keys(isolated_context):
-    when = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    entry = isolated_context.run(formatted, record(fields={"job_id": "abc", "attempt": 2, "at": when,
-                                                           "ok": True, "nothing": None}))
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    entry = isolated_context.run(
+        formatted, record(fields={"job_id": "abc", "attempt": 2, "at": when, "ok": True, "nothing": None})
+    )
     assert (entry["job_id"], entry["attempt"], entry["ok"], entry["nothing"]) == ("abc", 2, True, None)
     assert entry["at"] == str(when)  # non-JSON values are stringified, not dropped
 
@@ -89,6 +99,7 @@ def test_exception_is_included(isolated_context):
 
 
 # --------------------------------------------------------------- trace
+
 
 def traced_entry(headers, project="proj-1") -> dict:
     set_trace_from_headers(headers, project)
@@ -116,13 +127,16 @@ def test_cloud_trace_context_wins_over_traceparent(isolated_context):
     assert isolated_context.run(traced_entry, headers)[TRACE_KEY] == "projects/proj-1/traces/CLOUD"
 
 
-@pytest.mark.parametrize("headers,project", [
-    ({}, "proj-1"),
-    (None, "proj-1"),
-    ({"traceparent": "garbage"}, "proj-1"),
-    ({"X-Cloud-Trace-Context": "TRACE/1;o=1"}, None),
-    ({"X-Cloud-Trace-Context": "TRACE/1;o=1"}, ""),
-])
+@pytest.mark.parametrize(
+    "headers,project",
+    [
+        ({}, "proj-1"),
+        (None, "proj-1"),
+        ({"traceparent": "garbage"}, "proj-1"),
+        ({"X-Cloud-Trace-Context": "TRACE/1;o=1"}, None),
+        ({"X-Cloud-Trace-Context": "TRACE/1;o=1"}, ""),
+    ],
+)
 def test_no_trace_without_a_usable_header_or_project(isolated_context, headers, project):
     assert TRACE_KEY not in isolated_context.run(traced_entry, headers, project)
 
@@ -139,6 +153,7 @@ def test_a_request_without_trace_headers_clears_the_previous_trace(isolated_cont
 
 
 # --------------------------------------------------------------- log() end to end
+
 
 def test_log_writes_one_json_line_with_fields_and_trace(isolated_context):
     def emit():

@@ -5,19 +5,20 @@ where a line can be broken, and the same bytes as the email package for plain AS
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email import policy as email_policy
 from email.message import EmailMessage
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safesend.errors import RequestValidationError
 from safesend.keys import job_id_for, message_id_for
 from safesend.mime import OutgoingMessage, build_mime
 from safesend.validation import parse_send_request
 
-DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
 KEY = "cust-1:order_paid:42"
 ADDRESS_HEADERS = (b"from:", b"to:", b"cc:", b"bcc:", b"reply-to:")
 ENCODED_WORD = re.compile(rb"=\?[^?\s]*\?[bBqQ]\?[^?\s]*\?=")
@@ -45,8 +46,10 @@ def address_header_lines(raw: bytes) -> list[list[bytes]]:
 def test_address_headers_use_short_encoded_words_and_fold_at_78(display):
     mailboxes = [f'"{name}" <user{i}@example.com>' for i, name in enumerate(display)]
     try:
-        request = parse_send_request({"dedup_key": KEY, "channel": "c", "to": mailboxes, "subject": "s",
-                                      "text": "t"}, "Zoë Shop <shop@example.com>")
+        request = parse_send_request(
+            {"dedup_key": KEY, "channel": "c", "to": mailboxes, "subject": "s", "text": "t"},
+            "Zoë Shop <shop@example.com>",
+        )
     except RequestValidationError:
         return
     for lines in address_header_lines(build(request.message)):
@@ -56,11 +59,14 @@ def test_address_headers_use_short_encoded_words_and_fold_at_78(display):
             assert len(line) <= 78 or len(words) <= 2, line  # "To: <one long word>" may not break
 
 
-@pytest.mark.parametrize("sender, to", [
-    ("Shop <shop@example.com>", ("ann@example.com",)),
-    ("Example Shop Ltd <orders@example.com>", ("Ann Example <ann@example.com>", "bob@example.org")),
-    ("shop@example.com", tuple(f"Recipient Number {i} <user{i}@example.com>" for i in range(8))),
-])
+@pytest.mark.parametrize(
+    "sender, to",
+    [
+        ("Shop <shop@example.com>", ("ann@example.com",)),
+        ("Example Shop Ltd <orders@example.com>", ("Ann Example <ann@example.com>", "bob@example.org")),
+        ("shop@example.com", tuple(f"Recipient Number {i} <user{i}@example.com>" for i in range(8))),
+    ],
+)
 def test_plain_ascii_names_render_as_the_email_package_did(sender, to):
     raw = build(OutgoingMessage(sender=sender, to=to, subject="s", text="t"))
     reference = EmailMessage(policy=email_policy.SMTP)

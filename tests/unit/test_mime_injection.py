@@ -6,11 +6,12 @@ from __future__ import annotations
 import base64
 import email
 import email.utils
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email import policy
 
 import pytest
-from hypothesis import assume, event, given, settings, strategies as st
+from hypothesis import assume, event, given, settings
+from hypothesis import strategies as st
 
 from safesend import mime
 from safesend.errors import RequestValidationError
@@ -18,11 +19,25 @@ from safesend.keys import job_id_for, message_id_for
 from safesend.mime import OutgoingMessage, build_mime
 from safesend.validation import parse_send_request
 
-EXPECTED_HEADERS = {"from", "to", "cc", "bcc", "reply-to", "subject", "date", "message-id", "x-safesend-job",
-                    "mime-version", "content-type", "content-transfer-encoding"}
+EXPECTED_HEADERS = {
+    "from",
+    "to",
+    "cc",
+    "bcc",
+    "reply-to",
+    "subject",
+    "date",
+    "message-id",
+    "x-safesend-job",
+    "mime-version",
+    "content-type",
+    "content-transfer-encoding",
+}
 # Text biased towards what breaks headers: line breaks of every kind, NUL, colons, angle brackets.
-hostile = st.text(alphabet=st.sampled_from(list("aZ09 :<>@,;\"\\\r\n\t\x00\x0b\x0c\x85\u2028\u2029éЖ😀")) | st.characters(),
-                  max_size=60)
+hostile = st.text(
+    alphabet=st.sampled_from(list('aZ09 :<>@,;"\\\r\n\t\x00\x0b\x0c\x85\u2028\u2029éЖ😀')) | st.characters(),
+    max_size=60,
+)
 # Mostly printable Unicode (which must get through, encoded), sometimes hostile (which must not).
 printable = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=60)
 field = st.one_of(printable, printable, hostile)
@@ -31,8 +46,13 @@ field = st.one_of(printable, printable, hostile)
 @settings(max_examples=400, deadline=None)
 @given(subject=field, display=field, text=field, key_suffix=st.from_regex(r"[!-~]{0,20}", fullmatch=True))
 def test_hostile_fields_are_refused_or_contained(subject, display, text, key_suffix):
-    body = {"dedup_key": f"k{key_suffix}", "channel": "c", "to": [f"{display} <ann@example.com>"],
-            "subject": subject, "text": text}
+    body = {
+        "dedup_key": f"k{key_suffix}",
+        "channel": "c",
+        "to": [f"{display} <ann@example.com>"],
+        "subject": subject,
+        "text": text,
+    }
     try:
         request = parse_send_request(body, "Shop <shop@example.com>")
     except RequestValidationError:
@@ -41,10 +61,9 @@ def test_hostile_fields_are_refused_or_contained(subject, display, text, key_suf
     event("built")
     assume(subject.strip() == subject)  # the email parser drops a subject's outer whitespace
     message_id = message_id_for(request.dedup_key, "mail.example.com")
-    raw = build_mime(request.message, message_id, job_id_for(request.dedup_key),
-                     datetime(2026, 11, 29, tzinfo=timezone.utc))
+    raw = build_mime(request.message, message_id, job_id_for(request.dedup_key), datetime(2026, 11, 29, tzinfo=UTC))
     parsed = email.message_from_bytes(raw, policy=policy.default)
-    names = [name.lower() for name in parsed.keys()]
+    names = [name.lower() for name in parsed]
     assert set(names) <= EXPECTED_HEADERS, f"unexpected header in {names}"
     assert names.count("message-id") == 1 and parsed["Message-ID"] == message_id
     assert names.count("to") == 1 and len(parsed["To"].addresses) == 1
@@ -58,7 +77,7 @@ def test_hostile_fields_are_refused_or_contained(subject, display, text, key_suf
 # The email package decodes encoded words found in the text it is given and re-emits the decoded
 # text; before CPython 3.12.5/3.11.10 the emitter wrote decoded CR/LF through as real line breaks.
 
-DATE = datetime(2026, 11, 29, tzinfo=timezone.utc)
+DATE = datetime(2026, 11, 29, tzinfo=UTC)
 KEY = "cust-1:order_paid:42"
 MESSAGE_ID = message_id_for(KEY, "mail.example.com")
 SUBJECT_INJECTIONS = [
@@ -78,15 +97,25 @@ ADDRESS_FIELDS = {"to": "to", "cc": "cc", "bcc": "bcc", "reply_to": "reply_to", 
 
 
 def outgoing(**overrides) -> OutgoingMessage:
-    values = dict(sender="Shop <shop@example.com>", to=("ann@example.com",), subject="Your receipt",
-                  text="Thanks for your order.\n")
+    values = dict(
+        sender="Shop <shop@example.com>",
+        to=("ann@example.com",),
+        subject="Your receipt",
+        text="Thanks for your order.\n",
+    )
     values.update(overrides)
     return OutgoingMessage(**values)
 
 
 def request_body(**overrides) -> dict:
-    return {"dedup_key": KEY, "channel": "c", "to": "ann@example.com", "subject": "Your receipt",
-            "text": "Thanks", **overrides}
+    return {
+        "dedup_key": KEY,
+        "channel": "c",
+        "to": "ann@example.com",
+        "subject": "Your receipt",
+        "text": "Thanks",
+        **overrides,
+    }
 
 
 def refused_fields(body: dict) -> dict[str, str]:
@@ -117,7 +146,7 @@ def test_build_mime_refuses_an_encoded_word_display_name(attribute, mailbox):
 
 
 @pytest.mark.parametrize("field", sorted(ADDRESS_FIELDS.values()))
-@pytest.mark.parametrize("mailbox", DISPLAY_INJECTIONS + ["=?utf-8?q?x=0D=0A?=@example.com"])
+@pytest.mark.parametrize("mailbox", [*DISPLAY_INJECTIONS, "=?utf-8?q?x=0D=0A?=@example.com"])
 def test_validation_refuses_an_encoded_word_in_an_address(field, mailbox):
     assert set(refused_fields(request_body(**{field: mailbox}))) == {field}
 
@@ -140,9 +169,13 @@ hostile_payloads = st.builds(
 
 
 @settings(max_examples=300, deadline=None)
-@given(charset=st.sampled_from(["utf-8", "UTF-8", "us-ascii", "iso-8859-1"]),
-       encoding=st.sampled_from(["q", "Q", "b", "B"]), payload=hostile_payloads,
-       prefix=st.sampled_from(["", "Re: ", "x "]), where=st.sampled_from(["subject", "to"]))
+@given(
+    charset=st.sampled_from(["utf-8", "UTF-8", "us-ascii", "iso-8859-1"]),
+    encoding=st.sampled_from(["q", "Q", "b", "B"]),
+    payload=hostile_payloads,
+    prefix=st.sampled_from(["", "Re: ", "x "]),
+    where=st.sampled_from(["subject", "to"]),
+)
 def test_hostile_encoded_words_never_reach_the_wire(charset, encoding, payload, prefix, where):
     word = prefix + hostile_encoded_word(charset, encoding, payload)
     if where == "subject":
@@ -191,10 +224,44 @@ def test_no_recipient_of_a_list_with_non_ascii_names_is_lost():
     assert mailboxes_on_the_wire(raw, "To") == intended(LOST_COMMA)
 
 
-first_names = st.sampled_from(["Zoë", "Anna", "Jürgen", "José", "Łukasz", "Søren", "François", "Ольга", "美咲",
-                               "Παύλος", "Çağla", "John", "Li", "O'Brien", "Doe, John", "x" * 70, "ab" * 45])
-last_names = st.sampled_from(["Müller", "García", "Nguyễn", "Öztürk", "Петрова", "佐藤", "Smith", "(Sales)",
-                              "service: evil@attacker.example,", "\\", ";", "Σταυρόπουλος", " "])
+first_names = st.sampled_from(
+    [
+        "Zoë",
+        "Anna",
+        "Jürgen",
+        "José",
+        "Łukasz",
+        "Søren",
+        "François",
+        "Ольга",
+        "美咲",
+        "Παύλος",
+        "Çağla",
+        "John",
+        "Li",
+        "O'Brien",
+        "Doe, John",
+        "x" * 70,
+        "ab" * 45,
+    ]
+)
+last_names = st.sampled_from(
+    [
+        "Müller",
+        "García",
+        "Nguyễn",
+        "Öztürk",
+        "Петрова",
+        "佐藤",
+        "Smith",
+        "(Sales)",
+        "service: evil@attacker.example,",
+        "\\",
+        ";",
+        "Σταυρόπουλος",
+        " ",
+    ]
+)
 display_names = st.lists(st.one_of(first_names, last_names), min_size=0, max_size=6).map(" ".join)
 
 
@@ -202,8 +269,9 @@ display_names = st.lists(st.one_of(first_names, last_names), min_size=0, max_siz
 @given(names=st.lists(display_names, min_size=1, max_size=15), field=st.sampled_from(sorted(HEADER_OF)))
 def test_every_accepted_mailbox_reaches_the_wire_exactly(names, field):
     """Validation may refuse; what it accepts builds, with every mailbox and nothing else."""
-    mailboxes = [f'"{name}" <user{i}@example.com>' if name.strip() else f"user{i}@example.com"
-                 for i, name in enumerate(names)]
+    mailboxes = [
+        f'"{name}" <user{i}@example.com>' if name.strip() else f"user{i}@example.com" for i, name in enumerate(names)
+    ]
     if field == "from":
         mailboxes = mailboxes[:1]
     try:

@@ -8,23 +8,25 @@ from __future__ import annotations
 
 import email
 import string
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email import policy as email_policy
 
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from safesend.keys import is_valid_hostname, job_id_for, message_id_for
 from safesend.mime import OutgoingMessage, build_mime
 
 PROPS = settings(max_examples=300, deadline=None)
-DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
 KEY = "cust-1:order_paid:42"
 MAX_LABEL = 63
 ALNUM = string.ascii_letters + string.digits
 LDH = ALNUM + "-"
 
-subjects = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=120) \
-    .filter(lambda s: s.strip() and "=?" not in s)
+subjects = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=120).filter(
+    lambda s: s.strip() and "=?" not in s
+)
 
 
 @st.composite
@@ -53,8 +55,12 @@ def hostnames(draw, min_size: int = 4, max_size: int = 253) -> str:
 
 
 def message(**overrides) -> OutgoingMessage:
-    values = dict(sender="Shop <shop@example.com>", to=("ann@example.com",), subject="Your receipt",
-                  text="Thanks for your order.\n")
+    values = dict(
+        sender="Shop <shop@example.com>",
+        to=("ann@example.com",),
+        subject="Your receipt",
+        text="Thanks for your order.\n",
+    )
     values.update(overrides)
     return OutgoingMessage(**values)
 
@@ -92,8 +98,12 @@ def test_message_id_is_one_unfolded_header_for_every_valid_domain(domain, subjec
 
 
 def test_domains_of_28_to_38_characters_are_not_folded():
-    for domain in ("notifications.mail.example-shop.com", "a" * 13 + "." + "b" * 14,
-                   "x-y." + "z" * 30, "mail." + "q" * 29 + ".io"):
+    for domain in (
+        "notifications.mail.example-shop.com",
+        "a" * 13 + "." + "b" * 14,
+        "x-y." + "z" * 30,
+        "mail." + "q" * 29 + ".io",
+    ):
         message_id = message_id_for(KEY, domain)
         raw = build_mime(message(), message_id, job_id_for(KEY), DATE)
         assert_single_unfolded_message_id(raw, message_id)
@@ -101,7 +111,6 @@ def test_domains_of_28_to_38_characters_are_not_folded():
 
 def test_message_id_keeps_its_place_between_date_and_job_header():
     message_id = message_id_for(KEY, "notifications.mail.example-shop.com")
-    names = [line.split(b":", 1)[0] for line in header_lines(build_mime(message(), message_id,
-                                                                           job_id_for(KEY), DATE))]
+    names = [line.split(b":", 1)[0] for line in header_lines(build_mime(message(), message_id, job_id_for(KEY), DATE))]
     assert names[names.index(b"Date") + 1] == b"Message-ID"
     assert names[names.index(b"Message-ID") + 1] == b"X-Safesend-Job"

@@ -54,14 +54,17 @@ def test_probe_passes_for_the_domain_that_used_to_fold():
     assert_single_unfolded_message_id(raw, message_id_of(raw))
 
 
-@pytest.mark.parametrize("sender", [
-    '"=?utf-8?q?x=0D=0ABcc:_e@evil.example?=" <shop@example.com>',
-    "=?utf-8?q?Shop?= <shop@example.com>",
-    "Shop <shop@example.com>, other@example.com",  # two mailboxes
-    "Shop <shop@example.com> trailing words",
-    "not an address",
-    "",
-])
+@pytest.mark.parametrize(
+    "sender",
+    [
+        '"=?utf-8?q?x=0D=0ABcc:_e@evil.example?=" <shop@example.com>',
+        "=?utf-8?q?Shop?= <shop@example.com>",
+        "Shop <shop@example.com>, other@example.com",  # two mailboxes
+        "Shop <shop@example.com> trailing words",
+        "not an address",
+        "",
+    ],
+)
 def test_probe_refuses_a_sender_that_does_not_survive(sender):
     with pytest.raises(mime.MimeBuildError) as info:
         mime.probe_mime("mail.example.com", sender)

@@ -3,7 +3,7 @@ Each case below takes good MIME and damages it the way an emitter bug or an inje
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -11,13 +11,18 @@ from safesend import mime
 from safesend.keys import job_id_for, message_id_for
 from safesend.mime import OutgoingMessage, build_mime
 
-DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
 KEY = "cust-1:order_paid:42"
 JOB_ID = job_id_for(KEY)
 MESSAGE_ID = message_id_for(KEY, "mail.example.com")
-MESSAGE = OutgoingMessage(sender="Zoë <shop@example.com>", to=("Ann <ann@example.com>",),
-                          cc=("cc@example.com",), subject="Ihre Bestellung über 10 €", text="Thanks\n",
-                          html="<p>Thanks</p>")
+MESSAGE = OutgoingMessage(
+    sender="Zoë <shop@example.com>",
+    to=("Ann <ann@example.com>",),
+    cc=("cc@example.com",),
+    subject="Ihre Bestellung über 10 €",
+    text="Thanks\n",
+    html="<p>Thanks</p>",
+)
 MID_LINE = b"Message-ID: " + MESSAGE_ID.encode()
 
 
@@ -97,11 +102,24 @@ def subject_dropped(raw: bytes) -> bytes:
     return with_head(raw, b"\r\n".join(lines[:start] + lines[end:]))
 
 
-@pytest.mark.parametrize("damage", [
-    folded_message_id, message_id_in_body, duplicate_message_id, other_message_id, extra_bcc,
-    extra_custom_header, other_recipient, other_job, other_date, header_block_ends_early,
-    eight_bit_header, subject_dropped,
-], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "damage",
+    [
+        folded_message_id,
+        message_id_in_body,
+        duplicate_message_id,
+        other_message_id,
+        extra_bcc,
+        extra_custom_header,
+        other_recipient,
+        other_job,
+        other_date,
+        header_block_ends_early,
+        eight_bit_header,
+        subject_dropped,
+    ],
+    ids=lambda f: f.__name__,
+)
 def test_damaged_mime_is_refused(damage):
     raw = damage(good())
     assert raw != good()
@@ -118,10 +136,12 @@ def test_a_changed_recipient_is_blamed_on_its_field():
 def test_a_decoded_nul_is_refused_even_when_it_was_intended():
     # Bypassing validation: the subject really contains NUL, and the wire form decodes to it.
     message = OutgoingMessage(sender="shop@example.com", to=("ann@example.com",), subject="a\x00b", text="x")
-    raw = (b"From: shop@example.com\r\nTo: ann@example.com\r\nSubject: =?utf-8?q?a=00b?=\r\n"
-           b"Date: Mon, 06 May 2024 07:08:09 +0000\r\n" + MID_LINE + b"\r\n"
-           b"X-Safesend-Job: " + JOB_ID.encode() + b"\r\nContent-Type: text/plain; charset=\"utf-8\"\r\n"
-           b"Content-Transfer-Encoding: 7bit\r\nMIME-Version: 1.0\r\n\r\nx\r\n")
+    raw = (
+        b"From: shop@example.com\r\nTo: ann@example.com\r\nSubject: =?utf-8?q?a=00b?=\r\n"
+        b"Date: Mon, 06 May 2024 07:08:09 +0000\r\n" + MID_LINE + b"\r\n"
+        b"X-Safesend-Job: " + JOB_ID.encode() + b'\r\nContent-Type: text/plain; charset="utf-8"\r\n'
+        b"Content-Transfer-Encoding: 7bit\r\nMIME-Version: 1.0\r\n\r\nx\r\n"
+    )
     with pytest.raises(mime.MimeBuildError) as info:
         verify(raw, message)
     assert info.value.field == "subject"

@@ -12,7 +12,7 @@ from safesend.classify import TransportFault, classify_http, classify_transport
 from safesend.errors import RequestValidationError, StoreUnavailableError
 from safesend.http_api import HttpApi
 from safesend.keys import job_id_for
-from safesend.model import Failure, Bucket
+from safesend.model import Bucket, Failure
 from safesend.policy import ChannelPolicies
 from safesend.states import State
 from tests.unit.conftest import POLICIES, make_world
@@ -176,7 +176,8 @@ def test_a_job_whose_channel_was_removed_follows_the_review_policy_and_stalls_no
     world = make_world()
     first, second = _due_unknown_jobs(world, ["k:e:1", "k:e:2"])
     world.service.policies = ChannelPolicies.from_mapping(
-        {"defaults": POLICIES["defaults"], "channels": {"payments": {"on_unknown": "review"}}})
+        {"defaults": POLICIES["defaults"], "channels": {"payments": {"on_unknown": "review"}}}
+    )
     report = world.service.sweep()
     assert report.errors == 0
     for job_id in (first, second):
@@ -215,7 +216,10 @@ def test_a_poison_payload_fails_with_a_review_item_instead_of_crashing_every_try
     final = world.store.get(job.id)
     assert report.errors == 0
     assert (final.state, final.review_reason, final.last_error["code"]) == (
-        State.FAILED, "permanent_error", "unbuildable_message")
+        State.FAILED,
+        "permanent_error",
+        "unbuildable_message",
+    )
     assert world.mailer.sends == 1 and world.publisher.items[-1][1]["reason"] == "permanent_error"
 
 
@@ -324,7 +328,7 @@ def test_the_first_attempt_sends_the_bytes_checked_before_the_claim(world, monke
     built = []
     real = service_module.build_mime
     monkeypatch.setattr(service_module, "build_mime", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
-    job, _ = world.service.submit(world.request())
+    _job, _ = world.service.submit(world.request())
     assert len(built) == 1 and world.mailbox.raws == built  # built once, before the claim, and sent as is
 
 
@@ -335,7 +339,7 @@ def test_refusals_are_retried_until_the_retry_horizon_then_a_human_is_told():
     world.run_until_settled(job.id, max_steps=1000)
     final = world.store.get(job.id)
     assert (final.state, final.review_reason) == (State.FAILED, "retry_horizon")
-    gave_up_at = [e["at"] for e in final.events if e["kind"] == "entered_failed"][0]
+    gave_up_at = next(e["at"] for e in final.events if e["kind"] == "entered_failed")
     assert timedelta(seconds=3600 - 30) <= gave_up_at - final.retrying_since <= timedelta(seconds=3600)
     assert world.effects(job.id) == 0 and world.publisher.items[-1][1]["reason"] == "retry_horizon"
 
@@ -381,5 +385,8 @@ def _internal_api(world) -> HttpApi:
     from tests.unit.test_http_api import SECRET
 
     policy = AuthPolicy(SECRET, frozenset(), frozenset(), disabled=True, internal_keys=ApiKeyRing({}))
-    return HttpApi(lambda: Runtime(Settings(project="demo"), world.service.policies, world.service,
-                                   Authenticator(policy, None, time.time)))
+    return HttpApi(
+        lambda: Runtime(
+            Settings(project="demo"), world.service.policies, world.service, Authenticator(policy, None, time.time)
+        )
+    )

@@ -37,6 +37,7 @@ def toml_file(tmp_path):
 
 # --------------------------------------------------------------- from_mapping
 
+
 def test_channel_without_on_unknown_defaults_to_review():
     policies = ChannelPolicies.from_mapping({"channels": {"plain": {}}})
     assert policies.get("plain").on_unknown is OnUnknown.REVIEW
@@ -51,16 +52,19 @@ def test_channel_given_as_none_gets_all_defaults():
 
 def test_retry_and_review_channels_are_told_apart():
     policies = ChannelPolicies.from_mapping(
-        {"channels": {"receipts": {"on_unknown": "retry"}, "payouts": {"on_unknown": "review"}}})
+        {"channels": {"receipts": {"on_unknown": "retry"}, "payouts": {"on_unknown": "review"}}}
+    )
     assert policies.get("receipts").on_unknown is OnUnknown.RETRY
     assert policies.get("payouts").on_unknown is OnUnknown.REVIEW
 
 
 def test_defaults_apply_to_every_channel_and_channels_override_them():
-    policies = ChannelPolicies.from_mapping({
-        "defaults": {"max_attempts": 7, "retry_cap_s": 60.0, "index_lag_s": 10},
-        "channels": {"a": {}, "b": {"max_attempts": 2, "on_unknown": "retry"}},
-    })
+    policies = ChannelPolicies.from_mapping(
+        {
+            "defaults": {"max_attempts": 7, "retry_cap_s": 60.0, "index_lag_s": 10},
+            "channels": {"a": {}, "b": {"max_attempts": 2, "on_unknown": "retry"}},
+        }
+    )
     a, b = policies.get("a"), policies.get("b")
     assert (a.max_attempts, a.retry_cap_s, a.index_lag_s, a.on_unknown) == (7, 60.0, 10, OnUnknown.REVIEW)
     assert (b.max_attempts, b.retry_cap_s, b.index_lag_s, b.on_unknown) == (2, 60.0, 10, OnUnknown.RETRY)
@@ -82,32 +86,35 @@ def test_names_and_membership():
     assert "a" in policies and "c" not in policies
 
 
-@pytest.mark.parametrize("doc", [
-    {"channels": {"x": {"on_unknown": "resend"}}},  # bad on_unknown
-    {"channels": {"x": {"on_unknown": "RETRY"}}},
-    {"channels": {"x": {"max_retries": 3}}},  # unknown setting
-    {"defaults": {"colour": "red"}, "channels": {"x": {}}},
-    {"defaults": {"on_unknown": "retry"}, "channels": {"x": {}}},  # on_unknown in defaults
-    {"defaults": {"on_unknown": "review"}, "channels": {"x": {}}},
-    {"channels": {"x": {"index_lag_s": -1}}},  # negative delays
-    {"channels": {"x": {"unknown_window_s": -0.5}}},
-    {"channels": {"x": {"max_attempts": 0}}},  # max_attempts < 1
-    {"channels": {"x": {"max_attempts": -3}}},
-    {"channels": {"x": {"quick_retries": -1}}},
-    {"channels": {"x": {"retry_base_s": -1}}},
-    {"channels": {"x": {"retry_base_s": 10, "retry_cap_s": 5}}},
-    {"channels": {"x": {"max_attempts": "three"}}},  # wrong type
-    {"channels": ["x"]},  # channels not a table
-    {"channels": {"x": {}}, "extra": {}},  # unknown section
-], ids=lambda d: json.dumps(d, sort_keys=True))
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"channels": {"x": {"on_unknown": "resend"}}},  # bad on_unknown
+        {"channels": {"x": {"on_unknown": "RETRY"}}},
+        {"channels": {"x": {"max_retries": 3}}},  # unknown setting
+        {"defaults": {"colour": "red"}, "channels": {"x": {}}},
+        {"defaults": {"on_unknown": "retry"}, "channels": {"x": {}}},  # on_unknown in defaults
+        {"defaults": {"on_unknown": "review"}, "channels": {"x": {}}},
+        {"channels": {"x": {"index_lag_s": -1}}},  # negative delays
+        {"channels": {"x": {"unknown_window_s": -0.5}}},
+        {"channels": {"x": {"max_attempts": 0}}},  # max_attempts < 1
+        {"channels": {"x": {"max_attempts": -3}}},
+        {"channels": {"x": {"quick_retries": -1}}},
+        {"channels": {"x": {"retry_base_s": -1}}},
+        {"channels": {"x": {"retry_base_s": 10, "retry_cap_s": 5}}},
+        {"channels": {"x": {"max_attempts": "three"}}},  # wrong type
+        {"channels": ["x"]},  # channels not a table
+        {"channels": {"x": {}}, "extra": {}},  # unknown section
+    ],
+    ids=lambda d: json.dumps(d, sort_keys=True),
+)
 def test_bad_policy_document_raises_configuration_error(doc):
     with pytest.raises(ConfigurationError):
         ChannelPolicies.from_mapping(doc)
 
 
 def test_zero_delays_are_allowed():
-    policy = ChannelPolicies.from_mapping(
-        {"channels": {"x": {"index_lag_s": 0, "unknown_window_s": 0}}}).get("x")
+    policy = ChannelPolicies.from_mapping({"channels": {"x": {"index_lag_s": 0, "unknown_window_s": 0}}}).get("x")
     assert (policy.index_lag_s, policy.unknown_window_s) == (0, 0)
 
 
@@ -118,6 +125,7 @@ def test_channel_policy_validates_on_direct_construction():
 
 
 # --------------------------------------------------------------- load
+
 
 def test_load_reads_a_toml_file(toml_file):
     policies = ChannelPolicies.load(toml_file)
@@ -130,11 +138,13 @@ def test_load_reads_a_toml_file(toml_file):
 
 
 def test_json_override_merges_over_the_file(toml_file):
-    override = json.dumps({
-        "receipts": {"max_attempts": 2},  # change one setting, keep on_unknown from the file
-        "plain": {"on_unknown": "retry"},
-        "refunds": {"on_unknown": "review", "max_attempts": 1},  # a new channel, file defaults apply
-    })
+    override = json.dumps(
+        {
+            "receipts": {"max_attempts": 2},  # change one setting, keep on_unknown from the file
+            "plain": {"on_unknown": "retry"},
+            "refunds": {"on_unknown": "review", "max_attempts": 1},  # a new channel, file defaults apply
+        }
+    )
     policies = ChannelPolicies.load(toml_file, override)
     assert policies.names() == ["payouts", "plain", "receipts", "refunds"]
     receipts = policies.get("receipts")

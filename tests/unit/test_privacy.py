@@ -11,7 +11,7 @@ import pytest
 
 from safesend.adapters import gmail_auth
 from safesend.adapters.gmail_mailer import GMAIL_SCOPES
-from safesend.classify import classify_http, classify_transport, TransportFault
+from safesend.classify import TransportFault, classify_http, classify_transport
 from safesend.logs import CloudLoggingFormatter, mask_emails
 from tests.unit.conftest import POLICIES, make_world
 
@@ -26,14 +26,21 @@ def capture_logs() -> tuple[io.StringIO, logging.Handler]:
     return stream, handler
 
 
-@pytest.mark.parametrize("script", [["accept"], [classify_http(400, "invalidArgument", "Invalid To: ann@example.com")],
-                                    [classify_transport(TransportFault.TIMEOUT)]])
+@pytest.mark.parametrize(
+    "script",
+    [
+        ["accept"],
+        [classify_http(400, "invalidArgument", "Invalid To: ann@example.com")],
+        [classify_transport(TransportFault.TIMEOUT)],
+    ],
+)
 def test_logs_of_a_whole_job_hold_no_body_and_no_plain_address(script):
     stream, handler = capture_logs()
     try:
         world = make_world(script=list(script))
-        job, _ = world.service.submit(world.request(text=BODY_TEXT, html=f"<p>{BODY_TEXT}</p>",
-                                                    to="Ann Lee <ann.lee@example.com>"))
+        job, _ = world.service.submit(
+            world.request(text=BODY_TEXT, html=f"<p>{BODY_TEXT}</p>", to="Ann Lee <ann.lee@example.com>")
+        )
         world.run_until_settled(job.id)
     finally:
         logging.getLogger("safesend").removeHandler(handler)
@@ -53,8 +60,10 @@ def test_mask_emails_masks_nested_values_and_leaves_the_rest():
 
 def test_review_items_carry_the_body_only_when_the_channel_opts_in():
     for opt_in, expected in ((False, False), (True, True)):
-        policies = {**POLICIES, "channels": {**POLICIES["channels"],
-                                             "payments": {"on_unknown": "review", "review_includes_body": opt_in}}}
+        policies = {
+            **POLICIES,
+            "channels": {**POLICIES["channels"], "payments": {"on_unknown": "review", "review_includes_body": opt_in}},
+        }
         world = make_world(script=[classify_transport(TransportFault.TIMEOUT)], policies=policies)
         job, _ = world.service.submit(world.request(channel="payments", text=BODY_TEXT))
         world.run_until_settled(job.id)
@@ -63,8 +72,10 @@ def test_review_items_carry_the_body_only_when_the_channel_opts_in():
 
 
 def test_gmail_scopes_are_the_minimum():
-    assert GMAIL_SCOPES == ("https://www.googleapis.com/auth/gmail.send",
-                            "https://www.googleapis.com/auth/gmail.readonly")
+    assert GMAIL_SCOPES == (
+        "https://www.googleapis.com/auth/gmail.send",
+        "https://www.googleapis.com/auth/gmail.readonly",
+    )
 
 
 def test_credentials_are_requested_with_exactly_those_scopes(monkeypatch):
@@ -84,8 +95,9 @@ def test_credentials_are_requested_with_exactly_those_scopes(monkeypatch):
 
     monkeypatch.setattr(gmail_auth.user_credentials, "Credentials", FakeUserCredentials)
     monkeypatch.setattr(gmail_auth.service_account, "Credentials", FakeServiceAccount)
-    monkeypatch.setattr(gmail_auth.google.auth, "default",
-                        lambda scopes: (seen.__setitem__("adc", tuple(scopes)) or object(), "p"))
+    monkeypatch.setattr(
+        gmail_auth.google.auth, "default", lambda scopes: (seen.__setitem__("adc", tuple(scopes)) or object(), "p")
+    )
     gmail_auth.load_gmail_credentials(json.dumps({"type": "authorized_user"}), None, None)
     gmail_auth.load_gmail_credentials(json.dumps({"type": "service_account"}), None, "boss@example.com")
     gmail_auth.load_gmail_credentials(None, None, None)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safesend import lifecycle
 from safesend.classify import TransportFault, classify_http, classify_transport
@@ -22,7 +23,7 @@ from safesend.states import State
 from safesend.validation import parse_send_request
 
 PROPS = settings(max_examples=200, deadline=None)
-T0 = datetime(2024, 5, 6, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 6, 12, 0, tzinfo=UTC)
 TIMING = Timing(lease_s=120, index_lag_s=90, unknown_window_s=300, recheck_s=60, publish_lease_s=60)
 DOMAIN = "mail.example.com"
 KEY = "cust-9:payout_sent:1001"
@@ -30,27 +31,51 @@ TEXT = "SECRET-TEXT-BODY: your IBAN is DE89 3704 0044 0532 0130 00"
 HTML = "<p>SECRET-HTML-BODY: payout of 1.234,00 EUR</p>"
 REVIEW_POLICY = ChannelPolicy(name="payments", on_unknown=OnUnknown.REVIEW)
 RETRY_POLICY = ChannelPolicy(name="receipts", on_unknown=OnUnknown.RETRY, max_attempts=1)
-REQUIRED_FIELDS = {"job_id", "dedup_key", "message_id", "channel", "recipients", "subject", "attempts",
-                   "history", "mailbox_hits", "reason", "gmail_search_url"}
+REQUIRED_FIELDS = {
+    "job_id",
+    "dedup_key",
+    "message_id",
+    "channel",
+    "recipients",
+    "subject",
+    "attempts",
+    "history",
+    "mailbox_hits",
+    "reason",
+    "gmail_search_url",
+}
 
 
 def new_job(text=TEXT, html=HTML, channel="payments", key=KEY):
-    parsed = parse_send_request({
-        "dedup_key": key, "channel": channel, "to": ["Ann <ann@example.com>", "bob@example.com"],
-        "cc": "carol@example.com", "bcc": "audit@example.com", "subject": "Payout 1001",
-        "text": text, "html": html,
-    }, "Payments <pay@example.com>")
-    return lifecycle.new_job(job_id_for(parsed.dedup_key), parsed.dedup_key,
-                             message_id_for(parsed.dedup_key, DOMAIN), parsed.channel, parsed.payload,
-                             parsed.payload_hash, T0)
+    parsed = parse_send_request(
+        {
+            "dedup_key": key,
+            "channel": channel,
+            "to": ["Ann <ann@example.com>", "bob@example.com"],
+            "cc": "carol@example.com",
+            "bcc": "audit@example.com",
+            "subject": "Payout 1001",
+            "text": text,
+            "html": html,
+        },
+        "Payments <pay@example.com>",
+    )
+    return lifecycle.new_job(
+        job_id_for(parsed.dedup_key),
+        parsed.dedup_key,
+        message_id_for(parsed.dedup_key, DOMAIN),
+        parsed.channel,
+        parsed.payload,
+        parsed.payload_hash,
+        T0,
+    )
 
 
 def unknown_job(policy=REVIEW_POLICY, **kwargs):
     """Claimed, sent, and the answer lost: a read timeout."""
     job = lifecycle.start_attempt(new_job(channel=policy.name, **kwargs), T0, "owner-1", TIMING)
     timeout = classify_transport(TransportFault.TIMEOUT, "read timed out")
-    job = lifecycle.record_outcome(job, timeout, "owner-1", T0 + timedelta(seconds=20), policy, TIMING,
-                                   lambda a, b: b)
+    job = lifecycle.record_outcome(job, timeout, "owner-1", T0 + timedelta(seconds=20), policy, TIMING, lambda a, b: b)
     assert job.state is State.UNKNOWN
     return job
 
@@ -60,8 +85,7 @@ def after_window() -> datetime:
 
 
 def ambiguous_review_job(**kwargs):
-    job = lifecycle.apply_mailbox_check(unknown_job(**kwargs), [], after_window(), "owner-2",
-                                        REVIEW_POLICY, TIMING)
+    job = lifecycle.apply_mailbox_check(unknown_job(**kwargs), [], after_window(), "owner-2", REVIEW_POLICY, TIMING)
     assert (job.state, job.review_reason) == (State.REVIEW, "ambiguous")
     return job
 
@@ -70,23 +94,30 @@ HITS = [MailboxHit("g-1", "t-1", ("SENT",)), MailboxHit("g-2", "t-2", ("SENT", "
 
 
 def duplicate_review_job():
-    job = lifecycle.apply_mailbox_check(unknown_job(), HITS, T0 + timedelta(seconds=120), "owner-2",
-                                        REVIEW_POLICY, TIMING)
+    job = lifecycle.apply_mailbox_check(
+        unknown_job(), HITS, T0 + timedelta(seconds=120), "owner-2", REVIEW_POLICY, TIMING
+    )
     assert (job.state, job.review_reason) == (State.REVIEW, "duplicate")
     return job
 
 
 def failed_job():
     job = lifecycle.start_attempt(new_job(), T0, "owner-1", TIMING)
-    job = lifecycle.record_outcome(job, classify_http(400, "invalidArgument", "bad To header"), "owner-1",
-                                   T0 + timedelta(seconds=1), REVIEW_POLICY, TIMING, lambda a, b: b)
+    job = lifecycle.record_outcome(
+        job,
+        classify_http(400, "invalidArgument", "bad To header"),
+        "owner-1",
+        T0 + timedelta(seconds=1),
+        REVIEW_POLICY,
+        TIMING,
+        lambda a, b: b,
+    )
     assert (job.state, job.review_reason) == (State.FAILED, "permanent_error")
     return job
 
 
 def max_attempts_review_job():
-    job = lifecycle.apply_mailbox_check(unknown_job(RETRY_POLICY), [], after_window(), "owner-2",
-                                        RETRY_POLICY, TIMING)
+    job = lifecycle.apply_mailbox_check(unknown_job(RETRY_POLICY), [], after_window(), "owner-2", RETRY_POLICY, TIMING)
     assert (job.state, job.review_reason) == (State.REVIEW, "max_attempts")
     return job
 
@@ -114,24 +145,29 @@ def all_strings(value):
 
 # --------------------------------------------------------------- what the human needs
 
+
 @pytest.mark.parametrize("reason", sorted(JOB_BUILDERS))
 def test_review_item_has_every_field_a_human_needs(reason):
     job = JOB_BUILDERS[reason]()
     item = review_item(job)
-    assert REQUIRED_FIELDS <= set(item)
+    assert set(item) >= REQUIRED_FIELDS
     expected_job_id = hashlib.sha256(KEY.encode()).hexdigest()[:32]
     assert item["job_id"] == expected_job_id
     assert item["dedup_key"] == KEY
     assert item["message_id"] == f"<job-{expected_job_id}@{DOMAIN}>"
     assert item["reason"] == reason
     assert item["state"] == job.state.value
-    assert item["recipients"] == {"to": ["Ann <ann@example.com>", "bob@example.com"],
-                                  "cc": ["carol@example.com"], "bcc": ["audit@example.com"]}
+    assert item["recipients"] == {
+        "to": ["Ann <ann@example.com>", "bob@example.com"],
+        "cc": ["carol@example.com"],
+        "bcc": ["audit@example.com"],
+    }
     assert item["subject"] == "Payout 1001"
     assert item["from"] == "Payments <pay@example.com>"
     assert item["attempts"] == 1
     assert item["gmail_search_url"] == (
-        f"https://mail.google.com/mail/u/0/#search/rfc822msgid%3Ajob-{expected_job_id}%40mail.example.com")
+        f"https://mail.google.com/mail/u/0/#search/rfc822msgid%3Ajob-{expected_job_id}%40mail.example.com"
+    )
 
 
 def test_ambiguous_item_history_tells_the_story_of_the_attempt():
@@ -176,6 +212,7 @@ def test_review_id_is_stable_for_one_entry_into_review():
 
 # --------------------------------------------------------------- never the body
 
+
 @pytest.mark.parametrize("reason", sorted(JOB_BUILDERS))
 def test_review_item_never_contains_the_body(reason):
     item = review_item(JOB_BUILDERS[reason]())
@@ -187,16 +224,18 @@ def test_review_item_never_contains_the_body(reason):
     assert "text" not in item and "html" not in item
 
 
-secret_bodies = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-                        min_size=1, max_size=200)
+secret_bodies = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=200
+)
 
 
 @PROPS
 @given(text=secret_bodies, html=st.none() | secret_bodies)
 def test_review_item_never_contains_any_body(text, html):
     text, html = "«body»" + text, None if html is None else "«html»" + html
-    job = lifecycle.apply_mailbox_check(unknown_job(text=text, html=html), [], after_window(), "o",
-                                        REVIEW_POLICY, TIMING)
+    job = lifecycle.apply_mailbox_check(
+        unknown_job(text=text, html=html), [], after_window(), "o", REVIEW_POLICY, TIMING
+    )
     item = review_item(job)
     attributes = review_attributes(job)
     for secret in filter(None, (text, html)):
@@ -206,6 +245,7 @@ def test_review_item_never_contains_any_body(text, html):
 
 
 # --------------------------------------------------------------- attributes and link
+
 
 @pytest.mark.parametrize("reason", sorted(JOB_BUILDERS))
 def test_review_attributes_have_job_id_and_reason_as_strings(reason):
@@ -219,8 +259,10 @@ def test_review_attributes_have_job_id_and_reason_as_strings(reason):
 
 
 def test_gmail_search_link_for_a_known_id():
-    assert gmail_search_link("<job-0123abcd@mail.example.com>") == \
-        "https://mail.google.com/mail/u/0/#search/rfc822msgid%3Ajob-0123abcd%40mail.example.com"
+    assert (
+        gmail_search_link("<job-0123abcd@mail.example.com>")
+        == "https://mail.google.com/mail/u/0/#search/rfc822msgid%3Ajob-0123abcd%40mail.example.com"
+    )
 
 
 @PROPS
@@ -230,6 +272,6 @@ def test_gmail_search_link_url_encodes_the_bare_message_id(key):
     link = gmail_search_link(message_id)
     prefix = "https://mail.google.com/mail/u/0/#search/"
     assert link.startswith(prefix)
-    query = link[len(prefix):]
+    query = link[len(prefix) :]
     assert re.fullmatch(r"[A-Za-z0-9%._~-]+", query)  # nothing left unencoded: no < > @ : / #
     assert unquote(query) == "rfc822msgid:" + message_id[1:-1]

@@ -14,9 +14,20 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from safesend.errors import ConfigurationError
-from safesend.reviewer_auth import (CSRF_TTL_S, IAP_HEADER, IAP_ISSUER, CsrfError, IapVerifier,
-                                    KeysUnavailableError, Reviewer, ReviewerAuth, ReviewerAuthError,
-                                    ReviewerForbiddenError, ReviewerSettings, parse_jwks)
+from safesend.reviewer_auth import (
+    CSRF_TTL_S,
+    IAP_HEADER,
+    IAP_ISSUER,
+    CsrfError,
+    IapVerifier,
+    KeysUnavailableError,
+    Reviewer,
+    ReviewerAuth,
+    ReviewerAuthError,
+    ReviewerForbiddenError,
+    ReviewerSettings,
+    parse_jwks,
+)
 
 AUDIENCE = "/projects/123456789/locations/europe-west1/services/safesend-review"
 PUBLIC_URL = "https://safesend-review-123456789.europe-west1.run.app"
@@ -40,8 +51,17 @@ class Keys:
         keys = []
         for kid, key in self.private.items():
             numbers = key.public_key().public_numbers()
-            keys.append({"kty": "EC", "crv": "P-256", "alg": "ES256", "use": "sig", "kid": kid,
-                         "x": b64(numbers.x.to_bytes(32, "big")), "y": b64(numbers.y.to_bytes(32, "big"))})
+            keys.append(
+                {
+                    "kty": "EC",
+                    "crv": "P-256",
+                    "alg": "ES256",
+                    "use": "sig",
+                    "kid": kid,
+                    "x": b64(numbers.x.to_bytes(32, "big")),
+                    "y": b64(numbers.y.to_bytes(32, "big")),
+                }
+            )
         return {"keys": keys}
 
     def fetch(self, url: str) -> dict[str, Any]:
@@ -59,8 +79,15 @@ class Keys:
 
 
 def claims(**overrides: Any) -> dict[str, Any]:
-    base = {"iss": IAP_ISSUER, "aud": AUDIENCE, "iat": int(NOW) - 5, "exp": int(NOW) + 595,
-            "sub": "accounts.google.com:1234567890", "email": "Ann.Lee@example.com", "hd": "example.com"}
+    base = {
+        "iss": IAP_ISSUER,
+        "aud": AUDIENCE,
+        "iat": int(NOW) - 5,
+        "exp": int(NOW) + 595,
+        "sub": "accounts.google.com:1234567890",
+        "email": "Ann.Lee@example.com",
+        "hd": "example.com",
+    }
     base.update(overrides)
     return {k: v for k, v in base.items() if v is not None}
 
@@ -74,8 +101,12 @@ class Clock:
 
 
 def iap_settings(**overrides: Any) -> ReviewerSettings:
-    values = dict(iap_audiences=frozenset({AUDIENCE}), allowed_emails=frozenset({"ann.lee@example.com"}),
-                  csrf_secret=SECRET.encode(), console_url=PUBLIC_URL)
+    values = dict(
+        iap_audiences=frozenset({AUDIENCE}),
+        allowed_emails=frozenset({"ann.lee@example.com"}),
+        csrf_secret=SECRET.encode(),
+        console_url=PUBLIC_URL,
+    )
     values.update(overrides)
     return ReviewerSettings(**values)
 
@@ -117,8 +148,9 @@ def test_a_rotated_in_key_is_fetched_once_and_unknown_kids_do_not_hammer_the_key
     forged = Keys(("bogus",))
     for _ in range(5):
         with pytest.raises(ReviewerAuthError, match="unknown signing key"):
-            auth.identify({IAP_HEADER: forged.sign(claims(iat=int(clock.now), exp=int(clock.now) + 600),
-                                                   kid="bogus")}, None)
+            auth.identify(
+                {IAP_HEADER: forged.sign(claims(iat=int(clock.now), exp=int(clock.now) + 600), kid="bogus")}, None
+            )
     assert keys.fetches == 2  # fetched less than a minute ago: no refetch per forged kid
 
 
@@ -141,29 +173,33 @@ def test_unreachable_keys_are_a_503_never_a_pass(keys):
 @pytest.mark.parametrize("document", [{"keys": []}, {"keys": "x"}, [], {"keys": [{"kty": "RSA", "kid": "k1"}]}])
 def test_a_key_set_without_p256_keys_refuses_everyone(keys, document):
     settings = iap_settings()
-    auth = ReviewerAuth(settings, IapVerifier(settings.iap_audiences, fetch=lambda url: document, clock=Clock()),
-                        Clock())
+    auth = ReviewerAuth(
+        settings, IapVerifier(settings.iap_audiences, fetch=lambda url: document, clock=Clock()), Clock()
+    )
     with pytest.raises(KeysUnavailableError):
         auth.identify({IAP_HEADER: keys.sign(claims())}, None)
 
 
-@pytest.mark.parametrize("overrides, reason", [
-    ({"iss": "https://accounts.google.com"}, "issuer"),
-    ({"iss": None}, "issuer"),
-    ({"aud": "https://safesend-review-123456789.europe-west1.run.app"}, "audience"),
-    ({"aud": [AUDIENCE]}, "audience"),
-    ({"aud": "/projects/123456789/locations/europe-west1/services/other"}, "audience"),
-    ({"exp": int(NOW) - 31, "iat": int(NOW) - 600}, "expired"),
-    ({"iat": int(NOW) + 31, "exp": int(NOW) + 600}, "future"),
-    ({"iat": int(NOW), "exp": int(NOW) + 3600}, "lifetime"),
-    ({"exp": "1800000600"}, "malformed"),
-    ({"iat": True}, "malformed"),
-    ({"exp": None}, "malformed"),
-    ({"email": None}, "no email"),
-    ({"email": ["a@example.com"]}, "no email"),
-    ({"email": "not-an-address"}, "no email"),
-    ({"hd": 7}, "malformed hd"),
-])
+@pytest.mark.parametrize(
+    "overrides, reason",
+    [
+        ({"iss": "https://accounts.google.com"}, "issuer"),
+        ({"iss": None}, "issuer"),
+        ({"aud": "https://safesend-review-123456789.europe-west1.run.app"}, "audience"),
+        ({"aud": [AUDIENCE]}, "audience"),
+        ({"aud": "/projects/123456789/locations/europe-west1/services/other"}, "audience"),
+        ({"exp": int(NOW) - 31, "iat": int(NOW) - 600}, "expired"),
+        ({"iat": int(NOW) + 31, "exp": int(NOW) + 600}, "future"),
+        ({"iat": int(NOW), "exp": int(NOW) + 3600}, "lifetime"),
+        ({"exp": "1800000600"}, "malformed"),
+        ({"iat": True}, "malformed"),
+        ({"exp": None}, "malformed"),
+        ({"email": None}, "no email"),
+        ({"email": ["a@example.com"]}, "no email"),
+        ({"email": "not-an-address"}, "no email"),
+        ({"hd": 7}, "malformed hd"),
+    ],
+)
 def test_claims_are_checked_with_their_types(keys, overrides, reason):
     with pytest.raises(ReviewerAuthError, match=reason):
         iap_auth(keys).identify({IAP_HEADER: keys.sign(claims(**overrides))}, None)
@@ -208,8 +244,13 @@ def test_only_es256_signatures_by_the_published_key_verify(keys):
 
 def test_the_unsigned_identity_headers_are_never_read(keys):
     with pytest.raises(ReviewerAuthError, match="no IAP assertion"):
-        iap_auth(keys).identify({"x-goog-authenticated-user-email": "accounts.google.com:ann.lee@example.com",
-                                 "x-goog-authenticated-user-id": "accounts.google.com:1"}, None)
+        iap_auth(keys).identify(
+            {
+                "x-goog-authenticated-user-email": "accounts.google.com:ann.lee@example.com",
+                "x-goog-authenticated-user-id": "accounts.google.com:1",
+            },
+            None,
+        )
 
 
 def test_a_verifier_surprise_is_a_refusal_not_a_500(keys):
@@ -231,9 +272,11 @@ def test_the_allowlist_is_the_second_gate(keys):
 def test_a_domain_entry_needs_the_signed_hosted_domain(keys):
     auth = iap_auth(keys, allowed_emails=frozenset(), allowed_domains=frozenset({"example.com"}))
     assert auth.identify({IAP_HEADER: keys.sign(claims(email="Bob@Example.com"))}, None).email == "bob@example.com"
-    for bad in (claims(email="bob@example.com", hd=None),  # a consumer account with a look-alike address
-                claims(email="bob@example.com", hd="evil.example"),
-                claims(email="bob@sub.example.com", hd="sub.example.com")):
+    for bad in (
+        claims(email="bob@example.com", hd=None),  # a consumer account with a look-alike address
+        claims(email="bob@example.com", hd="evil.example"),
+        claims(email="bob@sub.example.com", hd="sub.example.com"),
+    ):
         with pytest.raises(ReviewerForbiddenError):
             auth.identify({IAP_HEADER: keys.sign(bad)}, None)
 
@@ -244,10 +287,16 @@ def env(**values: str) -> dict[str, str]:
 
 
 def test_settings_from_env_for_a_deployment():
-    settings = ReviewerSettings.from_env(env(iap_audience=f" {AUDIENCE} ,/projects/1/global/backendServices/42",
-                                             allowed_emails="Ann.Lee@example.com, bob@example.com",
-                                             allowed_domains="@Example.org", csrf_secret=SECRET,
-                                             console_url=PUBLIC_URL + "/", iap_keys_url="http://127.0.0.1:9/keys"))
+    settings = ReviewerSettings.from_env(
+        env(
+            iap_audience=f" {AUDIENCE} ,/projects/1/global/backendServices/42",
+            allowed_emails="Ann.Lee@example.com, bob@example.com",
+            allowed_domains="@Example.org",
+            csrf_secret=SECRET,
+            console_url=PUBLIC_URL + "/",
+            iap_keys_url="http://127.0.0.1:9/keys",
+        )
+    )
     assert settings.iap_audiences == {AUDIENCE, "/projects/1/global/backendServices/42"}
     assert settings.allowed_emails == {"ann.lee@example.com", "bob@example.com"}
     assert settings.allowed_domains == {"example.org"}
@@ -260,25 +309,51 @@ def test_settings_for_a_local_stack():
     assert settings.dev_mode and settings.dev_identity == "dev@localhost"
 
 
-@pytest.mark.parametrize("values, problem", [
-    ({}, "CSRF_SECRET"),
-    ({"csrf_secret": "short"}, "CSRF_SECRET"),
-    ({"csrf_secret": SECRET}, "no reviewer sign-in"),
-    ({"csrf_secret": SECRET, "dev_identity": "dev@localhost", "iap_audience": AUDIENCE}, "both set"),
-    ({"csrf_secret": SECRET, "dev_identity": "ann@example.com"}, "localhost"),
-    ({"csrf_secret": SECRET, "dev_identity": "dev@localhost.example.com"}, "localhost"),
-    ({"csrf_secret": SECRET, "iap_audience": PUBLIC_URL, "allowed_emails": "a@example.com",
-      "console_url": PUBLIC_URL}, "not an IAP audience"),
-    ({"csrf_secret": SECRET, "iap_audience": AUDIENCE, "console_url": PUBLIC_URL}, "allowlist"),
-    ({"csrf_secret": SECRET, "iap_audience": AUDIENCE, "allowed_emails": "nobody", "console_url": PUBLIC_URL},
-     "not an e-mail"),
-    ({"csrf_secret": SECRET, "iap_audience": AUDIENCE, "allowed_domains": "exa mple.com", "console_url": PUBLIC_URL},
-     "not a domain"),
-    ({"csrf_secret": SECRET, "iap_audience": AUDIENCE, "allowed_emails": "a@example.com"}, "CONSOLE_URL"),
-    ({"csrf_secret": SECRET, "iap_audience": AUDIENCE, "allowed_emails": "a@example.com",
-      "console_url": "http://review.example.com"}, "CONSOLE_URL"),
-    ({"csrf_secret": SECRET, "dev_identity": "dev@localhost", "console_url": "ftp://x"}, "CONSOLE_URL"),
-])
+@pytest.mark.parametrize(
+    "values, problem",
+    [
+        ({}, "CSRF_SECRET"),
+        ({"csrf_secret": "short"}, "CSRF_SECRET"),
+        ({"csrf_secret": SECRET}, "no reviewer sign-in"),
+        ({"csrf_secret": SECRET, "dev_identity": "dev@localhost", "iap_audience": AUDIENCE}, "both set"),
+        ({"csrf_secret": SECRET, "dev_identity": "ann@example.com"}, "localhost"),
+        ({"csrf_secret": SECRET, "dev_identity": "dev@localhost.example.com"}, "localhost"),
+        (
+            {
+                "csrf_secret": SECRET,
+                "iap_audience": PUBLIC_URL,
+                "allowed_emails": "a@example.com",
+                "console_url": PUBLIC_URL,
+            },
+            "not an IAP audience",
+        ),
+        ({"csrf_secret": SECRET, "iap_audience": AUDIENCE, "console_url": PUBLIC_URL}, "allowlist"),
+        (
+            {"csrf_secret": SECRET, "iap_audience": AUDIENCE, "allowed_emails": "nobody", "console_url": PUBLIC_URL},
+            "not an e-mail",
+        ),
+        (
+            {
+                "csrf_secret": SECRET,
+                "iap_audience": AUDIENCE,
+                "allowed_domains": "exa mple.com",
+                "console_url": PUBLIC_URL,
+            },
+            "not a domain",
+        ),
+        ({"csrf_secret": SECRET, "iap_audience": AUDIENCE, "allowed_emails": "a@example.com"}, "CONSOLE_URL"),
+        (
+            {
+                "csrf_secret": SECRET,
+                "iap_audience": AUDIENCE,
+                "allowed_emails": "a@example.com",
+                "console_url": "http://review.example.com",
+            },
+            "CONSOLE_URL",
+        ),
+        ({"csrf_secret": SECRET, "dev_identity": "dev@localhost", "console_url": "ftp://x"}, "CONSOLE_URL"),
+    ],
+)
 def test_settings_fail_closed(values, problem):
     with pytest.raises(ConfigurationError, match=problem):
         ReviewerSettings.from_env(env(**values))
@@ -289,10 +364,19 @@ def test_the_development_identity_is_refused_on_cloud_run():
         ReviewerSettings.from_env({**env(dev_identity="dev@localhost", csrf_secret=SECRET), "K_SERVICE": "review"})
 
 
-@pytest.mark.parametrize("address, accepted", [
-    ("127.0.0.1", True), ("::1", True), ("127.8.9.10", True),
-    ("10.0.0.7", False), ("203.0.113.9", False), (None, False), ("", False), ("not-an-ip", False),
-])
+@pytest.mark.parametrize(
+    "address, accepted",
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("127.8.9.10", True),
+        ("10.0.0.7", False),
+        ("203.0.113.9", False),
+        (None, False),
+        ("", False),
+        ("not-an-ip", False),
+    ],
+)
 def test_the_development_identity_only_answers_loopback(address, accepted):
     auth = ReviewerAuth(ReviewerSettings(dev_identity="dev@localhost", csrf_secret=SECRET.encode()))
     if accepted:
@@ -309,16 +393,21 @@ REVIEW_ID = "0" * 32 + ":1"
 
 
 def csrf_auth(clock: Clock | None = None, console_url: str | None = PUBLIC_URL) -> ReviewerAuth:
-    return ReviewerAuth(ReviewerSettings(dev_identity="dev@localhost", csrf_secret=SECRET.encode(),
-                                         console_url=console_url), clock=clock or Clock())
+    return ReviewerAuth(
+        ReviewerSettings(dev_identity="dev@localhost", csrf_secret=SECRET.encode(), console_url=console_url),
+        clock=clock or Clock(),
+    )
 
 
 def test_a_token_is_bound_to_the_reviewer_and_the_review_id():
     auth = csrf_auth()
     token = auth.csrf_token(ANN, REVIEW_ID)
     auth.check_token(ANN, REVIEW_ID, token)
-    for reviewer, review_id in ((Reviewer("bob@example.com", "iap"), REVIEW_ID), (ANN, "0" * 32 + ":2"),
-                                (ANN, "1" * 32 + ":1")):
+    for reviewer, review_id in (
+        (Reviewer("bob@example.com", "iap"), REVIEW_ID),
+        (ANN, "0" * 32 + ":2"),
+        (ANN, "1" * 32 + ":1"),
+    ):
         with pytest.raises(CsrfError, match="does not match"):
             auth.check_token(reviewer, review_id, token)
 
@@ -341,27 +430,32 @@ def test_a_token_expires_and_cannot_come_from_the_future():
         auth.check_token(ANN, REVIEW_ID, token)
 
 
-@pytest.mark.parametrize("token", [None, "", "v1", "v2.1.abc", "v1.x.abc", "v1.1800000000.", "v1.-5.abc",
-                                   "v1.1800000000.é", "v1.99999999999999.abc"])
+@pytest.mark.parametrize(
+    "token",
+    [None, "", "v1", "v2.1.abc", "v1.x.abc", "v1.1800000000.", "v1.-5.abc", "v1.1800000000.é", "v1.99999999999999.abc"],
+)
 def test_malformed_tokens_are_refused(token):
     with pytest.raises(CsrfError):
         csrf_auth().check_token(ANN, REVIEW_ID, token)
 
 
-@pytest.mark.parametrize("headers, ok", [
-    ({"Origin": PUBLIC_URL}, True),
-    ({"Origin": PUBLIC_URL.upper() + "/"}, True),
-    ({"Origin": PUBLIC_URL, "Sec-Fetch-Site": "same-origin"}, True),
-    ({"Referer": PUBLIC_URL + "/review/items/abc"}, True),
-    ({"Origin": "https://evil.example"}, False),
-    ({"Origin": "null"}, False),
-    ({"Origin": PUBLIC_URL, "Sec-Fetch-Site": "cross-site"}, False),
-    ({"Origin": PUBLIC_URL, "Sec-Fetch-Site": "same-site"}, False),
-    ({"Referer": "https://evil.example/review/items/abc"}, False),
-    ({"Referer": PUBLIC_URL + ".evil.example/x"}, False),
-    ({"Origin": "http://safesend-review-123456789.europe-west1.run.app"}, False),  # scheme matters
-    ({}, False),
-])
+@pytest.mark.parametrize(
+    "headers, ok",
+    [
+        ({"Origin": PUBLIC_URL}, True),
+        ({"Origin": PUBLIC_URL.upper() + "/"}, True),
+        ({"Origin": PUBLIC_URL, "Sec-Fetch-Site": "same-origin"}, True),
+        ({"Referer": PUBLIC_URL + "/review/items/abc"}, True),
+        ({"Origin": "https://evil.example"}, False),
+        ({"Origin": "null"}, False),
+        ({"Origin": PUBLIC_URL, "Sec-Fetch-Site": "cross-site"}, False),
+        ({"Origin": PUBLIC_URL, "Sec-Fetch-Site": "same-site"}, False),
+        ({"Referer": "https://evil.example/review/items/abc"}, False),
+        ({"Referer": PUBLIC_URL + ".evil.example/x"}, False),
+        ({"Origin": "http://safesend-review-123456789.europe-west1.run.app"}, False),  # scheme matters
+        ({}, False),
+    ],
+)
 def test_a_decision_must_come_from_our_own_origin(headers, ok):
     auth = csrf_auth()
     if ok:
@@ -385,10 +479,12 @@ def test_parse_jwks_skips_what_is_not_a_p256_key():
     document = keys.jwks()
     document["keys"].append({"kty": "EC", "crv": "P-384", "kid": "c", "x": "AA", "y": "AA"})
     document["keys"].append({"kty": "EC", "crv": "P-256", "kid": 5})
-    document["keys"].append({"kty": "EC", "crv": "P-256", "kid": "short", "x": b64(b"\x01" * 31),
-                             "y": b64(b"\x01" * 32)})
-    document["keys"].append({"kty": "EC", "crv": "P-256", "kid": "off-curve", "x": b64(b"\x01" * 32),
-                             "y": b64(b"\x02" * 32)})
+    document["keys"].append(
+        {"kty": "EC", "crv": "P-256", "kid": "short", "x": b64(b"\x01" * 31), "y": b64(b"\x01" * 32)}
+    )
+    document["keys"].append(
+        {"kty": "EC", "crv": "P-256", "kid": "off-curve", "x": b64(b"\x01" * 32), "y": b64(b"\x02" * 32)}
+    )
     document["keys"].append({"kty": "EC", "crv": "P-256", "kid": "not-b64", "x": "!!", "y": "!!"})
     assert set(parse_jwks(document)) == {"a", "b"}
 

@@ -16,11 +16,16 @@ from tests.unit.conftest import make_world
 
 TIMEOUT = classify_transport(TransportFault.TIMEOUT, "read timed out")
 HTTP_400 = classify_http(400, "invalidArgument")
-CHAT_AND_SLACK = ReviewerTargets(frozenset({"chat", "slack"}), console_url="https://review.example.com",
-                                 notify_timeout_s=600)
-ALL_TARGETS = ReviewerTargets(frozenset({"chat", "slack", "email"}), email_to="reviewers@example.com",
-                              email_channel="review-notifications", console_url="https://review.example.com",
-                              notify_timeout_s=600)
+CHAT_AND_SLACK = ReviewerTargets(
+    frozenset({"chat", "slack"}), console_url="https://review.example.com", notify_timeout_s=600
+)
+ALL_TARGETS = ReviewerTargets(
+    frozenset({"chat", "slack", "email"}),
+    email_to="reviewers@example.com",
+    email_channel="review-notifications",
+    console_url="https://review.example.com",
+    notify_timeout_s=600,
+)
 
 
 def in_review(reviewers=CHAT_AND_SLACK, script=None, channel="payments", **kwargs):

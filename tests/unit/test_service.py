@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from safesend.classify import TransportFault, classify_http, classify_transport
 from devstack import crash_points
+from safesend.classify import TransportFault, classify_http, classify_transport
 from safesend.errors import PayloadMismatchError, UnknownChannelError
 from safesend.states import State
 from tests.unit.conftest import make_world
@@ -40,8 +40,9 @@ def test_same_key_different_payload_is_refused(world):
 
 def test_unknown_channel_is_refused_before_anything_is_stored(world):
     with pytest.raises(UnknownChannelError):
-        world.service.submit(world.request(channel="receipts").__class__(
-            **{**world.request().__dict__, "channel": "nope"}))
+        world.service.submit(
+            world.request(channel="receipts").__class__(**{**world.request().__dict__, "channel": "nope"})
+        )
     assert world.store.all() == []
 
 
@@ -73,8 +74,7 @@ def test_permanent_error_fails_and_publishes_a_review_item(world):
     assert job.state is State.FAILED and job.review_reason == "permanent_error"
     assert world.effects(job.id) == 0
     item, attrs = world.publisher.items[0]
-    assert attrs == {"job_id": job.id, "reason": "permanent_error", "channel": "receipts",
-                     "review_id": f"{job.id}:1"}
+    assert attrs == {"job_id": job.id, "reason": "permanent_error", "channel": "receipts", "review_id": f"{job.id}:1"}
     assert item["last_error"]["status"] == 400 and "text" not in item
     assert world.store.get(job.id).review_published_at is not None
 

@@ -13,7 +13,8 @@ with two copies; it must end in `review` (duplicate) with a review item saying s
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safesend.classify import TransportFault, classify_http, classify_transport
 from safesend.states import State
@@ -26,13 +27,18 @@ RATE_LIMITED = classify_http(429, "rateLimitExceeded")
 REFUSED = classify_http(400, "invalidArgument")
 SERVER_ERROR_ACCEPTED = ("accept", classify_http(503, "backendError"))
 
-outcomes = st.sampled_from([ACCEPT, DROPPED_AFTER_ACCEPT, LOST_BEFORE_GMAIL, RATE_LIMITED, REFUSED,
-                            SERVER_ERROR_ACCEPTED])
+outcomes = st.sampled_from(
+    [ACCEPT, DROPPED_AFTER_ACCEPT, LOST_BEFORE_GMAIL, RATE_LIMITED, REFUSED, SERVER_ERROR_ACCEPTED]
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(script=st.lists(outcomes, min_size=1, max_size=6), channel=st.sampled_from(["receipts", "payments"]),
-       duplicates=st.integers(min_value=0, max_value=3), budget=st.sampled_from([0.5, 40.0]))
+@given(
+    script=st.lists(outcomes, min_size=1, max_size=6),
+    channel=st.sampled_from(["receipts", "payments"]),
+    duplicates=st.integers(min_value=0, max_value=3),
+    budget=st.sampled_from([0.5, 40.0]),
+)
 def test_every_outcome_script_settles_with_an_honest_mailbox(script, channel, duplicates, budget):
     world = make_world(script=list(script))
     world.service.request_budget_s = budget
@@ -60,12 +66,15 @@ def test_every_outcome_script_settles_with_an_honest_mailbox(script, channel, du
     assert final.attempts - script.count(RATE_LIMITED) <= 3
     kinds = [e["kind"] for e in final.events]
     if channel == "payments" and "outcome_unknown" in kinds:  # never resent after an unknown outcome
-        assert "attempt_started" not in kinds[kinds.index("outcome_unknown"):]
+        assert "attempt_started" not in kinds[kinds.index("outcome_unknown") :]
 
 
 @settings(max_examples=300, deadline=None)
-@given(script=st.lists(outcomes, min_size=1, max_size=6), duplicates=st.integers(min_value=0, max_value=2),
-       budget=st.sampled_from([0.5, 40.0]))
+@given(
+    script=st.lists(outcomes, min_size=1, max_size=6),
+    duplicates=st.integers(min_value=0, max_value=2),
+    budget=st.sampled_from([0.5, 40.0]),
+)
 def test_past_the_window_every_duplicate_reaches_a_human(script, duplicates, budget):
     world = make_world(script=list(script), index_lag_s=400)
     world.service.request_budget_s = budget

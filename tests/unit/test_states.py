@@ -27,14 +27,30 @@ from safesend.states import (
 #   review     -> sending, sent, cancelled
 #   cancelled: terminal.
 EXPECTED: set[tuple[str, str]] = {
-    ("pending", "sending"), ("pending", "cancelled"),
-    ("sending", "sent"), ("sending", "retry_wait"), ("sending", "failed"), ("sending", "unknown"),
+    ("pending", "sending"),
+    ("pending", "cancelled"),
+    ("sending", "sent"),
+    ("sending", "retry_wait"),
+    ("sending", "failed"),
+    ("sending", "unknown"),
     ("sending", "review"),
-    ("retry_wait", "sending"), ("retry_wait", "sent"), ("retry_wait", "review"),
-    ("retry_wait", "failed"), ("retry_wait", "cancelled"),
-    ("unknown", "unknown"), ("unknown", "sent"), ("unknown", "sending"), ("unknown", "review"),
-    ("sent", "review"), ("failed", "review"), ("failed", "sending"), ("failed", "sent"), ("failed", "cancelled"),
-    ("review", "sending"), ("review", "sent"), ("review", "cancelled"),
+    ("retry_wait", "sending"),
+    ("retry_wait", "sent"),
+    ("retry_wait", "review"),
+    ("retry_wait", "failed"),
+    ("retry_wait", "cancelled"),
+    ("unknown", "unknown"),
+    ("unknown", "sent"),
+    ("unknown", "sending"),
+    ("unknown", "review"),
+    ("sent", "review"),
+    ("failed", "review"),
+    ("failed", "sending"),
+    ("failed", "sent"),
+    ("failed", "cancelled"),
+    ("review", "sending"),
+    ("review", "sent"),
+    ("review", "cancelled"),
 }
 ALL_STATE_NAMES = {"pending", "sending", "sent", "retry_wait", "unknown", "review", "failed", "cancelled"}
 ALL_PAIRS = list(itertools.product(State, State))
@@ -75,7 +91,12 @@ def test_a_sent_job_moves_again_only_to_reach_a_human():
 def test_only_a_reviewer_decision_sends_a_job_that_needed_a_human():
     """review/failed -> sending exists for the reviewer's `resend` (after a fresh mailbox check)."""
     assert {s.value for s in State if can_transition(s, State.SENDING)} == {
-        "pending", "retry_wait", "unknown", "review", "failed"}
+        "pending",
+        "retry_wait",
+        "unknown",
+        "review",
+        "failed",
+    }
 
 
 @pytest.mark.parametrize("terminal", ["cancelled"])

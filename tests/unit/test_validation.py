@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safesend.errors import RequestValidationError
 from safesend.keys import job_id_for, message_id_for
@@ -24,8 +25,13 @@ _DROP = object()  # body(field=_DROP) leaves the field out
 
 
 def body(**overrides):
-    values = {"dedup_key": "cust-1:order_paid:42", "channel": "receipts", "to": "ann@example.com",
-              "subject": "Your receipt", "text": "Thanks for your order."}
+    values = {
+        "dedup_key": "cust-1:order_paid:42",
+        "channel": "receipts",
+        "to": "ann@example.com",
+        "subject": "Your receipt",
+        "text": "Thanks for your order.",
+    }
     values.update(overrides)
     return {k: v for k, v in values.items() if v is not _DROP}
 
@@ -38,15 +44,24 @@ def bad_fields(request_body, default_from=DEFAULT_FROM, known_channels=None) -> 
 
 # --------------------------------------------------------------- accepted requests
 
+
 def test_minimal_request_is_accepted_and_normalised():
     parsed = parse_send_request(body(), DEFAULT_FROM)
     assert parsed.dedup_key == "cust-1:order_paid:42"
     assert parsed.channel == "receipts"
-    assert parsed.message == OutgoingMessage(sender="Shop <shop@example.com>", to=("ann@example.com",),
-                                             subject="Your receipt", text="Thanks for your order.")
-    assert parsed.payload == {"from": "Shop <shop@example.com>", "to": ["ann@example.com"], "cc": [],
-                              "bcc": [], "reply_to": [], "subject": "Your receipt",
-                              "text": "Thanks for your order.", "html": None}
+    assert parsed.message == OutgoingMessage(
+        sender="Shop <shop@example.com>", to=("ann@example.com",), subject="Your receipt", text="Thanks for your order."
+    )
+    assert parsed.payload == {
+        "from": "Shop <shop@example.com>",
+        "to": ["ann@example.com"],
+        "cc": [],
+        "bcc": [],
+        "reply_to": [],
+        "subject": "Your receipt",
+        "text": "Thanks for your order.",
+        "html": None,
+    }
 
 
 def test_to_as_string_and_as_list_are_equivalent():
@@ -57,10 +72,16 @@ def test_to_as_string_and_as_list_are_equivalent():
 
 
 def test_all_address_fields_accept_lists_and_display_names():
-    parsed = parse_send_request(body(
-        to=["Ann <ann@example.com>", "bob@example.com"], cc="Zoë <zoe@example.com>",
-        bcc=["audit@example.com"], reply_to="help@example.com", **{"from": "Orders <orders@example.com>"},
-    ), None)
+    parsed = parse_send_request(
+        body(
+            to=["Ann <ann@example.com>", "bob@example.com"],
+            cc="Zoë <zoe@example.com>",
+            bcc=["audit@example.com"],
+            reply_to="help@example.com",
+            **{"from": "Orders <orders@example.com>"},
+        ),
+        None,
+    )
     assert parsed.message.to == ("Ann <ann@example.com>", "bob@example.com")
     assert parsed.message.cc == ("Zoë <zoe@example.com>",)
     assert parsed.message.bcc == ("audit@example.com",)
@@ -73,14 +94,12 @@ def test_explicit_from_wins_over_default_sender():
 
 
 def test_key_parts_compose_the_dedup_key():
-    parsed = parse_send_request(body(dedup_key=_DROP, customer_id="c1", event_type="paid", order_id="42"),
-                                DEFAULT_FROM)
+    parsed = parse_send_request(body(dedup_key=_DROP, customer_id="c1", event_type="paid", order_id="42"), DEFAULT_FROM)
     assert parsed.dedup_key == "c1:paid:42"
 
 
 def test_integer_order_id_is_accepted_as_its_decimal_string():
-    parsed = parse_send_request(body(dedup_key=_DROP, customer_id="c1", event_type="paid", order_id=42),
-                                DEFAULT_FROM)
+    parsed = parse_send_request(body(dedup_key=_DROP, customer_id="c1", event_type="paid", order_id=42), DEFAULT_FROM)
     assert parsed.dedup_key == "c1:paid:42"
 
 
@@ -111,6 +130,7 @@ def test_body_of_exactly_the_limit_is_accepted():
 
 # --------------------------------------------------------------- refused requests, by field
 
+
 @pytest.mark.parametrize("missing", ["to", "subject", "text", "channel"])
 def test_missing_required_field_is_named(missing):
     assert missing in bad_fields(body(**{missing: _DROP}))
@@ -121,22 +141,36 @@ def test_missing_dedup_key_names_each_key_part():
 
 
 def test_every_bad_field_is_reported_at_once():
-    fields = bad_fields({"channel": "", "to": "nope", "subject": "a\nb", "text": 5, "color": "red",
-                         "customer_id": "c", "event_type": "e:x", "order_id": "1"}, default_from=None)
+    fields = bad_fields(
+        {
+            "channel": "",
+            "to": "nope",
+            "subject": "a\nb",
+            "text": 5,
+            "color": "red",
+            "customer_id": "c",
+            "event_type": "e:x",
+            "order_id": "1",
+        },
+        default_from=None,
+    )
     assert set(fields) == {"channel", "to", "subject", "text", "color", "event_type", "from"}
 
 
 @pytest.mark.parametrize("field", ["to", "cc", "bcc", "reply_to", "from"])
-@pytest.mark.parametrize("address", [
-    "not-an-address",
-    "ann@",
-    "@example.com",
-    "ann@example",  # no TLD
-    "ann@@example.com",
-    "a@example.com, b@example.com",  # two mailboxes in one item
-    "Ann <ann@example.com>\r\nBcc: evil@example.net",
-    "ann@example.com\x00",
-])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "not-an-address",
+        "ann@",
+        "@example.com",
+        "ann@example",  # no TLD
+        "ann@@example.com",
+        "a@example.com, b@example.com",  # two mailboxes in one item
+        "Ann <ann@example.com>\r\nBcc: evil@example.net",
+        "ann@example.com\x00",
+    ],
+)
 def test_bad_address_is_named_by_its_field(field, address):
     assert field in bad_fields(body(**{field: [address]}))
 
@@ -172,8 +206,9 @@ def test_missing_from_without_a_default_sender_is_named():
     assert set(bad_fields(body(), default_from=None)) == {"from"}
 
 
-@pytest.mark.parametrize("subject", ["line\nbreak", "line\rbreak", "line\r\nbreak", "tab\there", "bell\x07",
-                                     "nul\x00", "del\x7f"])
+@pytest.mark.parametrize(
+    "subject", ["line\nbreak", "line\rbreak", "line\r\nbreak", "tab\there", "bell\x07", "nul\x00", "del\x7f"]
+)
 def test_subject_with_line_breaks_or_control_characters_is_named(subject):
     assert set(bad_fields(body(subject=subject))) == {"subject"}
 
@@ -283,6 +318,7 @@ def test_subject_longer_than_998_characters_is_named():
 
 # --------------------------------------------------------------- known channels
 
+
 def test_known_channels_refuses_unconfigured_channel():
     assert set(bad_fields(body(channel="marketing"), known_channels=frozenset({"receipts"}))) == {"channel"}
 
@@ -296,6 +332,7 @@ def test_without_known_channels_any_channel_passes_validation():
 
 
 # --------------------------------------------------------------- payload hash
+
 
 def test_equal_payloads_have_equal_hashes_regardless_of_dict_order():
     first = parse_send_request(body(cc="c@example.com", html="<p>h</p>"), DEFAULT_FROM)
@@ -314,8 +351,9 @@ def test_hash_does_not_depend_on_the_dedup_key():
 
 # No Cf (bidi overrides, zero-width characters) and no "=?" (RFC 2047 syntax): both are refused in
 # header fields (test_validation_headers.py), and these properties are about accepted text.
-field_text = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Cf", "Zl", "Zp")), min_size=1, max_size=30) \
-    .filter(lambda s: s.strip() and "=?" not in s)
+field_text = st.text(
+    st.characters(blacklist_categories=("Cs", "Cc", "Cf", "Zl", "Zp")), min_size=1, max_size=30
+).filter(lambda s: s.strip() and "=?" not in s)
 local_parts = st.from_regex(r"[a-z0-9]{1,12}", fullmatch=True)
 addresses = local_parts.map(lambda local: f"{local}@example.com")
 CHANGES = {
@@ -334,8 +372,9 @@ CHANGES = {
 @PROPS
 @given(data=st.data(), field=st.sampled_from(sorted(CHANGES)))
 def test_hash_changes_when_any_field_changes(data, field):
-    base = body(cc="c@example.com", bcc="b@example.com", reply_to="r@example.com", html="<p>h</p>",
-                **{"from": "f@example.com"})
+    base = body(
+        cc="c@example.com", bcc="b@example.com", reply_to="r@example.com", html="<p>h</p>", **{"from": "f@example.com"}
+    )
     new_value = data.draw(CHANGES[field].filter(lambda v: v != base.get(field)))
     changed = {**base, field: new_value}
     a = parse_send_request(base, None)
@@ -344,8 +383,12 @@ def test_hash_changes_when_any_field_changes(data, field):
 
 
 @PROPS
-@given(subject=field_text, text=CHANGES["text"], html=st.none() | field_text,
-       to=st.lists(addresses, min_size=1, max_size=3))
+@given(
+    subject=field_text,
+    text=CHANGES["text"],
+    html=st.none() | field_text,
+    to=st.lists(addresses, min_size=1, max_size=3),
+)
 def test_hash_is_stable_for_the_same_request(subject, text, html, to):
     request = body(subject=subject, text=text, to=to, **({"html": html} if html is not None else {}))
     first = parse_send_request(request, DEFAULT_FROM)
@@ -368,9 +411,15 @@ def test_hash_distinguishes_missing_html_from_empty_text():
 
 # --------------------------------------------------------------- payload -> message, and sendable
 
+
 @PROPS
-@given(subject=field_text, text=CHANGES["text"], html=st.none() | field_text,
-       to=st.lists(addresses, min_size=1, max_size=3), cc=st.lists(addresses, max_size=2))
+@given(
+    subject=field_text,
+    text=CHANGES["text"],
+    html=st.none() | field_text,
+    to=st.lists(addresses, min_size=1, max_size=3),
+    cc=st.lists(addresses, max_size=2),
+)
 def test_message_from_stored_payload_reproduces_the_message(subject, text, html, to, cc):
     request = body(subject=subject, text=text, to=to, cc=cc, **({"html": html} if html is not None else {}))
     parsed = parse_send_request(request, DEFAULT_FROM)
@@ -380,34 +429,46 @@ def test_message_from_stored_payload_reproduces_the_message(subject, text, html,
 
 
 def test_accepted_request_builds_mime():
-    parsed = parse_send_request(body(to="Zoë <zoe@example.com>", subject="Bestellung über 10 €",
-                                     html="<p>ok</p>"), DEFAULT_FROM)
-    raw = build_mime(parsed.message, message_id_for(parsed.dedup_key, "mail.example.com"),
-                     job_id_for(parsed.dedup_key), datetime(2024, 1, 1, tzinfo=timezone.utc))
+    parsed = parse_send_request(
+        body(to="Zoë <zoe@example.com>", subject="Bestellung über 10 €", html="<p>ok</p>"), DEFAULT_FROM
+    )
+    raw = build_mime(
+        parsed.message,
+        message_id_for(parsed.dedup_key, "mail.example.com"),
+        job_id_for(parsed.dedup_key),
+        datetime(2024, 1, 1, tzinfo=UTC),
+    )
     assert b"Message-ID: <job-" in raw
 
 
 # Everything except lone surrogates and the three Unicode line separators (covered by the failing
 # tests above): whatever validation accepts from this space, build_mime must be able to send.
-sendable_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x85\u2028\u2029"),
-                        max_size=40)
+sendable_text = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x85\u2028\u2029"), max_size=40
+)
 
 
 @PROPS
 @given(subject=sendable_text, name=sendable_text, text=sendable_text, html=st.none() | sendable_text)
 def test_every_accepted_request_builds_valid_mime(subject, name, text, html):
-    request = body(subject=subject, text=text, to=f"{name} <ann@example.com>",
-                   **({"html": html} if html is not None else {}))
+    request = body(
+        subject=subject, text=text, to=f"{name} <ann@example.com>", **({"html": html} if html is not None else {})
+    )
     try:
         parsed = parse_send_request(request, DEFAULT_FROM)
     except RequestValidationError:
         return
-    raw = build_mime(parsed.message, message_id_for(parsed.dedup_key, "mail.example.com"),
-                     job_id_for(parsed.dedup_key), datetime(2024, 1, 1, tzinfo=timezone.utc))
+    raw = build_mime(
+        parsed.message,
+        message_id_for(parsed.dedup_key, "mail.example.com"),
+        job_id_for(parsed.dedup_key),
+        datetime(2024, 1, 1, tzinfo=UTC),
+    )
     assert f"\r\nMessage-ID: {message_id_for(parsed.dedup_key, 'mail.example.com')}\r\n".encode() in raw
 
 
 # --------------------------------------------------------------- status lookups
+
 
 def test_query_dedup_key_is_used_as_is():
     assert dedup_key_from_query({"dedup_key": "any:thing"}) == "any:thing"
@@ -421,13 +482,16 @@ def test_query_key_parts_compose_the_key():
     assert dedup_key_from_query({"customer_id": "c1", "event_type": "paid", "order_id": "42"}) == "c1:paid:42"
 
 
-@pytest.mark.parametrize("params", [
-    {},
-    {"dedup_key": ""},
-    {"customer_id": "c1", "event_type": "paid"},
-    {"customer_id": "c1", "event_type": "paid", "order_id": ""},
-    {"customer_id": "c:1", "event_type": "paid", "order_id": "42"},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"dedup_key": ""},
+        {"customer_id": "c1", "event_type": "paid"},
+        {"customer_id": "c1", "event_type": "paid", "order_id": ""},
+        {"customer_id": "c:1", "event_type": "paid", "order_id": "42"},
+    ],
+)
 def test_query_without_a_usable_key_gives_none(params):
     assert dedup_key_from_query(params) is None
 

@@ -5,15 +5,28 @@ characters), and addresses respect the RFC 5321 length limits."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safesend.errors import RequestValidationError
 from safesend.validation import parse_send_request
 
 DEFAULT_FROM = "Shop <shop@example.com>"
 ADDRESS_FIELDS = ["to", "cc", "bcc", "reply_to", "from"]
-BIDI = ["\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069",
-        "\u200e", "\u200f", "\u061c"]
+BIDI = [
+    "\u202a",
+    "\u202b",
+    "\u202c",
+    "\u202d",
+    "\u202e",
+    "\u2066",
+    "\u2067",
+    "\u2068",
+    "\u2069",
+    "\u200e",
+    "\u200f",
+    "\u061c",
+]
 ZERO_WIDTH = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"]
 ENCODED_WORDS = [
     "=?utf-8?q?hi?=",
@@ -29,8 +42,13 @@ ENCODED_WORDS = [
 
 
 def body(**overrides):
-    values = {"dedup_key": "cust-1:order_paid:42", "channel": "receipts", "to": "ann@example.com",
-              "subject": "Your receipt", "text": "Thanks for your order."}
+    values = {
+        "dedup_key": "cust-1:order_paid:42",
+        "channel": "receipts",
+        "to": "ann@example.com",
+        "subject": "Your receipt",
+        "text": "Thanks for your order.",
+    }
     values.update(overrides)
     return values
 
@@ -46,6 +64,7 @@ def accepted(request_body):
 
 
 # --------------------------------------------------------------- RFC 2047 encoded-word syntax
+
 
 @pytest.mark.parametrize("word", ENCODED_WORDS)
 def test_encoded_word_syntax_in_the_subject_is_refused(word):
@@ -87,6 +106,7 @@ def test_any_subject_containing_equals_question_mark_is_refused(before, after):
 
 # --------------------------------------------------------------- bidi and zero-width characters
 
+
 @pytest.mark.parametrize("char", BIDI + ZERO_WIDTH)
 def test_invisible_or_reordering_characters_in_the_subject_are_refused(char):
     fields = bad_fields(body(subject=f"Your{char} receipt"))
@@ -111,6 +131,7 @@ def test_right_to_left_text_without_override_characters_is_accepted():
 
 
 # --------------------------------------------------------------- address lengths (RFC 5321 4.5.3.1)
+
 
 def domain_of(length: int) -> str:
     """A valid domain of `length` characters: 63-character labels, then the rest, then '.com'."""

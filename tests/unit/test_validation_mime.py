@@ -5,9 +5,10 @@ creation time only, so the pre-claim build is the first attempt's bytes."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from safesend.errors import RequestValidationError
 from safesend.keys import job_id_for, message_id_for
@@ -15,7 +16,7 @@ from safesend.mime import build_mime
 from safesend.validation import message_from_payload, parse_send_request
 
 PROPS = settings(max_examples=200, deadline=None)
-CREATED_AT = datetime(2026, 11, 29, 10, 11, 12, 345678, tzinfo=timezone.utc)
+CREATED_AT = datetime(2026, 11, 29, 10, 11, 12, 345678, tzinfo=UTC)
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 names = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=40)
 
@@ -27,9 +28,15 @@ def build(message, key: str, date: datetime = CREATED_AT) -> bytes:
 @PROPS
 @given(subject=names, name=names, text=text, html=st.none() | text, key=st.from_regex(r"[!-~]{1,40}", fullmatch=True))
 def test_pre_claim_build_equals_every_rebuild_from_the_stored_payload(subject, name, text, html, key):
-    body = {"dedup_key": key, "channel": "c", "to": [f"{name} <ann@example.com>", "bob@example.com"],
-            "cc": f"{name} <cc@example.com>", "subject": subject or "s", "text": text,
-            **({"html": html} if html is not None else {})}
+    body = {
+        "dedup_key": key,
+        "channel": "c",
+        "to": [f"{name} <ann@example.com>", "bob@example.com"],
+        "cc": f"{name} <cc@example.com>",
+        "subject": subject or "s",
+        "text": text,
+        **({"html": html} if html is not None else {}),
+    }
     try:
         request = parse_send_request(body, "Zoë Shop <shop@example.com>")
     except RequestValidationError:

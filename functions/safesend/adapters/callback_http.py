@@ -8,7 +8,8 @@ OneShotHttp gives the wall-clock deadline, no redirects and no retries: our own 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..auth import SIGNATURE_HEADER, sign
 from ..callbacks import CallbackPolicy, CallbackUrlError, notice_body
@@ -19,14 +20,19 @@ NOTICE_TIMEOUT_S = 5.0
 
 
 class HttpNotifier:
-    def __init__(self, policy: CallbackPolicy, secret: bytes, timeout_s: float = NOTICE_TIMEOUT_S,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        policy: CallbackPolicy,
+        secret: bytes,
+        timeout_s: float = NOTICE_TIMEOUT_S,
+        clock: Callable[[], float] = time.time,
+    ):
         self.policy = policy
         self._secret = secret
         self._timeout_s = timeout_s
         self._clock = clock
 
-    def deliver(self, notice: dict[str, Any]) -> Delivery:
+    def deliver(self, notice: Mapping[str, Any]) -> Delivery:
         return self.post(notice["url"], notice_body(notice))
 
     def post(self, url: str, body: bytes) -> Delivery:
@@ -34,8 +40,11 @@ class HttpNotifier:
             self.policy.check_url(url)  # the policy may have changed since the request brought it
         except CallbackUrlError as exc:
             return Delivery(False, None, f"refused by policy: {exc}")
-        headers = {"Content-Type": "application/json", "User-Agent": "safesend-callback",
-                   SIGNATURE_HEADER: sign(self._secret, int(self._clock()), body)}
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "safesend-callback",
+            SIGNATURE_HEADER: sign(self._secret, int(self._clock()), body),
+        }
         http = OneShotHttp(timeout=self._timeout_s, allow_address=self.policy.address_allowed)
         try:
             response, _ = http.request(url, "POST", body=body, headers=headers)

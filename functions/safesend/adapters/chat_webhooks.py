@@ -10,11 +10,12 @@ thread; Slack's incoming webhooks cannot thread, so its follow-ups are plain mes
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from ..model import Delivery
-from ..ports import Notifier
+from ..ports import NoticePoster
 from .one_shot_http import OneShotHttp, TransportError
 
 WEBHOOK_TIMEOUT_S = 10.0
@@ -32,12 +33,14 @@ class WebhookPoster:
         url = self._url
         if self._thread_by_key and notice.get("thread"):
             joiner = "&" if urlsplit(url).query else "?"
-            url += joiner + urlencode({"threadKey": notice["thread"],
-                                       "messageReplyOption": "REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD"})
+            url += joiner + urlencode(
+                {"threadKey": notice["thread"], "messageReplyOption": "REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD"}
+            )
         body = json.dumps(notice["payload"], ensure_ascii=False, default=str).encode("utf-8")
         try:
             response, _ = OneShotHttp(timeout=self._timeout_s).request(
-                url, "POST", body=body, headers={"Content-Type": "application/json; charset=UTF-8"})
+                url, "POST", body=body, headers={"Content-Type": "application/json; charset=UTF-8"}
+            )
         except TransportError as exc:
             return Delivery(False, None, exc.fault.value)
         status = int(response.status)
@@ -56,8 +59,11 @@ class RoutingNotifier:
     """Delivers each notice with the adapter for its kind; an unconfigured kind is a failed try
     (logged with the notice, retried until the horizon), never an exception."""
 
-    def __init__(self, routes: Mapping[str, Notifier]):
+    def __init__(self, routes: Mapping[str, NoticePoster]):
         self._routes = dict(routes)
+
+    def can_deliver(self, notice: Mapping[str, Any]) -> bool:
+        return (notice.get("kind") or "callback") in self._routes
 
     def deliver(self, notice: Mapping[str, Any]) -> Delivery:
         route = self._routes.get(notice.get("kind") or "callback")

@@ -22,9 +22,16 @@ DISPATCH_DEADLINE_S = 180  # reconcile may resend: send timeout plus the mailbox
 
 
 class CloudTasksScheduler:
-    def __init__(self, queue_path: str, reconcile_url: str, service_account_email: str | None = None,
-                 emulator_host: str | None = None, client: Any = None, timeout_s: float = 10.0,
-                 api_key: str | None = None):
+    def __init__(
+        self,
+        queue_path: str,
+        reconcile_url: str,
+        service_account_email: str | None = None,
+        emulator_host: str | None = None,
+        client: Any = None,
+        timeout_s: float = 10.0,
+        api_key: str | None = None,
+    ):
         self.queue_path = queue_path
         self._api_key = api_key  # local stacks only: the emulator cannot mint OIDC tokens
         self.reconcile_url = reconcile_url
@@ -61,13 +68,17 @@ class CloudTasksScheduler:
         http_request: dict[str, Any] = {
             "http_method": tasks_v2.HttpMethod.POST,
             "url": self.reconcile_url,
-            "headers": {"Content-Type": "application/json",
-                        **({"Authorization": f"Bearer {self._api_key}"} if self._api_key else {})},
+            "headers": {
+                "Content-Type": "application/json",
+                **({"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}),
+            },
             "body": json.dumps({"job_id": job_id, "step": step}).encode("utf-8"),
         }
         if self.service_account_email:
-            http_request["oidc_token"] = {"service_account_email": self.service_account_email,
-                                          "audience": self.reconcile_url}
+            http_request["oidc_token"] = {
+                "service_account_email": self.service_account_email,
+                "audience": self.reconcile_url,
+            }
         return {
             "name": self.task_name(job_id, step),
             "http_request": http_request,
@@ -77,11 +88,12 @@ class CloudTasksScheduler:
 
     def schedule_check(self, job_id: str, step: str, at: datetime) -> None:
         try:
-            self.client.create_task(parent=self.queue_path, task=self.build_task(job_id, step, at),
-                                    timeout=self._timeout_s)
+            self.client.create_task(
+                parent=self.queue_path, task=self.build_task(job_id, step, at), timeout=self._timeout_s
+            )
         except gexc.AlreadyExists:
             return  # the same check was already enqueued: exactly what we wanted
         except gexc.GoogleAPICallError as exc:
             raise SchedulerError(f"cloud tasks: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - transport errors (grpc, auth) end up here
+        except Exception as exc:  # transport errors (grpc, auth) end up here
             raise SchedulerError(f"cloud tasks: {exc!r}") from exc

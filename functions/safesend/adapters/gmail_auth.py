@@ -24,7 +24,8 @@ import datetime
 import json
 import time
 import urllib.parse
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import google.auth
 from google.auth import credentials as auth_credentials
@@ -39,7 +40,7 @@ from .gmail_mailer import GMAIL_SCOPES
 # Google's endpoints (iamcredentials v1 projects.serviceAccounts.signJwt; the OAuth 2.0 token
 # endpoint with the JWT bearer grant of RFC 7523). Overridable for tests only.
 IAM_SIGN_JWT_URL = "https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/{email}:signJwt"
-OAUTH_TOKEN_URI = "https://oauth2.googleapis.com/token"
+OAUTH_TOKEN_URI = "https://oauth2.googleapis.com/token"  # noqa: S105 - an endpoint, not a secret
 JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 # What the function's own (source) credentials need: calling IAM Credentials. The IAM scope is
 # narrower than cloud-platform and is what google-auth's IAM signer asks for.
@@ -47,11 +48,16 @@ IAM_SCOPE = "https://www.googleapis.com/auth/iam"
 DELEGATION_LIFETIME_S = 3600  # the maximum Google's token endpoint grants for a JWT bearer assertion
 
 
-def load_gmail_credentials(credentials_json: str | None, credentials_file: str | None,
-                           delegated_user: str | None, *, signer_email: str | None = None,
-                           source_credentials: Credentials | None = None,
-                           iam_sign_jwt_url: str = IAM_SIGN_JWT_URL,
-                           token_uri: str = OAUTH_TOKEN_URI) -> Credentials:
+def load_gmail_credentials(
+    credentials_json: str | None,
+    credentials_file: str | None,
+    delegated_user: str | None,
+    *,
+    signer_email: str | None = None,
+    source_credentials: Credentials | None = None,
+    iam_sign_jwt_url: str = IAM_SIGN_JWT_URL,
+    token_uri: str = OAUTH_TOKEN_URI,
+) -> Credentials:
     """JSON (Secret Manager env) wins over a file; neither means Application Default Credentials,
     which with `delegated_user` is keyless domain-wide delegation signed by the ADC account
     (`signer_email` to name another account the ADC identity may sign for)."""
@@ -69,22 +75,33 @@ def load_gmail_credentials(credentials_json: str | None, credentials_file: str |
         if delegated_user:
             if source_credentials is None:
                 source_credentials, _ = google.auth.default(scopes=[IAM_SCOPE])
-            return KeylessDelegatedCredentials(source_credentials, delegated_user, scopes, signer_email=signer_email,
-                                               iam_sign_jwt_url=iam_sign_jwt_url, token_uri=token_uri)
+            return KeylessDelegatedCredentials(
+                source_credentials,
+                delegated_user,
+                scopes,
+                signer_email=signer_email,
+                iam_sign_jwt_url=iam_sign_jwt_url,
+                token_uri=token_uri,
+            )
         creds, _ = google.auth.default(scopes=scopes)
         return creds
     kind = info.get("type")
     if kind == "authorized_user":
         if delegated_user:
-            raise ConfigurationError("SAFESEND_GMAIL_DELEGATED_USER is set, but the Gmail credential is one "
-                                     "mailbox's OAuth token: use keyless delegation (no credential) or the token "
-                                     "(no delegated user), not both")
-        return user_credentials.Credentials.from_authorized_user_info(info, scopes=scopes)
+            raise ConfigurationError(
+                "SAFESEND_GMAIL_DELEGATED_USER is set, but the Gmail credential is one "
+                "mailbox's OAuth token: use keyless delegation (no credential) or the token "
+                "(no delegated user), not both"
+            )
+        token: Credentials = user_credentials.Credentials.from_authorized_user_info(info, scopes=scopes)
+        return token
     if kind == "service_account":
-        creds = service_account.Credentials.from_service_account_info(info, scopes=scopes)
-        return creds.with_subject(delegated_user) if delegated_user else creds
-    raise ConfigurationError(f"Gmail credentials of type {kind!r} are not supported "
-                             "(use authorized_user, or keyless delegation with SAFESEND_GMAIL_DELEGATED_USER)")
+        key: service_account.Credentials = service_account.Credentials.from_service_account_info(info, scopes=scopes)
+        return key.with_subject(delegated_user) if delegated_user else key
+    raise ConfigurationError(
+        f"Gmail credentials of type {kind!r} are not supported "
+        "(use authorized_user, or keyless delegation with SAFESEND_GMAIL_DELEGATED_USER)"
+    )
 
 
 class KeylessDelegatedCredentials(auth_credentials.Credentials):
@@ -97,10 +114,19 @@ class KeylessDelegatedCredentials(auth_credentials.Credentials):
     signJwt call, the token exchange. Every failure is a RefreshError naming the step and the
     answer's status or OAuth error code (never a token or the signed JWT)."""
 
-    def __init__(self, source: Credentials, subject: str, scopes: Sequence[str], *, signer_email: str | None = None,
-                 iam_sign_jwt_url: str = IAM_SIGN_JWT_URL, token_uri: str = OAUTH_TOKEN_URI,
-                 lifetime_s: int = DELEGATION_LIFETIME_S):
-        super().__init__()
+    def __init__(
+        self,
+        source: Credentials,
+        subject: str,
+        scopes: Sequence[str],
+        *,
+        signer_email: str | None = None,
+        iam_sign_jwt_url: str = IAM_SIGN_JWT_URL,
+        token_uri: str = OAUTH_TOKEN_URI,
+        lifetime_s: int = DELEGATION_LIFETIME_S,
+    ):
+        # google.auth's base __init__ is unannotated, and mypy's untyped_calls_exclude misses super() calls.
+        super().__init__()  # type: ignore[no-untyped-call]
         if not subject or "@" not in subject:
             raise ConfigurationError("SAFESEND_GMAIL_DELEGATED_USER must be a mailbox address")
         self._source = source
@@ -136,24 +162,35 @@ class KeylessDelegatedCredentials(auth_credentials.Credentials):
             raise RefreshError(f"domain-wide delegation is not available in universe {universe!r}")
         signer = self.signer_email
         if not signer:
-            raise RefreshError("keyless delegation: cannot tell which service account signs (the runtime "
-                               "credentials have no service account email)")
+            raise RefreshError(
+                "keyless delegation: cannot tell which service account signs (the runtime "
+                "credentials have no service account email)"
+            )
         now = int(time.time())
-        claims = {"iss": signer, "sub": self._subject, "scope": " ".join(self._scopes),
-                  "aud": self._token_uri, "iat": now, "exp": now + self._lifetime_s}
+        claims = {
+            "iss": signer,
+            "sub": self._subject,
+            "scope": " ".join(self._scopes),
+            "aud": self._token_uri,
+            "iat": now,
+            "exp": now + self._lifetime_s,
+        }
         signed_jwt = self._sign_jwt(request, signer, claims)
         self.token, self.expiry = self._exchange(request, signed_jwt, now)
 
-    def _sign_jwt(self, request: Any, signer: str, claims: dict) -> str:
+    def _sign_jwt(self, request: Any, signer: str, claims: dict[str, Any]) -> str:
         headers = {"Content-Type": "application/json"}
         self._source.apply(headers)
         body = json.dumps({"payload": json.dumps(claims, separators=(",", ":"))}).encode()
         url = self._iam_sign_jwt_url.format(email=urllib.parse.quote(signer, safe="@"))
         response = _call("IAM signJwt", request, url, body, headers)
         if response.status != 200:
-            raise RefreshError(f"IAM signJwt as {signer} answered HTTP {response.status}"
-                               f"{_iam_status(response.data)} (does it hold roles/iam.serviceAccountTokenCreator "
-                               "on itself?)", retryable=response.status in (429, 500, 502, 503, 504))
+            raise RefreshError(
+                f"IAM signJwt as {signer} answered HTTP {response.status}"
+                f"{_iam_status(response.data)} (does it hold roles/iam.serviceAccountTokenCreator "
+                "on itself?)",
+                retryable=response.status in (429, 500, 502, 503, 504),
+            )
         try:
             signed = json.loads(response.data)["signedJwt"]
         except (ValueError, KeyError, TypeError):
@@ -168,19 +205,23 @@ class KeylessDelegatedCredentials(auth_credentials.Credentials):
         response = _call("token exchange", request, self._token_uri, body, headers)
         if response.status != 200:
             code = _oauth_error(response.data)
-            hint = (" (authorise the signer's client ID for exactly the Gmail scopes in the Admin console)"
-                    if code in ("unauthorized_client", "access_denied") else "")
-            raise RefreshError(f"delegation token exchange answered HTTP {response.status}"
-                               + (f": {code}" if code else "") + hint,
-                               {"error": code} if code else {},
-                               retryable=response.status in (429, 500, 502, 503, 504))
+            hint = (
+                " (authorise the signer's client ID for exactly the Gmail scopes in the Admin console)"
+                if code in ("unauthorized_client", "access_denied")
+                else ""
+            )
+            raise RefreshError(
+                f"delegation token exchange answered HTTP {response.status}" + (f": {code}" if code else "") + hint,
+                {"error": code} if code else {},
+                retryable=response.status in (429, 500, 502, 503, 504),
+            )
         try:
             answer = json.loads(response.data)
             token = answer["access_token"]
             lifetime = int(answer.get("expires_in", self._lifetime_s))
         except (ValueError, KeyError, TypeError):
             raise RefreshError("delegation token exchange answered without an access_token") from None
-        expiry = datetime.datetime.fromtimestamp(now + lifetime, datetime.timezone.utc).replace(tzinfo=None)
+        expiry = datetime.datetime.fromtimestamp(now + lifetime, datetime.UTC).replace(tzinfo=None)
         return token, expiry
 
 
@@ -189,12 +230,13 @@ def _own_email(source: Credentials) -> str | None:
     return email if isinstance(email, str) and "@" in email else None  # GCE says "default" until refreshed
 
 
-def _call(step: str, request: Any, url: str, body: bytes, headers: dict) -> Any:
+def _call(step: str, request: Any, url: str, body: bytes, headers: dict[str, str]) -> Any:
     try:
         return request(url=url, method="POST", body=body, headers=headers)
     except RefreshError as exc:  # a transport that turns error answers into RefreshError (GmailMailer's)
-        raise RefreshError(f"{step}: {exc.args[0] if exc.args else exc}", *exc.args[1:],
-                           retryable=getattr(exc, "retryable", False)) from exc
+        raise RefreshError(
+            f"{step}: {exc.args[0] if exc.args else exc}", *exc.args[1:], retryable=getattr(exc, "retryable", False)
+        ) from exc
 
 
 def _iam_status(data: Any) -> str:
@@ -213,7 +255,7 @@ def _oauth_error(data: Any) -> str | None:
     return code if isinstance(code, str) and code.replace("_", "").isalpha() and len(code) <= 40 else None
 
 
-def _parse(text: str, source: str) -> dict:
+def _parse(text: str, source: str) -> dict[str, Any]:
     try:
         info = json.loads(text)
     except json.JSONDecodeError:

@@ -22,14 +22,16 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import Credentials
 from google.auth.exceptions import RefreshError
 from google.auth.transport import DEFAULT_RETRYABLE_STATUS_CODES
-from google_auth_httplib2 import AuthorizedHttp, Request as AuthRequest
+from google_auth_httplib2 import AuthorizedHttp
+from google_auth_httplib2 import Request as AuthRequest
 from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
@@ -45,7 +47,8 @@ GMAIL_SCOPES = (
     "https://www.googleapis.com/auth/gmail.readonly",  # q= search is refused with gmail.metadata
 )
 READ_TRIES = 3
-READ_BACKOFF_S = tuple(0.5 * 2 ** attempt for attempt in range(1, READ_TRIES))  # before tries 2..n: 1 s, 2 s
+# Before tries 2..n: 1 s, 2 s.
+READ_BACKOFF_S: tuple[float, ...] = tuple(0.5 * 2**attempt for attempt in range(1, READ_TRIES))
 RETRYABLE_READ_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_HITS_INSPECTED = 10
 HISTORY_PAGE_SIZE = 500  # history.list's documented maximum maxResults: fewest pages (2 units each)
@@ -62,9 +65,15 @@ _OAUTH_ERROR_CODE = re.compile(r"[a-z_]{1,40}")  # RFC 6749 error codes: safe to
 class GmailMailer:
     """Gmail for one mailbox (`user`, "me" or the delegated address). Service built lazily, once."""
 
-    def __init__(self, user: str = "me", credentials: Credentials | None = None,
-                 api_endpoint: str | None = None, send_timeout_s: float = 20.0,
-                 read_timeout_s: float = 15.0, sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        user: str = "me",
+        credentials: Credentials | None = None,
+        api_endpoint: str | None = None,
+        send_timeout_s: float = 20.0,
+        read_timeout_s: float = 15.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.user = user
         self._credentials = credentials
         self._api_endpoint = api_endpoint
@@ -104,8 +113,14 @@ class GmailMailer:
         with self._service_lock:  # message_ids_of reads from several threads
             if self._service is None:
                 options = {"api_endpoint": self._api_endpoint} if self._api_endpoint else None
-                self._service = build("gmail", "v1", http=self._http(OneShotHttp(timeout=self._read_timeout_s)),
-                                      client_options=options, static_discovery=True, cache_discovery=False)
+                self._service = build(
+                    "gmail",
+                    "v1",
+                    http=self._http(OneShotHttp(timeout=self._read_timeout_s)),
+                    client_options=options,
+                    static_discovery=True,
+                    cache_discovery=False,
+                )
             return self._service
 
     def _http(self, transport: OneShotHttp) -> Any:
@@ -115,7 +130,7 @@ class GmailMailer:
         authorized = AuthorizedHttp(self._credentials, http=transport)
         # google_auth_httplib2 keeps the transport it refreshes tokens with in `_request` (0.4.x;
         # pinned by test_a_refresh_after_a_401_is_inside_the_same_deadline).
-        authorized._request = _OneTryRefreshRequest(transport)
+        authorized._request = _OneTryRefreshRequest(transport)  # noqa: SLF001 - see above
         return authorized
 
     # ------------------------------------------------------------------ send
@@ -158,29 +173,53 @@ class GmailMailer:
     def find_by_message_id(self, message_id: str) -> Sequence[MailboxHit]:
         """Raises MailboxUnavailableError if any read fails or the search outlives read_deadline_s."""
         deadline = time.monotonic() + self._search_budget_s
-        listing = self._read(lambda: self.service.users().messages().list(
-            userId=self.user, q=f"rfc822msgid:{bare_message_id(message_id)}",
-            includeSpamTrash=True, maxResults=MAX_HITS_INSPECTED), deadline)
+        listing = self._read(
+            lambda: (
+                self.service.users()
+                .messages()
+                .list(
+                    userId=self.user,
+                    q=f"rfc822msgid:{bare_message_id(message_id)}",
+                    includeSpamTrash=True,
+                    maxResults=MAX_HITS_INSPECTED,
+                )
+            ),
+            deadline,
+        )
         hits = []
         for item in (listing.get("messages") or [])[:MAX_HITS_INSPECTED]:
-            meta = self._read(lambda item=item: self.service.users().messages().get(
-                userId=self.user, id=item["id"], format="minimal"), deadline)
-            hits.append(MailboxHit(gmail_id=item["id"], thread_id=item.get("threadId"),
-                                   label_ids=tuple(meta.get("labelIds") or ())))
+
+            def minimal(item: Any = item) -> Any:
+                return self.service.users().messages().get(userId=self.user, id=item["id"], format="minimal")
+
+            meta = self._read(minimal, deadline)
+            hits.append(
+                MailboxHit(
+                    gmail_id=item["id"], thread_id=item.get("threadId"), label_ids=tuple(meta.get("labelIds") or ())
+                )
+            )
         return hits
 
     def stored_message_id(self, gmail_id: str) -> str | None:
         """One try (it runs inside the send's lease); raises MailboxUnavailableError if it fails."""
-        meta = self._read(lambda: self.service.users().messages().get(
-            userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"]),
-            time.monotonic() + self._read_timeout_s, tries=1)
+        meta = self._read(
+            lambda: (
+                self.service.users()
+                .messages()
+                .get(userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"])
+            ),
+            time.monotonic() + self._read_timeout_s,
+            tries=1,
+        )
         return _message_id_header(meta)
 
     # ----------------------------------------------------------- change log
     def profile(self) -> dict[str, Any]:
         """users.getProfile (1 unit): emailAddress, messagesTotal, threadsTotal, historyId."""
-        return self._read(lambda: self.service.users().getProfile(userId=self.user),
-                          time.monotonic() + self._search_budget_s)
+        profile: dict[str, Any] = self._read(
+            lambda: self.service.users().getProfile(userId=self.user), time.monotonic() + self._search_budget_s
+        )
+        return profile
 
     def current_history_id(self) -> str:
         """The mailbox's current historyId (getProfile, 1 unit a try); MailboxUnavailableError if unread."""
@@ -209,9 +248,15 @@ class GmailMailer:
             raise HistoryExpiredError(f"gmail history from {start} is no longer available (HTTP 404)")
 
         while True:
+
             def request(token: str | None = token) -> Any:
-                params: dict[str, Any] = {"userId": self.user, "startHistoryId": start, "labelId": "SENT",
-                                          "historyTypes": ["messageAdded"], "maxResults": HISTORY_PAGE_SIZE}
+                params: dict[str, Any] = {
+                    "userId": self.user,
+                    "startHistoryId": start,
+                    "labelId": "SENT",
+                    "historyTypes": ["messageAdded"],
+                    "maxResults": HISTORY_PAGE_SIZE,
+                }
                 if token:
                     params["pageToken"] = token
                 return self.service.users().history().list(**params)
@@ -262,13 +307,20 @@ class GmailMailer:
         _ = self.service  # built before the threads share it
 
         def fetch(gmail_id: str) -> tuple[str, str | None]:
-            meta = self._read(lambda: self.service.users().messages().get(
-                userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"]),
-                deadline, not_found=lambda: None)
+            meta = self._read(
+                lambda: (
+                    self.service.users()
+                    .messages()
+                    .get(userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"])
+                ),
+                deadline,
+                not_found=lambda: None,
+            )
             return gmail_id, (_message_id_header(meta) if meta is not None else None)
 
-        pool = ThreadPoolExecutor(max_workers=min(MESSAGE_ID_READERS, len(missing)),
-                                  thread_name_prefix="gmail-message-ids")
+        pool = ThreadPoolExecutor(
+            max_workers=min(MESSAGE_ID_READERS, len(missing)), thread_name_prefix="gmail-message-ids"
+        )
         try:
             futures = [pool.submit(fetch, gmail_id) for gmail_id in missing]
             # Every read ends by the deadline plus the transport's slack (one queued after it fails
@@ -307,15 +359,21 @@ class GmailMailer:
         creds = self._credentials
         if creds is None or creds.valid:
             return
-        transport = OneShotHttp(timeout=self._read_timeout_s,
-                                deadline=min(time.monotonic() + self._read_timeout_s, deadline))
+        transport = OneShotHttp(
+            timeout=self._read_timeout_s, deadline=min(time.monotonic() + self._read_timeout_s, deadline)
+        )
         try:
             creds.refresh(_OneTryRefreshRequest(transport))
-        except Exception as exc:  # noqa: BLE001 - reads: any failure is "unavailable"
+        except Exception as exc:  # reads: any failure is "unavailable"
             raise MailboxUnavailableError(f"gmail read failed: {_describe(exc)}") from exc
 
-    def _read(self, make_request: Callable[[], Any], deadline: float, tries: int = READ_TRIES,
-              not_found: Callable[[], Any] | None = None) -> Any:
+    def _read(
+        self,
+        make_request: Callable[[], Any],
+        deadline: float,
+        tries: int = READ_TRIES,
+        not_found: Callable[[], Any] | None = None,
+    ) -> Any:
         """Up to `tries` tries of an idempotent read, none past `deadline`, each within the read timeout.
 
         Whatever goes wrong (HTTP, transport, token refresh, the unforeseen) comes out as
@@ -329,8 +387,9 @@ class GmailMailer:
                 if time.monotonic() + pause >= deadline:
                     break
                 self._sleep(pause)
-            transport = OneShotHttp(timeout=self._read_timeout_s,
-                                    deadline=min(time.monotonic() + self._read_timeout_s, deadline))
+            transport = OneShotHttp(
+                timeout=self._read_timeout_s, deadline=min(time.monotonic() + self._read_timeout_s, deadline)
+            )
             try:
                 return make_request().execute(http=self._http(transport), num_retries=0)
             except Exception as exc:  # noqa: BLE001 - reads are idempotent: any failure is "unavailable"
@@ -342,7 +401,7 @@ class GmailMailer:
         raise MailboxUnavailableError(f"gmail read failed: {_describe(last)}") from last
 
 
-class _OneTryRefreshRequest(AuthRequest):
+class _OneTryRefreshRequest(AuthRequest):  # type: ignore[misc]  # google_auth_httplib2 has no types
     """The google-auth transport for token refreshes inside one bounded call.
 
     google-auth retries a token request that failed with 5xx/429 after sleeping ~1 s, then ~2 s:
@@ -351,17 +410,20 @@ class _OneTryRefreshRequest(AuthRequest):
     nothing was accepted either way: the caller's own retry (a later attempt) is the retry.
     """
 
-    def __call__(self, url: str, method: str = "GET", body: Any = None, headers: Any = None,
-                 timeout: Any = None, **kwargs: Any) -> Any:
+    def __call__(
+        self, url: str, method: str = "GET", body: Any = None, headers: Any = None, timeout: Any = None, **kwargs: Any
+    ) -> Any:
         try:  # `timeout` is dropped: the transport's deadline governs (httplib2 would only warn)
             response = super().__call__(url, method=method, body=body, headers=headers, **kwargs)
         except (TransportError, auth_exceptions.TransportError) as exc:
             raise RefreshError(f"token request failed: {_describe(exc)}", retryable=True) from exc
         if response.status >= 400:
             code = _oauth_error_code(response.data)
-            raise RefreshError(f"token endpoint answered HTTP {response.status}" + (f": {code}" if code else ""),
-                               {"error": code} if code else {},
-                               retryable=response.status in DEFAULT_RETRYABLE_STATUS_CODES)
+            raise RefreshError(
+                f"token endpoint answered HTTP {response.status}" + (f": {code}" if code else ""),
+                {"error": code} if code else {},
+                retryable=response.status in DEFAULT_RETRYABLE_STATUS_CODES,
+            )
         return response
 
 
@@ -398,7 +460,9 @@ def _sent_added(response: dict[str, Any]) -> list[MailboxHit]:
             raise MailboxUnavailableError("gmail history answer is malformed")
         for item in added:
             message = item.get("message") if isinstance(item, dict) else None
-            gmail_id = message.get("id") if isinstance(message, dict) else None
+            if not isinstance(message, dict):
+                raise MailboxUnavailableError("gmail history answer has a message without an id")
+            gmail_id = message.get("id")
             if not isinstance(gmail_id, str) or not gmail_id:
                 raise MailboxUnavailableError("gmail history answer has a message without an id")
             labels = message.get("labelIds")
@@ -406,8 +470,11 @@ def _sent_added(response: dict[str, Any]) -> list[MailboxHit]:
             if labels and "SENT" not in labels:
                 continue
             thread_id = message.get("threadId")
-            hits.append(MailboxHit(gmail_id=gmail_id, thread_id=thread_id if isinstance(thread_id, str) else None,
-                                   label_ids=labels))
+            hits.append(
+                MailboxHit(
+                    gmail_id=gmail_id, thread_id=thread_id if isinstance(thread_id, str) else None, label_ids=labels
+                )
+            )
     return hits
 
 
@@ -418,7 +485,7 @@ def _read_retryable(exc: Exception) -> bool:
     if isinstance(exc, (TransportError, auth_exceptions.TransportError)):
         return True
     if isinstance(exc, RefreshError):
-        return exc.retryable
+        return bool(exc.retryable)
     return False
 
 

@@ -16,7 +16,8 @@ import logging
 import threading
 import time
 import urllib.request
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from google.auth import jwt
 
@@ -42,9 +43,11 @@ class CertificatesUnavailableError(AuthenticationError):
     """Google's certificates could not be fetched, so no signed token can be checked (HTTP 401)."""
 
 
-def fetch_json(url: str, timeout_s: float = 5.0) -> dict:
+def fetch_json(url: str, timeout_s: float = 5.0) -> object:
+    """The JSON document at `url`, whatever its shape (the caller checks it)."""
     with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - https URL from config
-        return json.loads(response.read())
+        document: object = json.loads(response.read())
+        return document
 
 
 def refused(reason: str) -> AuthenticationError:
@@ -72,15 +75,20 @@ class GoogleIdTokenVerifier:
     token is refused: without IAM in front, anyone could write one.
     """
 
-    def __init__(self, audiences: frozenset[str], certs_url: str = GOOGLE_CERTS_URL,
-                 fetch: Callable[[str], dict] = fetch_json, clock: Callable[[], float] = time.time,
-                 trust_cloud_run_iam: bool = False):
+    def __init__(
+        self,
+        audiences: frozenset[str],
+        certs_url: str = GOOGLE_CERTS_URL,
+        fetch: Callable[[str], object] = fetch_json,
+        clock: Callable[[], float] = time.time,
+        trust_cloud_run_iam: bool = False,
+    ):
         self.audiences = audiences
         self.trust_cloud_run_iam = trust_cloud_run_iam
         self.certs_url = certs_url
         self._fetch = fetch
         self._clock = clock
-        self._certs: dict | None = None
+        self._certs: dict[str, Any] | None = None
         self._fetched_at = 0.0
         self._lock = threading.Lock()
 
@@ -154,14 +162,14 @@ class GoogleIdTokenVerifier:
             self._certs = None
             return True
 
-    def _current_certs(self) -> dict:
+    def _current_certs(self) -> dict[str, Any]:
         with self._lock:
             if self._certs is None or self._clock() - self._fetched_at > CERTS_TTL_S:
                 self._certs = self._fetch_certs()
                 self._fetched_at = self._clock()
             return self._certs
 
-    def _fetch_certs(self) -> dict:
+    def _fetch_certs(self) -> dict[str, Any]:
         try:
             certs = self._fetch(self.certs_url)
         except Exception as exc:  # noqa: BLE001 - network, JSON or anything else: no certificates

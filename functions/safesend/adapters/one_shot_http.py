@@ -17,6 +17,7 @@ to messages.send that is a second email. Here:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import http.client
@@ -26,7 +27,8 @@ import ssl
 import threading
 import time
 import zlib
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypedDict
 from urllib.parse import urlsplit
 
 import httplib2
@@ -55,8 +57,13 @@ class OneShotHttp:
     Without it each request gets its own deadline, `timeout` seconds after it starts.
     """
 
-    def __init__(self, timeout: float = 20.0, ssl_context: ssl.SSLContext | None = None,
-                 deadline: float | None = None, allow_address: Callable[[str], bool] | None = None):
+    def __init__(
+        self,
+        timeout: float = 20.0,
+        ssl_context: ssl.SSLContext | None = None,
+        deadline: float | None = None,
+        allow_address: Callable[[str], bool] | None = None,
+    ):
         self.timeout = timeout
         self.deadline = deadline
         # Callers' URLs (callbacks): only resolved addresses this accepts are connected to, and the
@@ -68,9 +75,16 @@ class OneShotHttp:
         self.follow_redirects = False
         self.redirect_codes: frozenset[int] = frozenset()
 
-    def request(self, uri: str, method: str = "GET", body: Any = None, headers: dict | None = None,
-                redirections: int = 0, connection_type: Any = None, **_: Any
-                ) -> tuple[httplib2.Response, bytes]:
+    def request(
+        self,
+        uri: str,
+        method: str = "GET",
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        redirections: int = 0,
+        connection_type: Any = None,
+        **_: Any,
+    ) -> tuple[httplib2.Response, bytes]:
         parts = urlsplit(uri)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise TransportError(TransportFault.CONNECT_FAILED, f"unsupported URL {uri!r}")
@@ -95,19 +109,20 @@ class OneShotHttp:
     def close(self) -> None:
         """Nothing pooled, nothing to close: present because httplib2.Http has it."""
 
-    def _connection(self, scheme: str, host: str, port: int | None, deadline: float,
-                    watchdog: _Watchdog) -> http.client.HTTPConnection:
+    def _connection(
+        self, scheme: str, host: str, port: int | None, deadline: float, watchdog: _Watchdog
+    ) -> http.client.HTTPConnection:
         timeout = _time_left(deadline)
         if scheme == "https":
             context = self._ssl_context or shared_ssl_context()
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, port, timeout=timeout,
-                                                                           context=context)
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
         else:
             conn = http.client.HTTPConnection(host, port, timeout=timeout)
         # http.client's socket factory hook (used by connect() for http and https alike): ours
         # resolves and connects within the deadline and arms the watchdog before any TLS byte.
-        conn._create_connection = functools.partial(_open_socket, deadline=deadline,  # type: ignore[attr-defined]
-                                                    watchdog=watchdog, allow_address=self.allow_address)
+        conn._create_connection = functools.partial(  # type: ignore[attr-defined]  # noqa: SLF001 - the hook
+            _open_socket, deadline=deadline, watchdog=watchdog, allow_address=self.allow_address
+        )
         return conn
 
     @staticmethod
@@ -124,15 +139,21 @@ class OneShotHttp:
             _raise_connect_failure(exc)
 
     @staticmethod
-    def _exchange(conn: http.client.HTTPConnection, method: str, path: str, payload: bytes | None,
-                  headers: dict[str, str], deadline: float, watchdog: _Watchdog
-                  ) -> tuple[httplib2.Response, bytes]:
+    def _exchange(
+        conn: http.client.HTTPConnection,
+        method: str,
+        path: str,
+        payload: bytes | None,
+        headers: dict[str, str],
+        deadline: float,
+        watchdog: _Watchdog,
+    ) -> tuple[httplib2.Response, bytes]:
         """Phase 2: from the first byte written on, a failure means the request may have been processed.
 
         The watchdog's shutdown looks like EOF to http.client, which may even take a body read
         until close as complete: once it fired, the outcome is a timeout, whatever was read.
         """
-        where = f"{method} {path.split('?')[0]}"
+        where = f"{method} {path.split('?', maxsplit=1)[0]}"
         try:
             conn.sock.settimeout(max(_time_left(deadline), MIN_PHASE_TIMEOUT_S))
             conn.request(method, path, body=payload, headers=headers)
@@ -179,10 +200,8 @@ class _Watchdog:
             if self._done or self._sock is None:
                 return
             self.fired = True
-            try:
+            with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked read or write with EOF/EPIPE
-            except OSError:
-                pass
 
     def disarm(self) -> bool:
         """Stop the timer (idempotent); True if the deadline had already cut the connection."""
@@ -207,9 +226,15 @@ def _require_time_left(deadline: float, where: str) -> None:
         raise TransportError(TransportFault.CONNECT_FAILED, f"attempt deadline passed {where}: nothing sent")
 
 
-def _open_socket(address: tuple[str, int], timeout: Any = None, source_address: Any = None, *,
-                 deadline: float, watchdog: _Watchdog,
-                 allow_address: Callable[[str], bool] | None = None) -> socket.socket:
+def _open_socket(
+    address: tuple[str, int],
+    timeout: Any = None,
+    source_address: Any = None,
+    *,
+    deadline: float,
+    watchdog: _Watchdog,
+    allow_address: Callable[[str], bool] | None = None,
+) -> socket.socket:
     """socket.create_connection within the deadline: each address gets the time left, not a fresh timeout.
 
     Signature of http.client's `_create_connection` hook; its `timeout` is ignored for the deadline.
@@ -222,7 +247,7 @@ def _open_socket(address: tuple[str, int], timeout: Any = None, source_address: 
             continue
         left = _time_left(deadline)
         if left <= 0:
-            raise socket.timeout(f"attempt deadline passed while connecting to {host}")
+            raise TimeoutError(f"attempt deadline passed while connecting to {host}")
         sock = socket.socket(family, kind, proto)
         try:
             sock.settimeout(left)
@@ -239,6 +264,13 @@ def _open_socket(address: tuple[str, int], timeout: Any = None, source_address: 
     raise last
 
 
+class _Lookup(TypedDict, total=False):
+    """What the lookup thread of _resolve leaves: the addresses, or the error."""
+
+    infos: list[tuple[Any, ...]]
+    error: OSError
+
+
 def _resolve(host: str, port: int, deadline: float) -> list[tuple[Any, ...]]:
     """getaddrinfo has no timeout: a name is looked up aside and waited for only the time left.
 
@@ -246,7 +278,7 @@ def _resolve(host: str, port: int, deadline: float) -> list[tuple[Any, ...]]:
     """
     if _is_ip_literal(host):
         return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
-    box: dict[str, Any] = {}
+    box: _Lookup = {}
 
     def lookup() -> None:
         try:
@@ -258,7 +290,7 @@ def _resolve(host: str, port: int, deadline: float) -> list[tuple[Any, ...]]:
     worker.start()
     worker.join(max(0.0, _time_left(deadline)))
     if worker.is_alive():
-        raise socket.timeout(f"DNS lookup of {host} outlived the attempt deadline")
+        raise TimeoutError(f"DNS lookup of {host} outlived the attempt deadline")
     if "error" in box:
         raise box["error"]
     return box["infos"]
@@ -324,7 +356,8 @@ def _body_bytes(body: Any) -> bytes | None:
     if isinstance(body, str):
         return body.encode("utf-8")
     if hasattr(body, "read"):
-        return body.read()
+        content: bytes = body.read()  # googleapiclient's media upload (a file-like object)
+        return content
     raise TypeError(f"unsupported request body type {type(body).__name__}")
 
 

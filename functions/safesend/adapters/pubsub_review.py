@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -16,8 +17,7 @@ class PubSubReviewPublisher:
     With PUBSUB_EMULATOR_HOST set the client library talks to the emulator by itself.
     """
 
-    def __init__(self, topic_path: str, client: Any = None,
-                 timeout_s: float = 30.0):
+    def __init__(self, topic_path: str, client: Any = None, timeout_s: float = 30.0):
         self.topic_path = topic_path
         self._client = client
         self._timeout_s = timeout_s
@@ -26,24 +26,23 @@ class PubSubReviewPublisher:
     def client(self) -> Any:
         """Created (and google.cloud.pubsub_v1 imported, ~100 ms) on the first publish only."""
         if self._client is None:
-            from google.cloud import pubsub_v1
+            from google.cloud.pubsub_v1 import PublisherClient
 
-            self._client = pubsub_v1.PublisherClient()
+            self._client = PublisherClient()
         return self._client
 
     def publish(self, item: dict[str, Any], attributes: dict[str, str]) -> str:
         data = json.dumps(item, ensure_ascii=False, default=str).encode("utf-8")
         try:
             future = self.client.publish(self.topic_path, data, **attributes)
-            return future.result(timeout=self._timeout_s)
+            message_id: str = future.result(timeout=self._timeout_s)  # Pub/Sub's id of the message
+            return message_id
         except (gexc.GoogleAPICallError, TimeoutError) as exc:
             raise PublishError(f"pubsub: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - concurrent.futures timeouts and transport errors
+        except Exception as exc:  # concurrent.futures timeouts and transport errors
             raise PublishError(f"pubsub: {exc!r}") from exc
 
     def ensure_topic(self) -> None:
         """Local stacks only: production topics come from Terraform."""
-        try:
+        with contextlib.suppress(gexc.AlreadyExists):
             self.client.create_topic(name=self.topic_path)
-        except gexc.AlreadyExists:
-            pass
