@@ -20,6 +20,7 @@ from .api_keys import ApiKeyRing
 from .errors import ConfigurationError
 from .keys import is_valid_hostname
 from .lifecycle import Timing
+from .logs import LOG_LEVEL_ENV, LOG_LEVELS, log_level_from
 from .notify import ReviewerTargets
 
 DEFAULT_CHANNELS_FILE = Path(__file__).resolve().parent.parent / "channels.toml"
@@ -65,6 +66,12 @@ def _names(name: str, raw: str) -> frozenset[str]:
 
 def _lower_names(name: str, raw: str) -> frozenset[str]:
     return frozenset(item.lower() for item in _names(name, raw))
+
+
+def _log_level(name: str, raw: str) -> str:
+    if log_level_from(raw) is None:
+        raise ConfigurationError(f"{name} must be one of {', '.join(LOG_LEVELS)}, got {raw!r}")
+    return raw.strip().upper()
 
 
 def _store_kind(name: str, raw: str) -> str:
@@ -230,6 +237,9 @@ class Settings:
     max_request_bytes: int = setting("SAFESEND_MAX_REQUEST_BYTES", 1_048_576, _count, "request body limit",
                                      shown="1 MiB")
     max_body_bytes: int = setting("SAFESEND_MAX_BODY_BYTES", 400_000, _count, "text + html limit", shown="400 kB")
+    # Logs
+    log_level: str = setting(LOG_LEVEL_ENV, "INFO", _log_level, "least severity logged; logs are JSON lines "
+                             "with `severity`, `message` and the request's trace, never bodies or secrets")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -54,6 +54,17 @@ def mask_emails(value: Any) -> Any:
     return value
 
 
+LOG_LEVEL_ENV = "SAFESEND_LOG_LEVEL"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level_from(raw: str) -> int | None:
+    """The logging level a SAFESEND_LOG_LEVEL value names, or None if it names none (the settings
+    check refuses such a value at start; until then the logger keeps INFO rather than crash)."""
+    word = raw.strip().upper()
+    return getattr(logging, word) if word in LOG_LEVELS else None
+
+
 def get_logger() -> logging.Logger:
     """The package logger, configured once (JSON to stdout, level from SAFESEND_LOG_LEVEL)."""
     global _configured  # noqa: PLW0603 - configured once per process
@@ -62,7 +73,7 @@ def get_logger() -> logging.Logger:
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(CloudLoggingFormatter())
         logger.addHandler(handler)
-        logger.setLevel(os.environ.get("SAFESEND_LOG_LEVEL", "INFO").upper())
+        logger.setLevel(log_level_from(os.environ.get(LOG_LEVEL_ENV, "")) or logging.INFO)
         logger.propagate = False
         _configured = True
     return logger

@@ -245,3 +245,10 @@ def test_a_default_sender_that_cannot_make_a_message_refuses_to_start():
                 SAFESEND_AUTH_DISABLED="1",
             )
         )
+
+
+def test_log_level_is_a_declared_setting_checked_at_start():
+    assert Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_LOG_LEVEL": "warning"}).log_level == "WARNING"
+    assert Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p"}).log_level == "INFO"
+    with pytest.raises(ConfigurationError, match="SAFESEND_LOG_LEVEL"):
+        Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_LOG_LEVEL": "chatty"})

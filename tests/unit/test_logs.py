@@ -191,3 +191,12 @@ def test_get_logger_is_idempotent_and_does_not_propagate_to_root():
     assert logger.name == "safesend"
     assert logger.propagate is False
     assert any(isinstance(h.formatter, CloudLoggingFormatter) for h in logger.handlers)
+
+
+def test_an_unknown_log_level_keeps_info_instead_of_crashing_the_import():
+    from safesend.logs import log_level_from
+
+    assert log_level_from("debug") == logging.DEBUG
+    assert log_level_from(" Error ") == logging.ERROR
+    assert log_level_from("chatty") is None
+    assert log_level_from("") is None
