@@ -49,8 +49,13 @@ def run(stack: LocalStack, runs: int, budget_s: float) -> Bench:
         except (requests.RequestException, ValueError) as exc:
             results[i] = {"error": repr(exc)}
             return
-        results[i].update(answered_s=time.time() - start, first_state=view.get("state"),
-                          status=response.status_code, job_id=view.get("job_id"), message_id=view.get("message_id"))
+        results[i].update(
+            answered_s=time.time() - start,
+            first_state=view.get("state"),
+            status=response.status_code,
+            job_id=view.get("job_id"),
+            message_id=view.get("message_id"),
+        )
         while time.monotonic() < deadline:
             try:
                 current = requests.get(f"{stack.url}/status", params={"job_id": view["job_id"]}, timeout=10).json()
@@ -80,14 +85,16 @@ def run(stack: LocalStack, runs: int, budget_s: float) -> Bench:
     to_check: list[float] = []  # outcome_unknown recorded -> the mailbox check
     for i, res in enumerate(results):
         if "final" not in res:
-            bench.failures.append(f"run {i + 1}: {res.get('error', 'no result')} "
-                                  f"(first state {res.get('first_state')})")
+            bench.failures.append(
+                f"run {i + 1}: {res.get('error', 'no result')} (first state {res.get('first_state')})"
+            )
             continue
         final = res["final"]
         mine = [e for e in effects if e["message_id"] == res["message_id"]]
         if res["status"] != 202 or res["first_state"] != "unknown":
-            bench.failures.append(f"run {i + 1}: /send answered {res['status']} {res['first_state']}, "
-                                  "expected 202 unknown")
+            bench.failures.append(
+                f"run {i + 1}: /send answered {res['status']} {res['first_state']}, expected 202 unknown"
+            )
         if final["state"] != "sent" or len(mine) != 1:
             bench.failures.append(f"run {i + 1}: ended {final['state']} with {len(mine)} copies")
             continue
@@ -108,8 +115,9 @@ def run(stack: LocalStack, runs: int, budget_s: float) -> Bench:
     answered.check = f"send timeout {timeout / TIME_SCALE:g} s"
     if scaled.samples and to_unknown and to_check:
         u, c = median(to_unknown), median(to_check)
-        equivalent.check = (f"accept -> unknown recorded {u * TIME_SCALE:.0f} s, -> mailbox check "
-                            f"{c * TIME_SCALE:.0f} s later")
+        equivalent.check = (
+            f"accept -> unknown recorded {u * TIME_SCALE:.0f} s, -> mailbox check {c * TIME_SCALE:.0f} s later"
+        )
         bench.notes.append(
             f"Gmail's index lag is {GMAIL_INDEX_LAG_S:.0f} s (simulated {GMAIL_INDEX_LAG_S / TIME_SCALE:g} s). "
             f"Measured, scaled back: the send times out and `unknown` is recorded {u * TIME_SCALE:.0f} s after "
@@ -119,5 +127,6 @@ def run(stack: LocalStack, runs: int, budget_s: float) -> Bench:
             f"(median {fmt_s(median(scaled.samples))} measured). No target in the issue. The first check is "
             f"due SAFESEND_INDEX_LAG_S ({lag:.0f} s) after the attempt began (not after the timeout was "
             f"recorded), still after Gmail's {GMAIL_INDEX_LAG_S:.0f} s lag; lowering SAFESEND_INDEX_LAG_S "
-            f"shortens it, and a first miss only reschedules (the unknown window guards resends).")
+            f"shortens it, and a first miss only reschedules (the unknown window guards resends)."
+        )
     return bench

@@ -75,15 +75,30 @@ class TransactionalClaimStore:
 
 
 def _draft(job_id: str, owner: str) -> Job:
-    job = new_job(job_id, f"bench:claim:{job_id}", f"<job-{job_id}@mail.example.com>", "receipts",
-                  {"from": "Shop <shop@example.com>", "to": ["ann@example.com"], "cc": [], "bcc": [],
-                   "reply_to": [], "subject": "Receipt", "text": "Thanks for your order.", "html": None},
-                  "h" * 64, CREATED_AT)
+    job = new_job(
+        job_id,
+        f"bench:claim:{job_id}",
+        f"<job-{job_id}@mail.example.com>",
+        "receipts",
+        {
+            "from": "Shop <shop@example.com>",
+            "to": ["ann@example.com"],
+            "cc": [],
+            "bcc": [],
+            "reply_to": [],
+            "subject": "Receipt",
+            "text": "Thanks for your order.",
+            "html": None,
+        },
+        "h" * 64,
+        CREATED_AT,
+    )
     return start_attempt(job, CREATED_AT, owner, Timing())
 
 
-def _round(store: ClaimStore, reader: FirestoreJobStore, k: int, join_timeout_s: float
-           ) -> tuple[float, int, int, list[str], list[str]]:
+def _round(
+    store: ClaimStore, reader: FirestoreJobStore, k: int, join_timeout_s: float
+) -> tuple[float, int, int, list[str], list[str]]:
     """One round of K concurrent claims of a new id: (wall s, winners, errors, problems, error texts)."""
     job_id = uuid.uuid4().hex
     barrier = threading.Barrier(k + 1)
@@ -137,8 +152,7 @@ def _round(store: ClaimStore, reader: FirestoreJobStore, k: int, join_timeout_s:
 def run(k: int, rounds: int, budget_s: float, join_timeout_s: float) -> Comparison:
     a = Variant("claim_or_get: create precondition")
     b = Variant("read-then-create in @transactional")
-    comp = Comparison("claim", f"2. claim, {k} dup webhooks", f"round of {k} concurrent claims",
-                      "claims/s", a, b)
+    comp = Comparison("claim", f"2. claim, {k} dup webhooks", f"round of {k} concurrent claims", "claims/s", a, b)
     log_dir = tempfile.mkdtemp(prefix="safesend-bench-firestore-")
     emulator = FirestoreEmulator(project=PROJECT, log_dir=log_dir)
     previous_host = os.environ.get("FIRESTORE_EMULATOR_HOST")
@@ -151,13 +165,13 @@ def run(k: int, rounds: int, budget_s: float, join_timeout_s: float) -> Comparis
         progress(f"Firestore emulator logs kept in {log_dir}")
         raise
     try:
-        progress(f"Firestore emulator on {emulator.host} (pid {emulator.pid}, "
-                 f"started in {emulator.startup_seconds:.1f} s)")
+        progress(
+            f"Firestore emulator on {emulator.host} (pid {emulator.pid}, started in {emulator.startup_seconds:.1f} s)"
+        )
         os.environ["FIRESTORE_EMULATOR_HOST"] = emulator.host
         client = firestore.Client(project=PROJECT)
         suffix = uuid.uuid4().hex[:8]
-        safesend = FirestoreJobStore(PROJECT, collection=f"bench_a_{suffix}", client=client,
-                                     timeout_s=CALL_TIMEOUT_S)
+        safesend = FirestoreJobStore(PROJECT, collection=f"bench_a_{suffix}", client=client, timeout_s=CALL_TIMEOUT_S)
         naive = TransactionalClaimStore(client, f"bench_b_{suffix}")
         reader_b = FirestoreJobStore(PROJECT, collection=f"bench_b_{suffix}", client=client)
         sides = [(a, safesend, safesend, "A"), (b, naive, reader_b, "B")]
@@ -197,8 +211,10 @@ def run(k: int, rounds: int, budget_s: float, join_timeout_s: float) -> Comparis
         for variant, _, _, tag in sides:
             win = winners_seen[tag]
             exact = sum(1 for w in win if w == 1)
-            variant.check = (f"winners/round {','.join(map(str, win))} ({exact}/{len(win)} exactly 1), "
-                             f"errors {sum(errors_seen[tag])}/{k * len(win)} claims")
+            variant.check = (
+                f"winners/round {','.join(map(str, win))} ({exact}/{len(win)} exactly 1), "
+                f"errors {sum(errors_seen[tag])}/{k * len(win)} claims"
+            )
             if tag == "B":
                 variant.check += f", {naive.attempts - attempts_before} tx attempts"
             if error_kinds[tag]:

@@ -51,8 +51,14 @@ def _one(stack: LocalStack, source: Any, target: str, name: str) -> dict[str, An
         warm = time.monotonic() - warm_start
     finally:
         proc.stop()
-    return {"listening": listening - start, "first": first - start, "request": first - listening, "warm": warm,
-            "status": answer.get("status"), "not_found": '"not_found"' in answer.get("body", "")}
+    return {
+        "listening": listening - start,
+        "first": first - start,
+        "request": first - listening,
+        "warm": warm,
+        "status": answer.get("status"),
+        "not_found": '"not_found"' in answer.get("body", ""),
+    }
 
 
 def run(stack: LocalStack, runs: int, budget_s: float) -> Bench:
@@ -61,8 +67,10 @@ def run(stack: LocalStack, runs: int, budget_s: float) -> Bench:
     ours = bench.add(Row("safesend main.py: first answer"))
     ours_listen = bench.add(Row("  of which: listening (imports)"))
     ours_request = bench.add(Row("  of which: first request"))
-    variants = [("hello", REPO_ROOT / "bench" / "hello" / "main.py", "hello"),
-                ("safesend", REPO_ROOT / "functions" / "main.py", "status")]
+    variants = [
+        ("hello", REPO_ROOT / "bench" / "hello" / "main.py", "hello"),
+        ("safesend", REPO_ROOT / "functions" / "main.py", "status"),
+    ]
     seen: dict[str, list[dict[str, Any]]] = {"hello": [], "safesend": []}
     budget = Budget(budget_s)
     for r in range(runs):
@@ -79,19 +87,27 @@ def run(stack: LocalStack, runs: int, budget_s: float) -> Bench:
         ours.pairs.append(got["safesend"]["first"] / got["hello"]["first"])
         ours_listen.samples.append(got["safesend"]["listening"])
         ours_request.samples.append(got["safesend"]["request"])
-        progress(f"cold start run {r + 1}/{runs}: hello {got['hello']['first']:.2f} s, "
-                 f"safesend {got['safesend']['first']:.2f} s")
+        progress(
+            f"cold start run {r + 1}/{runs}: hello {got['hello']['first']:.2f} s, "
+            f"safesend {got['safesend']['first']:.2f} s"
+        )
     bench.finish()
     h, s = seen["hello"], seen["safesend"]
     if h and s:
-        hello.check = (f"listening {fmt_s(median([x['listening'] for x in h]))}, "
-                       f"warm request {fmt_s(median([x['warm'] for x in h]))}")
+        hello.check = (
+            f"listening {fmt_s(median([x['listening'] for x in h]))}, "
+            f"warm request {fmt_s(median([x['warm'] for x in h]))}"
+        )
         ours.check = f"warm request {fmt_s(median([x['warm'] for x in s]))}"
         hello.check += f"; answers {sorted({x['status'] for x in h})}"
         ours.check += f"; answers {sorted({x['status'] for x in s})} (404 = safesend's not_found)"
         if any(x["status"] != 200 for x in h) or any(x["status"] != 404 or not x["not_found"] for x in s):
-            bench.failures.append("unexpected first answers: hello " + str([x["status"] for x in h]) +
-                                  ", safesend " + str([x["status"] for x in s]))
+            bench.failures.append(
+                "unexpected first answers: hello "
+                + str([x["status"] for x in h])
+                + ", safesend "
+                + str([x["status"] for x in s])
+            )
         ours_request.check = "runtime build (Google client imports) + 1 Firestore read"
         ours_listen.check = "python + functions-framework + main.py import"
         extra = median(ours.samples) - median(hello.samples)
@@ -100,5 +116,6 @@ def run(stack: LocalStack, runs: int, budget_s: float) -> Bench:
             f"{fmt_s(median(ours_request.samples))}: `runtime.get_runtime()` builds adapters lazily on the first "
             f"request (google-cloud-firestore, googleapiclient, tasks, pubsub imports, the Firestore client) "
             f"and reads Firestore. Cloud Functions min instances (`send_min_instances`) hide it; importing the "
-            f"clients at module level would move it into the start-up, not remove it. No target in the issue.")
+            f"clients at module level would move it into the start-up, not remove it. No target in the issue."
+        )
     return bench

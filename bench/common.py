@@ -31,12 +31,12 @@ _TEXT = (
     "Kind regards,\nThe Example Shop team\n"
 )
 _HTML = (
-    "<!doctype html><html><body style=\"font-family:sans-serif\">"
+    '<!doctype html><html><body style="font-family:sans-serif">'
     "<p>Hello Ann,</p><p>thank you for your order <b>98765</b>. We received your payment of "
     "<b>EUR&nbsp;42.50</b> and your parcel will leave our warehouse within two working days.</p>"
     "<table><tr><td>1 &times; Ceramic mug, blue</td><td>EUR 18.00</td></tr>"
     "<tr><td>2 &times; Tea sampler</td><td>EUR 24.50</td></tr></table>"
-    "<p>You can follow the delivery <a href=\"https://shop.example.com/orders/98765\">here</a>.</p>"
+    '<p>You can follow the delivery <a href="https://shop.example.com/orders/98765">here</a>.</p>'
     "<p>Kind regards,<br>The Example Shop team</p></body></html>"
 )
 
@@ -57,8 +57,14 @@ def typical_body(dedup_key: str = "cust-1042:order_paid:98765") -> dict:
 
 def typical_message() -> OutgoingMessage:
     body = typical_body()
-    return OutgoingMessage(sender=SENDER, to=tuple(body["to"]), cc=tuple(body["cc"]),
-                           subject=body["subject"], text=body["text"], html=body["html"])
+    return OutgoingMessage(
+        sender=SENDER,
+        to=tuple(body["to"]),
+        cc=tuple(body["cc"]),
+        subject=body["subject"],
+        text=body["text"],
+        html=body["html"],
+    )
 
 
 def raw_for(key: str) -> tuple[bytes, str]:

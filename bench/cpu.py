@@ -106,8 +106,10 @@ def run(repeats: int, budget_s: float) -> Comparison:
         variant.mem_bytes = float(_peak_bytes(fn))
         variant.check = f"{loops[variant.name]:,} calls/batch; memory = tracemalloc peak of 1 call"
     if parse_part.n:
-        comp.notes.append(f"cpu: of A's median {fmt_time(a.median)}, parse_send_request alone takes "
-                          f"{fmt_time(parse_part.median)} (measured interleaved); build_mime is the rest")
+        comp.notes.append(
+            f"cpu: of A's median {fmt_time(a.median)}, parse_send_request alone takes "
+            f"{fmt_time(parse_part.median)} (measured interleaved); build_mime is the rest"
+        )
     a.check = f"{len(raw):,} B of MIME, 3 recipients; " + a.check
     b.check = f"{len(body_text):,} B of JSON; " + b.check
     return comp

@@ -110,19 +110,32 @@ def count_firestore(client: Any) -> FirestoreRpcCounter:
 def firestore_summary(delta: Counter[str]) -> dict[str, int]:
     reads = delta["read_found"] + delta["read_missing"] + delta["read_query_docs"] + delta["read_query_min"]
     rpcs = sum(v for k, v in delta.items() if k.startswith("rpc_"))
-    return {"reads": reads, "reads_of_absent_docs": delta["read_missing"],
-            "query_reads": delta["read_query_docs"] + delta["read_query_min"], "writes": delta["writes"],
-            "transactions": delta["rpc_begin_transaction"], "commits": delta["rpc_commit"],
-            "failed_commits": delta["commit_failed"], "rollbacks": delta["rpc_rollback"], "rpcs": rpcs}
+    return {
+        "reads": reads,
+        "reads_of_absent_docs": delta["read_missing"],
+        "query_reads": delta["read_query_docs"] + delta["read_query_min"],
+        "writes": delta["writes"],
+        "transactions": delta["rpc_begin_transaction"],
+        "commits": delta["rpc_commit"],
+        "failed_commits": delta["commit_failed"],
+        "rollbacks": delta["rpc_rollback"],
+        "rpcs": rpcs,
+    }
 
 
 def postgres_summary(delta: Counter[str]) -> dict[str, int]:
     """What a devstack.postgres.PgFaultProxy saw on the wire: statements (extended-protocol executes
     and simple queries), round trips (ReadyForQuery), rows read and written, prepares (Parse), and
     the statements among them that only control a transaction (BEGIN, COMMIT...)."""
-    return {"statements": delta["execute"] + delta["query"], "round_trips": delta["round_trips"],
-            "rows_read": delta["rows_read"], "rows_written": delta["rows_written"], "prepares": delta["parse"],
-            "transaction_statements": delta["transaction_control"], "connections": delta["startup"]}
+    return {
+        "statements": delta["execute"] + delta["query"],
+        "round_trips": delta["round_trips"],
+        "rows_read": delta["rows_read"],
+        "rows_written": delta["rows_written"],
+        "prepares": delta["parse"],
+        "transaction_statements": delta["transaction_control"],
+        "connections": delta["startup"],
+    }
 
 
 class CountingStore:

@@ -41,17 +41,33 @@ TARGET_300 = 1.10
 
 def _direct_client(relay_url: str) -> Any:
     http = httplib2.Http(timeout=30)
-    return build("gmail", "v1", http=http, client_options={"api_endpoint": relay_url},
-                 static_discovery=True, cache_discovery=False), http
+    return build(
+        "gmail",
+        "v1",
+        http=http,
+        client_options={"api_endpoint": relay_url},
+        static_discovery=True,
+        cache_discovery=False,
+    ), http
 
 
 def _postgres_instance(stack: LocalStack, postgres: Any) -> tuple[ManagedProcess, str]:
     """The stack's app again, on the PostgreSQL store, with Cloud Tasks calling back into itself."""
     port = free_port()
-    env = {**postgres.env(), "SAFESEND_POSTGRES_POOL_MAX": str(STACK_THREADS),
-           "SAFESEND_RECONCILE_URL": f"http://127.0.0.1:{port}/reconcile"}
-    proc, url = functions_process(stack, REPO_ROOT / "devstack" / "local_app.py", "router", STACK_THREADS,
-                                  "functions-postgres", port=port, extra_env=env)
+    env = {
+        **postgres.env(),
+        "SAFESEND_POSTGRES_POOL_MAX": str(STACK_THREADS),
+        "SAFESEND_RECONCILE_URL": f"http://127.0.0.1:{port}/reconcile",
+    }
+    proc, url = functions_process(
+        stack,
+        REPO_ROOT / "devstack" / "local_app.py",
+        "router",
+        STACK_THREADS,
+        "functions-postgres",
+        port=port,
+        extra_env=env,
+    )
     proc.start()
     if wait_http(f"{url}/status?job_id={'0' * 32}", timeout_s=60) is None:  # builds the runtime, migrates
         proc.stop()
@@ -59,8 +75,7 @@ def _postgres_instance(stack: LocalStack, postgres: Any) -> tuple[ManagedProcess
     return proc, url
 
 
-def run(stack: LocalStack, n: int, latencies: tuple[float, ...], budget_s: float,
-        postgres: Any = None) -> list[Bench]:
+def run(stack: LocalStack, n: int, latencies: tuple[float, ...], budget_s: float, postgres: Any = None) -> list[Bench]:
     """`postgres`: a running devstack.postgres.PostgresServer; None measures the Firestore stack only."""
     sim, relay = stack.sim, stack.relay
     assert sim is not None and relay is not None
@@ -104,8 +119,11 @@ def run(stack: LocalStack, n: int, latencies: tuple[float, ...], budget_s: float
     try:
         for latency in latencies:
             ms = round(latency * 1000)
-            bench = Bench(f"latency@{ms}", f"1. latency, Gmail {ms} ms",
-                          "one call: direct messages.send vs POST /send of a new job")
+            bench = Bench(
+                f"latency@{ms}",
+                f"1. latency, Gmail {ms} ms",
+                "one call: direct messages.send vs POST /send of a new job",
+            )
             current[0] = bench.key
             told[bench.key], safesend_ids[bench.key] = [], []
             base = bench.add(Row("direct messages.send", show_p95=True, baseline=True))
@@ -150,22 +168,27 @@ def run(stack: LocalStack, n: int, latencies: tuple[float, ...], budget_s: float
                     bench.notes.append(
                         f"PostgreSQL vs Firestore (emulator) store, same app, interleaved: p50 "
                         f"{fmt_s(on_pg.median)} vs {fmt_s(full.median)} "
-                        f"({(on_pg.median - full.median) * 1e3:+.1f} ms per send)")
+                        f"({(on_pg.median - full.median) * 1e3:+.1f} ms per send)"
+                    )
             if on_pg is not None and on_pg.verdict == "MISS":
                 bench.findings.append(
                     f"safesend (PostgreSQL) p50 {fmt_s(on_pg.median)} vs direct {fmt_s(base.median)} "
                     f"(x{on_pg.ratio:.2f}, target x{TARGET_300:.2f}); the Firestore row of the same round: "
                     f"x{full.ratio:.2f}. The store's share is its two statements (claim, outcome), each one round "
-                    f"trip on a warm pooled connection; check the load average and the disk (durable commits).")
+                    f"trip on a warm pooled connection; check the load average and the disk (durable commits)."
+                )
             if reads0 is not None:
                 reads0.check = "diagnostic: verification read made free"
                 gap = full.median - base.median
                 verify = full.median - reads0.median
                 rest = reads0.median - base.median
                 if full.verdict == "MISS":
-                    store_share = (f" The same app on PostgreSQL: {fmt_s(on_pg.median)} (x{on_pg.ratio:.2f}), "
-                                   f"{(full.median - on_pg.median) * 1e3:+.1f} ms per send for the Firestore emulator."
-                                   if on_pg is not None and on_pg.ratio is not None else "")
+                    store_share = (
+                        f" The same app on PostgreSQL: {fmt_s(on_pg.median)} (x{on_pg.ratio:.2f}), "
+                        f"{(full.median - on_pg.median) * 1e3:+.1f} ms per send for the Firestore emulator."
+                        if on_pg is not None and on_pg.ratio is not None
+                        else ""
+                    )
                     bench.findings.append(
                         f"safesend (Firestore) p50 {fmt_s(full.median)} vs direct {fmt_s(base.median)} "
                         f"(x{full.ratio:.2f}). Of the {fmt_s(gap)} gap, {fmt_s(verify)} is the Message-ID "
@@ -173,7 +196,8 @@ def run(stack: LocalStack, n: int, latencies: tuple[float, ...], budget_s: float
                         f"free: x{reads0.ratio:.2f}); the other {fmt_s(rest)} is the HTTP hop into "
                         f"functions-framework, validation + MIME, a fresh TCP connection per send (OneShotHttp) and "
                         f"the store's two writes (claim, outcome).{store_share} Check the load average first: "
-                        f"this ratio was x1.06 on an idle machine (bench/README.md).")
+                        f"this ratio was x1.06 on an idle machine (bench/README.md)."
+                    )
             benches.append(bench)
     finally:
         sim.set_latency(0.0)
@@ -189,16 +213,21 @@ def run(stack: LocalStack, n: int, latencies: tuple[float, ...], budget_s: float
         bad_ours = sum(1 for mid in ours if effects[mid] != 1)
         bench.rows[0].check += f"; exactly 1 effect {len(direct_ids) - bad_direct}/{len(direct_ids)}"
         bench.rows[1].check += f"; exactly 1 effect {len(ours) - bad_ours}/{len(ours)}" + (
-            " (both stores' sends)" if pg_proc is not None else "")
+            " (both stores' sends)" if pg_proc is not None else ""
+        )
         if bad_direct or bad_ours:
             bench.failures.append(f"{bad_direct} direct and {bad_ours} safesend sends without exactly one effect")
     if problems and benches:
         benches[-1].failures.append(f"unexpected /send answers: {dict(problems)}")
     if postgres is not None and benches and pg_keys:
-        stored = postgres.execute("SELECT count(*) FROM ai_jobs WHERE doc->>'dedup_key' = ANY(%s)", (pg_keys,))[0][0] \
-            if postgres.execute("SELECT to_regclass('ai_jobs') IS NOT NULL")[0][0] else 0
+        stored = (
+            postgres.execute("SELECT count(*) FROM ai_jobs WHERE doc->>'dedup_key' = ANY(%s)", (pg_keys,))[0][0]
+            if postgres.execute("SELECT to_regclass('ai_jobs') IS NOT NULL")[0][0]
+            else 0
+        )
         if stored != len(pg_keys):
             benches[-1].failures.append(
                 f"only {stored} of the {len(pg_keys)} jobs sent to the PostgreSQL instance are in PostgreSQL: the "
-                "runtime must build its store from SAFESEND_STORE (functions/safesend/runtime.py, build_store)")
+                "runtime must build its store from SAFESEND_STORE (functions/safesend/runtime.py, build_store)"
+            )
     return benches

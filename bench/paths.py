@@ -65,8 +65,9 @@ TARGET_PG_STATEMENTS = 2  # the issue: "the same happy-path cost as Firestore: 2
 
 
 class _Path:
-    def __init__(self, name: str, channel: str, fault: tuple[str, dict[str, Any]] | None, expect: str,
-                 replay: bool = False):
+    def __init__(
+        self, name: str, channel: str, fault: tuple[str, dict[str, Any]] | None, expect: str, replay: bool = False
+    ):
         self.name, self.channel, self.fault, self.expect, self.replay = name, channel, fault, expect, replay
 
 
@@ -111,8 +112,11 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
     """`postgres`: a running devstack.postgres.PostgresServer; the same paths then run on the
     PostgreSQL store too, interleaved with Firestore's run by run (2b)."""
     store_bench = Bench("store", "2. Firestore ops / job", "per job: reads + writes, counted at the client's RPCs")
-    pg_bench = Bench("store_pg", "2b. PostgreSQL ops / job",
-                     "per job: statements and round trips, counted on the wire (rows read + written)")
+    pg_bench = Bench(
+        "store_pg",
+        "2b. PostgreSQL ops / job",
+        "per job: statements and round trips, counted on the wire (rows read + written)",
+    )
     quota_bench = Bench("quota", "3. Gmail units / job", "per job: send 100, list 5, get 5, counted at the simulator")
     clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
     sim = GmailSimulator(index_lag_s=GMAIL_INDEX_LAG_S, clock=lambda: clock().timestamp()).start()
@@ -126,10 +130,21 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
         mailer = GmailMailer(api_endpoint=relay.url, send_timeout_s=1.0, read_timeout_s=10.0)
 
         def service_on(store: Any, publisher: CountingPublisher) -> SafeSendService:
-            return SafeSendService(store, mailer, None, publisher, policies, message_id_domain=DOMAIN,
-                                   timing=Timing(), request_budget_s=40.0, send_timeout_s=1.0,
-                                   verify_message_id_every=1, clock=clock, monotonic=clock.monotonic,
-                                   sleep=clock.sleep)
+            return SafeSendService(
+                store,
+                mailer,
+                None,
+                publisher,
+                policies,
+                message_id_domain=DOMAIN,
+                timing=Timing(),
+                request_budget_s=40.0,
+                send_timeout_s=1.0,
+                verify_message_id_every=1,
+                clock=clock,
+                monotonic=clock.monotonic,
+                sleep=clock.sleep,
+            )
 
         variants = [_firestore_variant(tag, service_on, closers)]
         if postgres is not None:
@@ -146,20 +161,34 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
             if r and budget.exhausted:
                 store_bench.notes.append(f"time budget reached after {r} runs (asked {runs})")
                 break
-            for variant in variants[r % len(variants):] + variants[:r % len(variants)]:  # rotated each run
+            for variant in variants[r % len(variants) :] + variants[: r % len(variants)]:  # rotated each run
                 for p_index, path in enumerate(PATHS):
                     before_wire, before_gmail = variant.snapshot(), gmail_counter.snapshot()
                     variant.store.reset()
-                    job, replayed = _one(variant, path, f"{variant.prefix}:{p_index}:{r}", relay, clock,
-                                         counted=lambda v=variant: (v.snapshot(), gmail_counter.snapshot()))
+                    job, replayed = _one(
+                        variant,
+                        path,
+                        f"{variant.prefix}:{p_index}:{r}",
+                        relay,
+                        clock,
+                        counted=lambda v=variant: (v.snapshot(), gmail_counter.snapshot()),
+                    )
                     wire = variant.summary(variant.snapshot() - before_wire)
                     gmail = gmail_counter.snapshot() - before_gmail
                     effects = sum(1 for e in sim.effects() if e["message_id"] == job.message_id)
                     results[variant.kind][path.name].append(
-                        {"wire": wire, "gmail": dict(gmail), "units": gmail_units(gmail),
-                         "store_calls": _compact(variant.store.sequence), "state": job.state.value,
-                         "attempts": job.attempts, "checks": job.checks, "effects": effects,
-                         "events": [e["kind"] for e in job.events]})
+                        {
+                            "wire": wire,
+                            "gmail": dict(gmail),
+                            "units": gmail_units(gmail),
+                            "store_calls": _compact(variant.store.sequence),
+                            "state": job.state.value,
+                            "attempts": job.attempts,
+                            "checks": job.checks,
+                            "effects": effects,
+                            "events": [e["kind"] for e in job.events],
+                        }
+                    )
                     wrong = _check(path, job, replayed, effects, variant.publisher)
                     if wrong:
                         problems[variant.kind].append(f"{variant.kind}, {path.name} run {r + 1}: {wrong}")
@@ -179,8 +208,9 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
     return [store_bench, *([pg_bench] if postgres is not None else []), quota_bench]
 
 
-def _firestore_variant(tag: str, service_on: Callable[..., SafeSendService],
-                       closers: list[Callable[[], Any]]) -> _Variant:
+def _firestore_variant(
+    tag: str, service_on: Callable[..., SafeSendService], closers: list[Callable[[], Any]]
+) -> _Variant:
     collection = f"bench_paths_{tag}"
     counted_client = firestore.Client(project=PROJECT)
     observer_client = firestore.Client(project=PROJECT)
@@ -188,13 +218,21 @@ def _firestore_variant(tag: str, service_on: Callable[..., SafeSendService],
     counter = count_firestore(counted_client)
     store = CountingStore(FirestoreJobStore(PROJECT, collection=collection, client=counted_client))
     publisher = CountingPublisher()
-    return _Variant("firestore", service_on(store, publisher), store,
-                    FirestoreJobStore(PROJECT, collection=collection, client=observer_client), counter.snapshot,
-                    firestore_summary, f"bench-paths:{collection}", publisher)
+    return _Variant(
+        "firestore",
+        service_on(store, publisher),
+        store,
+        FirestoreJobStore(PROJECT, collection=collection, client=observer_client),
+        counter.snapshot,
+        firestore_summary,
+        f"bench-paths:{collection}",
+        publisher,
+    )
 
 
-def _postgres_variant(postgres: Any, tag: str, service_on: Callable[..., SafeSendService],
-                      closers: list[Callable[[], Any]]) -> _Variant:
+def _postgres_variant(
+    postgres: Any, tag: str, service_on: Callable[..., SafeSendService], closers: list[Callable[[], Any]]
+) -> _Variant:
     """PostgresJobStore with one pooled connection through a counting wire proxy (no faults)."""
     from devstack.postgres import PgFaultProxy
     from safesend.adapters.postgres_store import PostgresJobStore, connection_pool
@@ -206,12 +244,21 @@ def _postgres_variant(postgres: Any, tag: str, service_on: Callable[..., SafeSen
     closers += [counted.close, observer.close, proxy.close]
     store = CountingStore(counted)
     publisher = CountingPublisher()
-    return _Variant("postgres", service_on(store, publisher), store, observer,
-                    lambda: Counter(proxy.wire()), postgres_summary, f"bench-paths-pg:{tag}", publisher)
+    return _Variant(
+        "postgres",
+        service_on(store, publisher),
+        store,
+        observer,
+        lambda: Counter(proxy.wire()),
+        postgres_summary,
+        f"bench-paths-pg:{tag}",
+        publisher,
+    )
 
 
-def _one(variant: _Variant, path: _Path, key: str, relay: Any, clock: FakeClock,
-         counted: Callable[[], Any] | None = None) -> tuple[Job, bool]:
+def _one(
+    variant: _Variant, path: _Path, key: str, relay: Any, clock: FakeClock, counted: Callable[[], Any] | None = None
+) -> tuple[Job, bool]:
     """Run one path for a fresh key; for a replay the original send goes first (before `counted`)."""
     request = _request(key, path.channel)
     if path.replay:
@@ -239,17 +286,21 @@ def _firestore_rows(store_bench: Bench, quota_bench: Bench, results: dict[str, l
         srow = store_bench.add(Row(path.name, unit="n", samples=totals))
         srow.text = f"{fs['reads']}r + {fs['writes']}w"
         refused = f" ({fs['failed_commits']} refused)" if fs["failed_commits"] else ""
-        srow.check = (f"{fs['transactions']} tx, {fs['commits']} commits{refused}, {fs['rpcs']} RPCs; "
-                      f"store: {mid['store_calls']}")
-        srow.detail = {"median_run": {**mid, "firestore": fs},
-                       "runs": [{"firestore": o["wire"], **{k: o[k] for k in ("gmail", "units", "state")}}
-                                for o in rows]}
+        srow.check = (
+            f"{fs['transactions']} tx, {fs['commits']} commits{refused}, {fs['rpcs']} RPCs; store: {mid['store_calls']}"
+        )
+        srow.detail = {
+            "median_run": {**mid, "firestore": fs},
+            "runs": [{"firestore": o["wire"], **{k: o[k] for k in ("gmail", "units", "state")}} for o in rows],
+        }
         g = mid["gmail"]
         qrow = quota_bench.add(Row(path.name, unit="n", samples=[o["units"] for o in rows]))
         qrow.text = f"{mid['units']}"
-        qrow.check = (f"{g.get('send', 0)} send, {g.get('list', 0)} list, {g.get('get', 0)} get; "
-                      f"-> {mid['state']}, attempts {mid['attempts']}, checks {mid['checks']}, "
-                      f"effects {mid['effects']}")
+        qrow.check = (
+            f"{g.get('send', 0)} send, {g.get('list', 0)} list, {g.get('get', 0)} get; "
+            f"-> {mid['state']}, attempts {mid['attempts']}, checks {mid['checks']}, "
+            f"effects {mid['effects']}"
+        )
         qrow.detail = {"median_run": {k: mid[k] for k in ("gmail", "units", "state", "attempts", "checks")}}
         if path.name == "happy":
             target_total = TARGET_READS + TARGET_WRITES
@@ -260,15 +311,18 @@ def _firestore_rows(store_bench: Bench, quota_bench: Bench, results: dict[str, l
             qrow.ratio = qrow.median / TARGET_UNITS
             qrow.verdict = "ok" if qrow.median <= TARGET_UNITS else "MISS"
             _explain_happy(store_bench, quota_bench, fs, mid)
-    sweep_note = ("counts include what Cloud Tasks triggers (service.advance per due check); "
-                  "a periodic sweep adds its queries on top (benchmark 5)")
+    sweep_note = (
+        "counts include what Cloud Tasks triggers (service.advance per due check); "
+        "a periodic sweep adds its queries on top (benchmark 5)"
+    )
     store_bench.notes.append(sweep_note)
     if any(o["wire"]["reads_of_absent_docs"] for rows in results.values() for o in rows):
         store_bench.notes.append("reads include lookups of absent documents: Firestore bills each as one read")
 
 
-def _postgres_rows(pg_bench: Bench, results: dict[str, list[dict[str, Any]]],
-                   firestore_results: dict[str, list[dict[str, Any]]]) -> None:
+def _postgres_rows(
+    pg_bench: Bench, results: dict[str, list[dict[str, Any]]], firestore_results: dict[str, list[dict[str, Any]]]
+) -> None:
     for path in PATHS:
         rows = results[path.name]
         if not rows:
@@ -277,37 +331,47 @@ def _postgres_rows(pg_bench: Bench, results: dict[str, list[dict[str, Any]]],
         pg = mid["wire"]
         row = pg_bench.add(Row(path.name, unit="n", samples=[o["wire"]["statements"] for o in rows]))
         row.text = f"{pg['statements']} stmt ({pg['rows_read']}r + {pg['rows_written']}w)"
-        row.check = (f"{pg['round_trips']} round trips, {pg['transaction_statements']} BEGIN/COMMIT, "
-                     f"{pg['prepares']} prepares; store: {mid['store_calls']}")
-        row.detail = {"median_run": mid, "runs": [{k: o[k] for k in ("wire", "gmail", "units", "state")}
-                                                  for o in rows]}
+        row.check = (
+            f"{pg['round_trips']} round trips, {pg['transaction_statements']} BEGIN/COMMIT, "
+            f"{pg['prepares']} prepares; store: {mid['store_calls']}"
+        )
+        row.detail = {"median_run": mid, "runs": [{k: o[k] for k in ("wire", "gmail", "units", "state")} for o in rows]}
         same = [o["store_calls"] for o in firestore_results.get(path.name, [])][:1]
         if same and same[0] != mid["store_calls"]:
-            pg_bench.failures.append(f"{path.name}: the service asked PostgreSQL for `{mid['store_calls']}` but "
-                                     f"Firestore for `{same[0]}`: the stores behave differently")
+            pg_bench.failures.append(
+                f"{path.name}: the service asked PostgreSQL for `{mid['store_calls']}` but "
+                f"Firestore for `{same[0]}`: the stores behave differently"
+            )
         units = sorted({o["units"] for o in rows} | {o["units"] for o in firestore_results.get(path.name, [])})
         if len(units) > 1:
             pg_bench.failures.append(f"{path.name}: Gmail units differ between the stores: {units}")
         if path.name == "happy":
             row.target = f"{TARGET_PG_STATEMENTS} stmt, {TARGET_PG_STATEMENTS} round trips, no BEGIN/COMMIT"
             row.ratio = row.median / TARGET_PG_STATEMENTS
-            met = (pg["statements"] <= TARGET_PG_STATEMENTS and pg["round_trips"] <= TARGET_PG_STATEMENTS
-                   and pg["transaction_statements"] == 0)
+            met = (
+                pg["statements"] <= TARGET_PG_STATEMENTS
+                and pg["round_trips"] <= TARGET_PG_STATEMENTS
+                and pg["transaction_statements"] == 0
+            )
             row.verdict = "ok" if met else "MISS"
             if met:
                 pg_bench.notes.append(
                     f"happy path: store calls `{mid['store_calls']}` = {pg['statements']} statements in "
                     f"{pg['round_trips']} round trips, no transaction statements: the claim is one `INSERT ... ON "
                     f"CONFLICT DO NOTHING RETURNING`, the outcome one `UPDATE ... WHERE version = $n RETURNING`, "
-                    f"both autocommit and prepared (the same 2 writes as Firestore's happy path)")
+                    f"both autocommit and prepared (the same 2 writes as Firestore's happy path)"
+                )
             else:
                 pg_bench.findings.append(
                     f"happy path {pg['statements']} statements, {pg['round_trips']} round trips, "
                     f"{pg['transaction_statements']} BEGIN/COMMIT (target {TARGET_PG_STATEMENTS}, "
-                    f"{TARGET_PG_STATEMENTS}, 0); store calls `{mid['store_calls']}`")
-    pg_bench.notes.append("PostgreSQL counted on the wire after a warm-up: one pooled connection whose statements "
-                          "are already prepared (a new connection prepares each statement once: one more round trip "
-                          "per statement and pattern of NULL parameters); Gmail units are the same as in 3 (checked)")
+                    f"{TARGET_PG_STATEMENTS}, 0); store calls `{mid['store_calls']}`"
+                )
+    pg_bench.notes.append(
+        "PostgreSQL counted on the wire after a warm-up: one pooled connection whose statements "
+        "are already prepared (a new connection prepares each statement once: one more round trip "
+        "per statement and pattern of NULL parameters); Gmail units are the same as in 3 (checked)"
+    )
 
 
 def _request(key: str, channel: str) -> Any:
@@ -352,26 +416,32 @@ def _explain_happy(store_bench: Bench, quota_bench: Bench, fs: dict[str, int], m
             f"({fs['rpcs']} RPCs, {fs['transactions']} read-write transaction): the claim is a `create` "
             f"(commit with a does-not-exist precondition, no read) and the outcome a compare-and-set done as one "
             f"`update` with a last_update_time precondition (the update time kept from the claim's write); "
-            f"the version-checked transaction is only the fallback when no update time is known.")
+            f"the version-checked transaction is only the fallback when no update time is known."
+        )
     else:
         causes = []
         if fs["reads_of_absent_docs"]:
-            causes.append(f"{fs['reads_of_absent_docs']} read of the absent document before the claim's `create` "
-                          f"(`FirestoreJobStore.claim_or_get`: create first, read only on ALREADY_EXISTS)")
+            causes.append(
+                f"{fs['reads_of_absent_docs']} read of the absent document before the claim's `create` "
+                f"(`FirestoreJobStore.claim_or_get`: create first, read only on ALREADY_EXISTS)"
+            )
         if fs["transactions"] > 1:
-            causes.append(f"{fs['transactions']} read-write transactions where one would do (each "
-                          f"`compare_and_set` is 1 read + 1 write): fold every field the request learns "
-                          f"(outcome, stored Message-ID) into one compare-and-set in `SafeSendService._record_outcome`")
+            causes.append(
+                f"{fs['transactions']} read-write transactions where one would do (each "
+                f"`compare_and_set` is 1 read + 1 write): fold every field the request learns "
+                f"(outcome, stored Message-ID) into one compare-and-set in `SafeSendService._record_outcome`"
+            )
         store_bench.findings.append(
             f"happy path {fs['reads']} reads + {fs['writes']} writes vs the target 1 read + 2 writes; store calls "
-            f"`{calls}`. " + "; ".join(causes or ["see the store call sequence"]) + ".")
+            f"`{calls}`. " + "; ".join(causes or ["see the store call sequence"]) + "."
+        )
     extra = mid["gmail"].get("get", 0) + mid["gmail"].get("list", 0)
     if mid["units"] > TARGET_UNITS:
-        quota_bench.findings.append(
-            f"happy path {mid['units']} units > {TARGET_UNITS}: {mid['gmail']} per job.")
+        quota_bench.findings.append(f"happy path {mid['units']} units > {TARGET_UNITS}: {mid['gmail']} per job.")
     elif extra:
         quota_bench.notes.append(
             f"happy path at the target: the {extra * 5} units over a bare send are the Message-ID read-back "
             f"(messages.get format=metadata), which this benchmark forces on every send (worst case, "
             f"verify_message_id_every=1). Deployed, it runs for an instance's first accepted send and then 1 in "
-            f"SAFESEND_VERIFY_MESSAGE_ID_EVERY (100): about 100.05 units per job.")
+            f"SAFESEND_VERIFY_MESSAGE_ID_EVERY (100): about 100.05 units per job."
+        )

@@ -109,15 +109,24 @@ class Row:
             return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(x, 6)
 
         return {
-            "variant": self.variant, "unit": self.unit, "n": self.n,
-            "median": num(self.median), "p95": num(self.p95) if self.show_p95 else None,
-            "min": num(self.lo), "max": num(self.hi),
-            "ratio_to_baseline": num(self.ratio), "ratio_p95": num(self.ratio_p95),
+            "variant": self.variant,
+            "unit": self.unit,
+            "n": self.n,
+            "median": num(self.median),
+            "p95": num(self.p95) if self.show_p95 else None,
+            "min": num(self.lo),
+            "max": num(self.hi),
+            "ratio_to_baseline": num(self.ratio),
+            "ratio_p95": num(self.ratio_p95),
             "paired_ratio_min": num(min(self.pairs)) if self.pairs else None,
             "paired_ratio_max": num(max(self.pairs)) if self.pairs else None,
-            "baseline": self.baseline, "target": self.target or None, "verdict": self.verdict or None,
-            "check": self.check, "text": self.text,
-            "samples": [round(s, 6) for s in self.samples], "detail": self.detail,
+            "baseline": self.baseline,
+            "target": self.target or None,
+            "verdict": self.verdict or None,
+            "check": self.check,
+            "text": self.text,
+            "samples": [round(s, 6) for s in self.samples],
+            "detail": self.detail,
         }
 
 
@@ -154,13 +163,32 @@ class Bench:
         return any(r.verdict == "MISS" for r in self.rows)
 
     def as_json(self) -> dict[str, Any]:
-        return {"key": self.key, "title": self.title, "what": self.what, "seconds": round(self.seconds, 1),
-                "skipped": self.skipped, "rows": [r.as_json() for r in self.rows], "notes": self.notes,
-                "findings": self.findings, "failures": self.failures}
+        return {
+            "key": self.key,
+            "title": self.title,
+            "what": self.what,
+            "seconds": round(self.seconds, 1),
+            "skipped": self.skipped,
+            "rows": [r.as_json() for r in self.rows],
+            "notes": self.notes,
+            "findings": self.findings,
+            "failures": self.failures,
+        }
 
 
-COLUMNS = ("benchmark", "variant", "n", "median", "p95", "min", "max", "ratio [paired min-max]", "target",
-           "verdict", "checks")
+COLUMNS = (
+    "benchmark",
+    "variant",
+    "n",
+    "median",
+    "p95",
+    "min",
+    "max",
+    "ratio [paired min-max]",
+    "target",
+    "verdict",
+    "checks",
+)
 _KEYS = (None, None, "n", "median", "p95", "min", "max", "ratio", "target", "verdict", "check")
 
 
@@ -215,12 +243,15 @@ def render_markdown_table(benches: Sequence[Bench]) -> str:
 
 
 def write_json(path: Path, header: dict[str, Any], benches: Sequence[Bench]) -> None:
-    path.write_text(json.dumps({**header, "benchmarks": [b.as_json() for b in benches]}, indent=1,
-                               default=str) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps({**header, "benchmarks": [b.as_json() for b in benches]}, indent=1, default=str) + "\n",
+        encoding="utf-8",
+    )
 
 
-def write_markdown(path: Path, header_lines: Sequence[str], benches: Sequence[Bench],
-                   tail_lines: Sequence[str]) -> None:
+def write_markdown(
+    path: Path, header_lines: Sequence[str], benches: Sequence[Bench], tail_lines: Sequence[str]
+) -> None:
     out = ["# safesend benchmarks, " + path.stem, ""]
     out += [*header_lines, ""]
     out += [render_markdown_table(benches), ""]

@@ -104,27 +104,31 @@ def table_rows(comparisons: Sequence[Comparison]) -> list[tuple[str, ...]]:
             rows.append(("", "", "", "", "", "", "", ""))
             continue
         for label, v in (("A", c.a), ("B", c.b)):
-            rows.append((
-                c.title if label == "A" else f"  (1 sample = {c.latency_of})",
-                f"{label}: {v.name}",
-                str(v.n),
-                fmt_time(v.median),
-                fmt_time(v.p95),
-                fmt_rate(v.throughput, c.throughput_unit),
-                fmt_bytes(v.mem_bytes),
-                v.check,
-            ))
+            rows.append(
+                (
+                    c.title if label == "A" else f"  (1 sample = {c.latency_of})",
+                    f"{label}: {v.name}",
+                    str(v.n),
+                    fmt_time(v.median),
+                    fmt_time(v.p95),
+                    fmt_rate(v.throughput, c.throughput_unit),
+                    fmt_bytes(v.mem_bytes),
+                    v.check,
+                )
+            )
         status = "FAILED: " + "; ".join(c.failures) if c.failures else "ok"
-        rows.append((
-            "",
-            "ratio A/B",
-            "",
-            fmt_ratio(c.a.median, c.b.median),
-            fmt_ratio(c.a.p95, c.b.p95),
-            fmt_ratio(c.a.throughput, c.b.throughput),
-            fmt_ratio(c.a.mem_bytes, c.b.mem_bytes),
-            status,
-        ))
+        rows.append(
+            (
+                "",
+                "ratio A/B",
+                "",
+                fmt_ratio(c.a.median, c.b.median),
+                fmt_ratio(c.a.p95, c.b.p95),
+                fmt_ratio(c.a.throughput, c.b.throughput),
+                fmt_ratio(c.a.mem_bytes, c.b.mem_bytes),
+                status,
+            )
+        )
         rows.append(("", "", "", "", "", "", "", ""))
     if rows:
         rows.pop()  # no blank line after the last comparison

@@ -44,18 +44,26 @@ def _positive(text: str) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.run --micro", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run --micro", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, about 30 s in all")
-    parser.add_argument("--only", default=",".join(COMPARISONS),
-                        help=f"comma-separated subset of {','.join(COMPARISONS)} (default: all)")
+    parser.add_argument(
+        "--only",
+        default=",".join(COMPARISONS),
+        help=f"comma-separated subset of {','.join(COMPARISONS)} (default: all)",
+    )
     parser.add_argument("--sends", type=_positive, help="1: messages.send calls per variant")
     parser.add_argument("--threads", type=_positive, help="2: concurrent claims per round (K)")
     parser.add_argument("--rounds", type=_positive, help="2: claim rounds per variant (R)")
     parser.add_argument("--repeats", type=_positive, help="3: timed batches per variant")
     parser.add_argument("--jobs", type=_positive, help="4: submits per variant (M)")
-    parser.add_argument("--claim-timeout", type=float, default=120.0,
-                        help="2: seconds a claim round may take before it counts as hung (default 120)")
+    parser.add_argument(
+        "--claim-timeout",
+        type=float,
+        default=120.0,
+        help="2: seconds a claim round may take before it counts as hung (default 120)",
+    )
     args = parser.parse_args(argv)
     chosen = [c.strip() for c in args.only.split(",") if c.strip()]
     unknown = sorted(set(chosen) - set(COMPARISONS))
@@ -116,19 +124,25 @@ def _load() -> str:
 
 
 def machine_line() -> str:
-    return (f"machine: {_cpu_model()}, {_cores()}, {_mem_total()}, {platform.system()} "
-            f"{platform.release()}, Python {platform.python_version()}; load avg 1/5/15 min at start {_load()}")
+    return (
+        f"machine: {_cpu_model()}, {_cores()}, {_mem_total()}, {platform.system()} "
+        f"{platform.release()}, Python {platform.python_version()}; load avg 1/5/15 min at start {_load()}"
+    )
 
 
 def measured_line(args: argparse.Namespace) -> str:
     parts = []
     if "transport" in args.only:
-        parts.append(f"1) {args.sends} sequential messages.send per variant, interleaved, googleapiclient "
-                     f"{_version('google-api-python-client')} + httplib2 {_version('httplib2')} -> in-process "
-                     f"GmailSimulator on 127.0.0.1")
+        parts.append(
+            f"1) {args.sends} sequential messages.send per variant, interleaved, googleapiclient "
+            f"{_version('google-api-python-client')} + httplib2 {_version('httplib2')} -> in-process "
+            f"GmailSimulator on 127.0.0.1"
+        )
     if "claim" in args.only:
-        parts.append(f"2) {args.rounds} round(s) x {args.threads} threads claiming one new job id, Firestore "
-                     f"emulator (google-cloud-firestore {_version('google-cloud-firestore')})")
+        parts.append(
+            f"2) {args.rounds} round(s) x {args.threads} threads claiming one new job id, Firestore "
+            f"emulator (google-cloud-firestore {_version('google-cloud-firestore')})"
+        )
     if "cpu" in args.only:
         parts.append(f"3) {args.repeats} timed batches per variant, single thread")
     if "service" in args.only:
@@ -168,8 +182,10 @@ def micro_main(argv: list[str] | None = None) -> int:
 
     runners: dict[str, tuple[str, Callable[[], Comparison]]] = {
         "transport": ("1. send transport", lambda: transport.run(args.sends, args.budgets["transport"])),
-        "claim": ("2. claim, dup webhooks", lambda: claim.run(args.threads, args.rounds, args.budgets["claim"],
-                                                              args.claim_timeout)),
+        "claim": (
+            "2. claim, dup webhooks",
+            lambda: claim.run(args.threads, args.rounds, args.budgets["claim"], args.claim_timeout),
+        ),
         "cpu": ("3. request-path CPU", lambda: cpu.run(args.repeats, args.budgets["cpu"])),
         "service": ("4. service over fakes", lambda: service_tp.run(args.jobs, args.budgets["service"])),
     }
@@ -191,8 +207,10 @@ def micro_main(argv: list[str] | None = None) -> int:
 
     print(header)
     print(measured_line(args))
-    print("median/p95 are per sample (see the line under each title); p95 is nearest-rank. "
-          "throughput = ops / time spent in them. ratio = A / B.")
+    print(
+        "median/p95 are per sample (see the line under each title); p95 is nearest-rank. "
+        "throughput = ops / time spent in them. ratio = A / B."
+    )
     print(render_table(results))
     notes = [n for c in results for n in c.notes]
     for note in notes:

@@ -56,10 +56,21 @@ class _World:
         self.mailer = _IndexedMailer(self.mailbox)
         self.store = InMemoryJobStore()
         self.service = SafeSendService(
-            self.store, self.mailer, FakeScheduler(), FakePublisher(), ChannelPolicies.from_mapping(POLICIES),
-            message_id_domain=DOMAIN, timing=TIMING, request_budget_s=40, send_timeout_s=10,
-            verify_message_id_every=1, clock=self.clock, monotonic=self.clock.monotonic,
-            sleep=self.clock.sleep, uniform=lambda lo, hi: hi)
+            self.store,
+            self.mailer,
+            FakeScheduler(),
+            FakePublisher(),
+            ChannelPolicies.from_mapping(POLICIES),
+            message_id_domain=DOMAIN,
+            timing=TIMING,
+            request_budget_s=40,
+            send_timeout_s=10,
+            verify_message_id_every=1,
+            clock=self.clock,
+            monotonic=self.clock.monotonic,
+            sleep=self.clock.sleep,
+            uniform=lambda lo, hi: hi,
+        )
 
 
 def _requests(m: int, tag: str) -> list[SendRequest]:
@@ -109,15 +120,20 @@ def run(m: int, budget_s: float) -> Comparison:
 
     # Correctness, from the fake mailbox's acceptance log.
     sent_ids = Counter(e["message_id"] for e in distinct_world.mailbox.effects)
-    once = sum(1 for r in distinct[:done]
-               if sent_ids[distinct_world.store.get(job_id_for(r.dedup_key)).message_id] == 1)
+    once = sum(
+        1 for r in distinct[:done] if sent_ids[distinct_world.store.get(job_id_for(r.dedup_key)).message_id] == 1
+    )
     if outcomes["Abad"] or once != done or len(distinct_world.mailbox.effects) != done:
-        comp.failures.append(f"distinct: {outcomes['Abad']} bad results, {once}/{done} sent exactly once, "
-                             f"{len(distinct_world.mailbox.effects)} effects")
+        comp.failures.append(
+            f"distinct: {outcomes['Abad']} bad results, {once}/{done} sent exactly once, "
+            f"{len(distinct_world.mailbox.effects)} effects"
+        )
     replay_copies = replay_world.mailbox.count(first.message_id)
     if outcomes["Bbad"] or replay_copies != 1 or replay_world.mailer.sends != 1:
-        comp.failures.append(f"replay: {outcomes['Bbad']} bad results, {replay_copies} copies sent, "
-                             f"{replay_world.mailer.sends} send calls")
+        comp.failures.append(
+            f"replay: {outcomes['Bbad']} bad results, {replay_copies} copies sent, "
+            f"{replay_world.mailer.sends} send calls"
+        )
     a.check = f"{once}/{done} sent exactly once"
     b.check = f"{outcomes['Bok']}/{done} replayed, {replay_copies} copy sent in total"
 

@@ -47,8 +47,7 @@ def stack_config(log_dir: Path) -> StackConfig:
         env[name] = f"{seconds / TIME_SCALE:g}"
     # Auth off: the benchmarks compare the send path with a direct Gmail send; an API-key check is
     # one sha256 (microseconds) and would only add a header to every client here.
-    return StackConfig(log_dir=log_dir, sim_index_lag_s=GMAIL_INDEX_LAG_S / TIME_SCALE, service_env=env,
-                       auth=False)
+    return StackConfig(log_dir=log_dir, sim_index_lag_s=GMAIL_INDEX_LAG_S / TIME_SCALE, service_env=env, auth=False)
 
 
 def scaled_env_text() -> str:
@@ -92,8 +91,15 @@ def widen_sim_backlog(sim: object) -> bool:
     return True
 
 
-def functions_process(stack: LocalStack, source: Path, target: str, threads: int | None, name: str,
-                      port: int | None = None, extra_env: dict[str, str] | None = None) -> tuple[ManagedProcess, str]:
+def functions_process(
+    stack: LocalStack,
+    source: Path,
+    target: str,
+    threads: int | None,
+    name: str,
+    port: int | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> tuple[ManagedProcess, str]:
     """functions-framework for `source`/`target` with the stack's environment (plus `extra_env`, e.g.
     another job store). threads=None leaves THREADS unset, i.e. functions-framework's default
     (os.cpu_count() * 4), as deployed."""
@@ -102,8 +108,19 @@ def functions_process(stack: LocalStack, source: Path, target: str, threads: int
     env.pop("THREADS", None)
     if threads is not None:
         env["THREADS"] = str(threads)
-    argv = [sys.executable, "-m", "functions_framework", "--source", str(source), "--target", target,
-            "--host", "127.0.0.1", "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "functions_framework",
+        "--source",
+        str(source),
+        "--target",
+        target,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     proc = ManagedProcess(argv, name=name, log_dir=stack.log_dir, env=env, cwd=REPO_ROOT)
     return proc, f"http://127.0.0.1:{port}"
 

@@ -29,20 +29,33 @@ BUDGETS_S = {  # per benchmark: a slow machine stops early (reported in the note
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="--micro runs the earlier micro-benchmarks instead (transport, claim, "
-                                            "cpu, service): python -m bench.run --micro --help")
-    parser.add_argument("--quick", action="store_true", help="small sizes and 2 runs, for development; "
-                        "writes no result files unless --out is given")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="--micro runs the earlier micro-benchmarks instead (transport, claim, "
+        "cpu, service): python -m bench.run --micro --help",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes and 2 runs, for development; writes no result files unless --out is given",
+    )
     parser.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
     parser.add_argument("--runs", type=int, help="runs per benchmark (default 5; quick 2)")
-    parser.add_argument("--no-deployed", action="store_true",
-                        help="4: skip the second, as-deployed functions instance (THREADS unset)")
-    parser.add_argument("--no-postgres", action="store_true",
-                        help="1-3: measure the Firestore store only (by default PostgreSQL runs side by side)")
-    parser.add_argument("--out", type=Path, help="directory for results.json and results/<date>.md "
-                        "(default: bench/ for a full run, nothing for --quick)")
+    parser.add_argument(
+        "--no-deployed", action="store_true", help="4: skip the second, as-deployed functions instance (THREADS unset)"
+    )
+    parser.add_argument(
+        "--no-postgres",
+        action="store_true",
+        help="1-3: measure the Firestore store only (by default PostgreSQL runs side by side)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="directory for results.json and results/<date>.md (default: bench/ for a full run, nothing for --quick)",
+    )
     args = parser.parse_args(argv)
     chosen = [c.strip() for c in args.only.split(",") if c.strip()]
     unknown = sorted(set(chosen) - set(BENCHES))
@@ -89,8 +102,13 @@ def _alive(pid: int | None) -> bool:
         return False
 
 
-STACK_PATTERNS = ("cloud-firestore-emulator", "pubsub-emulator", "tasks_emulator", "functions_framework",
-                  "safesend-pg-")  # the last: PostgreSQL servers of devstack/postgres.py (their data directory)
+STACK_PATTERNS = (
+    "cloud-firestore-emulator",
+    "pubsub-emulator",
+    "tasks_emulator",
+    "functions_framework",
+    "safesend-pg-",
+)  # the last: PostgreSQL servers of devstack/postgres.py (their data directory)
 
 
 def _other_stack_processes() -> int:
@@ -134,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     interrupted = False
     stack_s = 0.0
     try:
-        progress(f"starting the local stack (Firestore, Pub/Sub, Cloud Tasks emulators, simulator, relay, "
-                 f"functions); logs in {log_dir}")
+        progress(
+            f"starting the local stack (Firestore, Pub/Sub, Cloud Tasks emulators, simulator, relay, "
+            f"functions); logs in {log_dir}"
+        )
         t0 = time.monotonic()
         stack.start()
         stack_s = time.monotonic() - t0
@@ -164,8 +184,14 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:  # noqa: BLE001 - report it in the table, carry on
                     progress(f"{title} could not run: {type(exc).__name__}: {exc}")
                     first = str(exc).splitlines()[0] if str(exc) else ""
-                    got = [Bench(key, title, skipped=f"{type(exc).__name__}: {first}",
-                                 failures=[f"could not run: {type(exc).__name__}: {first}"])]
+                    got = [
+                        Bench(
+                            key,
+                            title,
+                            skipped=f"{type(exc).__name__}: {first}",
+                            failures=[f"could not run: {type(exc).__name__}: {first}"],
+                        )
+                    ]
                 elapsed = time.monotonic() - t1
                 for bench in got:
                     bench.seconds = elapsed / len(got)
@@ -185,26 +211,43 @@ def main(argv: list[str] | None = None) -> int:
     if interrupted:
         return 130
 
-    measured = (f"measured ({args.mode}): {sizes['runs']} runs each; 1) {sizes['latency_n']} calls per variant "
-                f"per latency; 4) {sizes['tp_jobs']} jobs x {sizes['tp_clients']} clients; 5) sweep of "
-                f"{sizes['sweep_due']} due among {'/'.join(f'{s:,}' for s in sizes['sweep_sizes'])} finished; "
-                f"delays scaled 1/{TIME_SCALE:g} on the stack ({scaled_env_text()}), production delays on a "
-                f"fake clock in 2-3"
-                + (f"; 1-3 also on PostgreSQL {postgres.version} (Debian's, on this machine's disk, durable defaults: "
-                   f"fsync and synchronous_commit on) next to the Firestore emulator (in memory)"
-                   if postgres is not None else ""))
-    busy = max(float(x) for x in (load_start.split("/")[0], load_end.split("/")[0]) if x != "?") \
-        if "?" not in (load_start + load_end) else 0.0
-    busy_text = (f"machine busy: load average above the core count ({os.cpu_count()}) at start or end; "
-                 f"ratios are side by side, absolute times are inflated") if busy > (os.cpu_count() or 1) else ""
-    lines = [machine, measured,
-             f"stack start {stack_s:.1f} s; load avg 1/5/15 min at start {load_start}, at end {load_end}; "
-             f"total {total:.0f} s",
-             "load avg (1 min) at the start of each benchmark: "
-             + (", ".join(f"{k} {v.split('/')[0]}" for k, v in loads.items()) or "-")
-             + f"; processes of other local stacks running when the suite started: {others}",
-             "median/p95/min/max over the samples (n); ratio = median / baseline median (benchmarks 2-3: / target), "
-             "[paired min-max] = per-round ratios measured side by side"]
+    measured = (
+        f"measured ({args.mode}): {sizes['runs']} runs each; 1) {sizes['latency_n']} calls per variant "
+        f"per latency; 4) {sizes['tp_jobs']} jobs x {sizes['tp_clients']} clients; 5) sweep of "
+        f"{sizes['sweep_due']} due among {'/'.join(f'{s:,}' for s in sizes['sweep_sizes'])} finished; "
+        f"delays scaled 1/{TIME_SCALE:g} on the stack ({scaled_env_text()}), production delays on a "
+        f"fake clock in 2-3"
+        + (
+            f"; 1-3 also on PostgreSQL {postgres.version} (Debian's, on this machine's disk, durable defaults: "
+            f"fsync and synchronous_commit on) next to the Firestore emulator (in memory)"
+            if postgres is not None
+            else ""
+        )
+    )
+    busy = (
+        max(float(x) for x in (load_start.split("/")[0], load_end.split("/")[0]) if x != "?")
+        if "?" not in (load_start + load_end)
+        else 0.0
+    )
+    busy_text = (
+        (
+            f"machine busy: load average above the core count ({os.cpu_count()}) at start or end; "
+            f"ratios are side by side, absolute times are inflated"
+        )
+        if busy > (os.cpu_count() or 1)
+        else ""
+    )
+    lines = [
+        machine,
+        measured,
+        f"stack start {stack_s:.1f} s; load avg 1/5/15 min at start {load_start}, at end {load_end}; "
+        f"total {total:.0f} s",
+        "load avg (1 min) at the start of each benchmark: "
+        + (", ".join(f"{k} {v.split('/')[0]}" for k, v in loads.items()) or "-")
+        + f"; processes of other local stacks running when the suite started: {others}",
+        "median/p95/min/max over the samples (n); ratio = median / baseline median (benchmarks 2-3: / target), "
+        "[paired min-max] = per-round ratios measured side by side",
+    ]
     if busy_text:
         lines.append(busy_text)
     print("\n".join(lines))
@@ -220,19 +263,35 @@ def main(argv: list[str] | None = None) -> int:
         stamp = time.strftime("%Y-%m-%d")
         json_path = args.out / "results.json"
         md_path = args.out / "results" / f"{stamp}.md"
-        header = {"started_at": started_at, "machine": machine, "measured": measured, "mode": args.mode,
-                  "load_avg_start": load_start, "load_avg_end": load_end, "load_avg_per_benchmark": loads,
-                  "stack_start_s": round(stack_s, 1), "total_s": round(total, 1), "time_scale": TIME_SCALE,
-                  "scaled_env": scaled_env_text(), "sizes": {k: list(v) if isinstance(v, tuple) else v
-                                                             for k, v in sizes.items()},
-                  "processes_left": left, "other_stack_processes_at_start": others}
+        header = {
+            "started_at": started_at,
+            "machine": machine,
+            "measured": measured,
+            "mode": args.mode,
+            "load_avg_start": load_start,
+            "load_avg_end": load_end,
+            "load_avg_per_benchmark": loads,
+            "stack_start_s": round(stack_s, 1),
+            "total_s": round(total, 1),
+            "time_scale": TIME_SCALE,
+            "scaled_env": scaled_env_text(),
+            "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()},
+            "processes_left": left,
+            "other_stack_processes_at_start": others,
+        }
         args.out.mkdir(parents=True, exist_ok=True)
         write_json(json_path, header, results)
         command = "bash scripts/bench.sh" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
-        write_markdown(md_path, [f"`{command}` on {started_at}", "", *[f"- {line}" for line in lines]],
-                       results, ["Full data: `bench/results.json`. How to run and read: `bench/README.md`."])
-        print(f"wrote {json_path.relative_to(REPO_ROOT) if json_path.is_relative_to(REPO_ROOT) else json_path} "
-              f"and {md_path.relative_to(REPO_ROOT) if md_path.is_relative_to(REPO_ROOT) else md_path}")
+        write_markdown(
+            md_path,
+            [f"`{command}` on {started_at}", "", *[f"- {line}" for line in lines]],
+            results,
+            ["Full data: `bench/results.json`. How to run and read: `bench/README.md`."],
+        )
+        print(
+            f"wrote {json_path.relative_to(REPO_ROOT) if json_path.is_relative_to(REPO_ROOT) else json_path} "
+            f"and {md_path.relative_to(REPO_ROOT) if md_path.is_relative_to(REPO_ROOT) else md_path}"
+        )
     failures = [(b.title, f) for b in results for f in b.failures]
     if left:
         failures.append(("cleanup", f"still running: {left}"))
@@ -266,19 +325,27 @@ def _start_postgres(log_dir: Path) -> tuple[Any, str]:
     return server, ""
 
 
-def _runners(stack: Any, args: argparse.Namespace,
-             postgres: Any = None) -> dict[str, tuple[str, Callable[[], list[Bench]]]]:
+def _runners(
+    stack: Any, args: argparse.Namespace, postgres: Any = None
+) -> dict[str, tuple[str, Callable[[], list[Bench]]]]:
     from . import certainty, coldstart, latency, paths, sweep, throughput
 
     s, b = args.sizes, args.budgets
     return {
         "latency": ("1. latency", lambda: latency.run(stack, s["latency_n"], (0.3, 0.05), b["latency"], postgres)),
-        "paths": ("2-3. store ops and Gmail units by path",
-                  lambda: paths.run(stack, s["runs"], b["paths"], postgres)),
-        "throughput": ("4. throughput", lambda: [throughput.run(stack, s["tp_jobs"], s["tp_clients"], s["runs"],
-                                                                b["throughput"], deployed=not args.no_deployed)]),
-        "sweep": ("5. sweeper scaling", lambda: [sweep.run(stack, s["sweep_sizes"], s["sweep_due"], s["runs"],
-                                                           b["sweep"])]),
+        "paths": ("2-3. store ops and Gmail units by path", lambda: paths.run(stack, s["runs"], b["paths"], postgres)),
+        "throughput": (
+            "4. throughput",
+            lambda: [
+                throughput.run(
+                    stack, s["tp_jobs"], s["tp_clients"], s["runs"], b["throughput"], deployed=not args.no_deployed
+                )
+            ],
+        ),
+        "sweep": (
+            "5. sweeper scaling",
+            lambda: [sweep.run(stack, s["sweep_sizes"], s["sweep_due"], s["runs"], b["sweep"])],
+        ),
         "certainty": ("6. time to certainty", lambda: [certainty.run(stack, s["runs"], b["certainty"])]),
         "coldstart": ("7. cold start", lambda: [coldstart.run(stack, s["runs"], b["coldstart"])]),
     }

@@ -56,16 +56,18 @@ class _TimedStore(CountingStore):
 
 def _job(key: str, now: datetime) -> Any:
     request = parse_send_request(send_body(key), SENDER, None)
-    job = new_job(job_id_for(key), key, message_id_for(key, DOMAIN), CHANNEL, request.payload,
-                  request.payload_hash, now)
+    job = new_job(
+        job_id_for(key), key, message_id_for(key, DOMAIN), CHANNEL, request.payload, request.payload_hash, now
+    )
     return start_attempt(job, now, "seed", Timing())
 
 
 def _finished_doc(key: str, now: datetime) -> dict:
     policy = ChannelPolicies.load(DEFAULT_CHANNELS_FILE).get(CHANNEL)
     job = _job(key, now)
-    job = record_outcome(job, Accepted(gmail_id="0" * 16, thread_id="0" * 16), "seed", now, policy, Timing(),
-                         lambda a, b: b)
+    job = record_outcome(
+        job, Accepted(gmail_id="0" * 16, thread_id="0" * 16), "seed", now, policy, Timing(), lambda a, b: b
+    )
     job.version = 3
     return job.to_dict()
 
@@ -74,8 +76,9 @@ def _due_doc(key: str, now: datetime) -> dict:
     policy = ChannelPolicies.load(DEFAULT_CHANNELS_FILE).get(CHANNEL)
     attempt_at = now - timedelta(minutes=10)
     job = _job(key, attempt_at)
-    job = record_outcome(job, Failure(Bucket.MAYBE_ACCEPTED, False, "timeout"), "seed", attempt_at, policy,
-                         Timing(), lambda a, b: b)
+    job = record_outcome(
+        job, Failure(Bucket.MAYBE_ACCEPTED, False, "timeout"), "seed", attempt_at, policy, Timing(), lambda a, b: b
+    )
     job.next_check_at = now - timedelta(seconds=30)
     job.version = 2
     return job.to_dict()
@@ -84,7 +87,7 @@ def _due_doc(key: str, now: datetime) -> dict:
 def _write(client: firestore.Client, collection: str, docs: list[dict]) -> None:
     for start in range(0, len(docs), BATCH_WRITE):
         batch = client.batch()
-        for doc in docs[start:start + BATCH_WRITE]:
+        for doc in docs[start : start + BATCH_WRITE]:
             batch.set(client.collection(collection).document(doc["id"]), doc)
         batch.commit(timeout=120)
 
@@ -119,14 +122,34 @@ def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float
                 raw = build_mime(message_from_payload(job.payload), job.message_id, job.id, job.created_at)
                 sim.insert_message(raw, ("SENT",))
             store = _TimedStore(FirestoreJobStore(PROJECT, collection=collection, client=counted))
-            service = SafeSendService(store, GmailMailer(api_endpoint=sim.url), None, None, policies,
-                                      message_id_domain=DOMAIN, timing=Timing())
+            service = SafeSendService(
+                store,
+                GmailMailer(api_endpoint=sim.url),
+                None,
+                None,
+                policies,
+                message_id_domain=DOMAIN,
+                timing=Timing(),
+            )
             row = bench.add(Row(f"{size:,} finished", baseline=(size == sizes[0])))
-            cases.append({"size": size, "collection": collection, "due_keys": due_keys, "store": store,
-                          "service": service, "row": row, "reads": [], "query_s": [], "examined": []})
+            cases.append(
+                {
+                    "size": size,
+                    "collection": collection,
+                    "due_keys": due_keys,
+                    "store": store,
+                    "service": service,
+                    "row": row,
+                    "reads": [],
+                    "query_s": [],
+                    "examined": [],
+                }
+            )
             progress(f"sweep: seeded {size:,} finished + {due} due jobs in {collection}")
-        bench.notes.append(f"seeding {sum(sizes):,} finished jobs in batches of {BATCH_WRITE} took "
-                           f"{time.monotonic() - seed_start:.1f} s")
+        bench.notes.append(
+            f"seeding {sum(sizes):,} finished jobs in batches of {BATCH_WRITE} took "
+            f"{time.monotonic() - seed_start:.1f} s"
+        )
         for case in cases:  # warm-up: one untimed sweep per collection
             _reset_due(seeder, case)
             case["service"].sweep(batch=due, budget_s=120)
@@ -153,8 +176,10 @@ def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float
                 case["examined"].append(report.examined)
                 walls[case["size"]] = wall
                 if report.examined != due or report.actions != {"checked_sent": due} or report.errors:
-                    bench.failures.append(f"{case['size']} run {r + 1}: examined {report.examined}, "
-                                          f"actions {report.actions}, errors {report.errors}")
+                    bench.failures.append(
+                        f"{case['size']} run {r + 1}: examined {report.examined}, "
+                        f"actions {report.actions}, errors {report.errors}"
+                    )
             for case in cases[1:]:
                 case["row"].pairs.append(walls[case["size"]] / walls[cases[0]["size"]])
             progress(f"sweep run {r + 1}/{runs}: " + ", ".join(f"{s:,}: {w:.2f} s" for s, w in walls.items()))
@@ -162,8 +187,10 @@ def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float
         for case in cases:
             row: Row = case["row"]
             case["work"] = [w - q for w, q in zip(row.samples, case["query_s"], strict=False)]
-            row.check = (f"queries {fmt_s(median(case['query_s']))}, the rest {fmt_s(median(case['work']))}; "
-                         f"{median(case['reads']):.0f} reads/sweep; examined {min(case['examined'], default=0)}")
+            row.check = (
+                f"queries {fmt_s(median(case['query_s']))}, the rest {fmt_s(median(case['work']))}; "
+                f"{median(case['reads']):.0f} reads/sweep; examined {min(case['examined'], default=0)}"
+            )
             row.detail = {"reads": case["reads"], "query_s": case["query_s"]}
         last = cases[-1]["row"]
         if len(cases) > 1:
@@ -186,12 +213,15 @@ def _explain(bench: Bench, cases: list[dict[str, Any]], due: int) -> None:
     reads = median(cases[0]["reads"])
     batch_text = ""
     if due > 50:
-        batch_text = (f" A sweep queries `SAFESEND_SWEEP_BATCH` (default 50) jobs at a time and drains up to 20 "
-                      f"batches per state within its budget; here batch={due}.")
+        batch_text = (
+            f" A sweep queries `SAFESEND_SWEEP_BATCH` (default 50) jobs at a time and drains up to 20 "
+            f"batches per state within its budget; here batch={due}."
+        )
     bench.notes.append(
         f"{reads:.0f} reads per sweep of {due} due jobs: the 5 queries (one per swept state; {due} documents + "
         f"1 billed read per empty query). `advance()` reuses the job the query returned and each "
-        f"compare-and-set is a conditional write, so nothing is read twice." + batch_text)
+        f"compare-and-set is a conditional write, so nothing is read twice." + batch_text
+    )
     first, last = cases[0], cases[-1]
     q0, qn = median(first["query_s"]), median(last["query_s"])
     if len(cases) > 1 and last["size"] > first["size"]:
@@ -203,11 +233,13 @@ def _explain(bench: Bench, cases: list[dict[str, Any]], due: int) -> None:
             f"work does not grow. In production `state == X AND next_check_at <= now ORDER BY next_check_at "
             f"LIMIT n` is served by the composite index (state ASC, next_check_at ASC) in "
             f"infra/firestore.indexes.json, whose cost follows the results, so the emulator's ratio is an "
-            f"upper bound.")
+            f"upper bound."
+        )
     if last["row"].verdict == "MISS":
         w0, wn = median(first.get("work") or [float("nan")]), median(last.get("work") or [float("nan")])
         bench.findings.append(
             f"the {last['size']:,} case took x{last['row'].ratio:.2f} of the empty case; the growth is in the "
             f"queries ({fmt_s(q0)} -> {fmt_s(qn)}), i.e. the emulator's scan (see notes): the rest of the sweep "
             f"took {fmt_s(wn)} vs {fmt_s(w0)} (x{wn / w0:.2f}). Not in safesend's query or per-job work; "
-            f"nothing to fix in safesend for this target, which needs a check against real Firestore.")
+            f"nothing to fix in safesend for this target, which needs a check against real Firestore."
+        )

@@ -99,21 +99,32 @@ def _drop_idle_connections(https: list[Any], sessions: list[requests.Session]) -
             adapter.close()
 
 
-def run(stack: LocalStack, jobs: int, clients: int, runs: int, budget_s: float,
-        deployed: bool = True) -> Bench:
+def run(stack: LocalStack, jobs: int, clients: int, runs: int, budget_s: float, deployed: bool = True) -> Bench:
     sim, relay = stack.sim, stack.relay
     assert sim is not None and relay is not None and stack.functions is not None
     default_threads = (os.cpu_count() or 1) * 4
-    bench = Bench("throughput", f"4. throughput, {jobs} jobs x {clients} clients",
-                  f"one run: {jobs} jobs / wall time, Gmail {LATENCY_S * 1000:.0f} ms")
+    bench = Bench(
+        "throughput",
+        f"4. throughput, {jobs} jobs x {clients} clients",
+        f"one run: {jobs} jobs / wall time, Gmail {LATENCY_S * 1000:.0f} ms",
+    )
     base = bench.add(Row("direct messages.send", unit="rate", baseline=True))
     ours = bench.add(Row(f"safesend, THREADS={STACK_THREADS} (stack)", unit="rate"))
     proc = None
     sides: list[tuple[Row, Callable[[int, int], bool], int | None]] = []
     tag = uuid.uuid4().hex[:8]
     https = [httplib2.Http(timeout=60) for _ in range(clients)]
-    services = [build("gmail", "v1", http=h, client_options={"api_endpoint": relay.url},
-                      static_discovery=True, cache_discovery=False) for h in https]
+    services = [
+        build(
+            "gmail",
+            "v1",
+            http=h,
+            client_options={"api_endpoint": relay.url},
+            static_discovery=True,
+            cache_discovery=False,
+        )
+        for h in https
+    ]
     sessions = [requests.Session() for _ in range(clients)]
     told: list[str] = []
     ours_ids: list[str] = []
@@ -123,8 +134,9 @@ def run(stack: LocalStack, jobs: int, clients: int, runs: int, budget_s: float,
 
     def direct(slot: int, index: int) -> bool:
         raw, message_id = raw_for(f"bench-tp-direct:{tag}:{round_no[0]}:{index}")
-        answer = services[slot].users().messages().send(
-            userId="me", body={"raw": encode_raw(raw)}).execute(num_retries=0)
+        answer = (
+            services[slot].users().messages().send(userId="me", body={"raw": encode_raw(raw)}).execute(num_retries=0)
+        )
         with lock:
             told.append(message_id)
         return bool(answer.get("id"))
@@ -139,13 +151,15 @@ def run(stack: LocalStack, jobs: int, clients: int, runs: int, budget_s: float,
                 if view.get("message_id"):
                     ours_ids.append(view["message_id"])
             return response.status_code == 200 and view.get("state") == "sent"
+
         return send
 
     try:
         sides = [(base, direct, None), (ours, via(f"{stack.url}/send", "stack"), stack.functions.pid)]
         if deployed:
-            proc, url = functions_process(stack, REPO_ROOT / "functions" / "main.py", "send", None,
-                                          "functions-deployed")
+            proc, url = functions_process(
+                stack, REPO_ROOT / "functions" / "main.py", "send", None, "functions-deployed"
+            )
             proc.start()
             if wait_http(f"{url}/", timeout_s=60) is None:
                 raise RuntimeError(f"the as-deployed instance did not answer; log {proc.log_path}")
@@ -180,8 +194,10 @@ def run(stack: LocalStack, jobs: int, clients: int, runs: int, budget_s: float,
                 busy[id(row)].append(median(lat) if lat else float("nan"))
                 if failures:
                     bench.failures.append(f"{row.variant} run {r + 1}: {failures} of {jobs} jobs failed")
-                progress(f"throughput run {r + 1}/{runs} {row.variant}: {jobs / wall:.1f} jobs/s "
-                         f"({wall:.1f} s, {failures} failed)")
+                progress(
+                    f"throughput run {r + 1}/{runs} {row.variant}: {jobs / wall:.1f} jobs/s "
+                    f"({wall:.1f} s, {failures} failed)"
+                )
             for row, _, _ in sides[1:]:
                 row.pairs.append(walls[id(base)] / walls[id(row)])
         bench.finish()
@@ -214,31 +230,47 @@ def run(stack: LocalStack, jobs: int, clients: int, runs: int, budget_s: float,
     return bench
 
 
-def _explain(bench: Bench, base: Row, sides: list, cpu: dict[int, list[float]], default_threads: int,
-             clients: int, call_p50: dict[int, float]) -> None:
+def _explain(
+    bench: Bench,
+    base: Row,
+    sides: list,
+    cpu: dict[int, list[float]],
+    default_threads: int,
+    clients: int,
+    call_p50: dict[int, float],
+) -> None:
     misses = [row for row, _, _ in sides if row.verdict == "MISS"]
     if not misses:
         return
     stack_row = sides[1][0]
     reads0 = sides[-1][0]
-    text = (f"with every client busy, throughput is concurrency / time per call: a safesend call takes "
-            f"{fmt_s(call_p50[id(stack_row)])} (p50) against {fmt_s(call_p50[id(base)])} for a direct send, because "
-            f"it waits on the Gmail send ({LATENCY_S * 1000:.0f} ms), plus two Firestore writes and the HTTP hop "
-            f"(the Message-ID read-back runs on an instance's first send and then 1 in 100)")
+    text = (
+        f"with every client busy, throughput is concurrency / time per call: a safesend call takes "
+        f"{fmt_s(call_p50[id(stack_row)])} (p50) against {fmt_s(call_p50[id(base)])} for a direct send, because "
+        f"it waits on the Gmail send ({LATENCY_S * 1000:.0f} ms), plus two Firestore writes and the HTTP hop "
+        f"(the Message-ID read-back runs on an instance's first send and then 1 in 100)"
+    )
     cpus = [median(cpu[id(row)]) for row, _, pid in sides if pid]
     if cpus:
-        text += (f"; the instance spends about {median(cpus) * 1e3:.0f} ms CPU per job in one Python process "
-                 f"(GIL), so CPU is not the limit at this rate")
+        text += (
+            f"; the instance spends about {median(cpus) * 1e3:.0f} ms CPU per job in one Python process "
+            f"(GIL), so CPU is not the limit at this rate"
+        )
     if default_threads < clients:
-        text += (f". As deployed (THREADS unset) gunicorn runs os.cpu_count() * 4 = {default_threads} threads on "
-                 f"this machine, so only {default_threads} of the {clients} clients are served at a time and the "
-                 f"rest queue")
-    text += (". In production each Cloud Functions instance takes one request at a time "
-             "(max_instance_request_concurrency = 1) and concurrent clients fan out over up to send_max_instances "
-             "instances, so this single-instance figure is a floor: the limit here is the thread count, not "
-             "safesend's work")
+        text += (
+            f". As deployed (THREADS unset) gunicorn runs os.cpu_count() * 4 = {default_threads} threads on "
+            f"this machine, so only {default_threads} of the {clients} clients are served at a time and the "
+            f"rest queue"
+        )
+    text += (
+        ". In production each Cloud Functions instance takes one request at a time "
+        "(max_instance_request_concurrency = 1) and concurrent clients fan out over up to send_max_instances "
+        "instances, so this single-instance figure is a floor: the limit here is the thread count, not "
+        "safesend's work"
+    )
     if reads0.ratio is not None:
-        text += (f"; with THREADS=16 the same instance reaches x{stack_row.ratio:.2f}"
-                 if stack_row.ratio is not None else "")
+        text += (
+            f"; with THREADS=16 the same instance reaches x{stack_row.ratio:.2f}" if stack_row.ratio is not None else ""
+        )
     text += "."
     bench.findings.append(text)

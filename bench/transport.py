@@ -55,8 +55,14 @@ def run(n: int, budget_s: float) -> Comparison:
         conns = _ConnectionCounter(sim)
         mailer = GmailMailer(api_endpoint=sim.url, send_timeout_s=TIMEOUT_S, read_timeout_s=TIMEOUT_S)
         stock_http = httplib2.Http(timeout=TIMEOUT_S)
-        stock = build("gmail", "v1", http=stock_http, client_options={"api_endpoint": sim.url},
-                      static_discovery=True, cache_discovery=False)
+        stock = build(
+            "gmail",
+            "v1",
+            http=stock_http,
+            client_options={"api_endpoint": sim.url},
+            static_discovery=True,
+            cache_discovery=False,
+        )
 
         def send_safesend(raw: bytes) -> str:
             outcome = mailer.send(raw)
@@ -65,24 +71,25 @@ def run(n: int, budget_s: float) -> Comparison:
             return outcome.gmail_id
 
         def send_stock(raw: bytes) -> str:
-            response = stock.users().messages().send(
-                userId="me", body={"raw": encode_raw(raw)}).execute(num_retries=0)
+            response = stock.users().messages().send(userId="me", body={"raw": encode_raw(raw)}).execute(num_retries=0)
             return response["id"]
 
         sides: list[tuple[Variant, Callable[[bytes], str], str]] = [
-            (a, send_safesend, "oneshot"), (b, send_stock, "keepalive")]
+            (a, send_safesend, "oneshot"),
+            (b, send_stock, "keepalive"),
+        ]
         # Message-ID -> gmail id we were told; each send has its own key, so its own Message-ID.
         told: dict[str, str] = {}
         new_conns = {"oneshot": 0, "keepalive": 0}
         errors = Counter[str]()
-        raws = {tag: [raw_for(f"bench-transport:{tag}:{i}") for i in range(n + WARMUP)]
-                for _, _, tag in sides}
+        raws = {tag: [raw_for(f"bench-transport:{tag}:{i}") for i in range(n + WARMUP)] for _, _, tag in sides}
 
         budget = Budget(budget_s)
         for i in range(n + WARMUP):
             if i >= WARMUP and budget.exhausted:
-                comp.notes.append(f"transport: time budget {budget_s:.0f} s reached after {i - WARMUP} "
-                                  f"sends per variant (asked {n})")
+                comp.notes.append(
+                    f"transport: time budget {budget_s:.0f} s reached after {i - WARMUP} sends per variant (asked {n})"
+                )
                 break
             order = sides if i % 2 == 0 else sides[::-1]
             for variant, send, tag in order:

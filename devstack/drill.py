@@ -57,7 +57,7 @@ from safesend.adapters.one_shot_http import (  # noqa: E402
     OneShotHttp,
     TransportError,
 )
-from safesend.classify import TransportFault  # noqa: E402
+from safesend.classify import TransportErrorKind  # noqa: E402
 from safesend.errors import HistoryExpiredError, MailboxUnavailableError  # noqa: E402
 from safesend.keys import is_valid_hostname, job_id_for, message_id_for  # noqa: E402
 from safesend.logs import mask_emails  # noqa: E402
@@ -167,7 +167,7 @@ class CutAfterWriteHttp(OneShotHttp):
         try:
             conn.request(method, path, body=payload, headers=headers)
         except Exception as exc:  # partly written: as ambiguous as any send failure
-            raise TransportError(TransportFault.DISCONNECTED_AFTER_WRITE, f"drill: write failed: {exc!r}") from exc
+            raise TransportError(TransportErrorKind.DISCONNECTED_AFTER_WRITE, f"drill: write failed: {exc!r}") from exc
         _wait_until_acknowledged(conn.sock, min(ACK_WAIT_S, max(0.0, deadline - time.monotonic())))
         self.written_at = time.monotonic()
         if self.hold_s:
@@ -175,7 +175,7 @@ class CutAfterWriteHttp(OneShotHttp):
         with contextlib.suppress(OSError):
             conn.sock.shutdown(socket.SHUT_RDWR)
         raise TransportError(
-            TransportFault.DISCONNECTED_AFTER_WRITE,
+            TransportErrorKind.DISCONNECTED_AFTER_WRITE,
             "drill: connection cut after the request was written, answer never read",
         )
 
@@ -348,7 +348,7 @@ class Drill:
                 written_at = self._count("send", lambda: self.cut_send(raw))
             except TransportError as exc:  # failed before the request was written: nothing sent
                 row._t = self.clock()
-                row.outcome = f"not_sent_{exc.fault.value}"
+                row.outcome = f"not_sent_{exc.kind.value}"
             else:
                 row._t = written_at
                 row.send_s = round(written_at - started, 3)

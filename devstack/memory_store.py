@@ -82,12 +82,20 @@ class InMemoryJobStore:
 
     def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
         now = as_utc(now)
-        return self._query(lambda d: d.get("state") == state.value and _at_or_before(d.get("next_check_at"), now),
-                           "next_check_at", limit)
+        return self._query(
+            lambda d: d.get("state") == state.value and _at_or_before(d.get("next_check_at"), now),
+            "next_check_at",
+            limit,
+        )
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
-        return self._query(lambda d: d.get("state") in (State.REVIEW.value, State.FAILED.value)
-                           and isinstance(d.get("updated_at"), datetime), "updated_at", limit)
+        return self._query(
+            lambda d: (
+                d.get("state") in (State.REVIEW.value, State.FAILED.value) and isinstance(d.get("updated_at"), datetime)
+            ),
+            "updated_at",
+            limit,
+        )
 
     def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
         now = as_utc(now)
@@ -110,12 +118,17 @@ class InMemoryJobStore:
             found = [(doc[order_by], job_id, _stored(doc)) for job_id, doc in self._docs.items() if matches(doc)]
         found.sort(key=lambda item: (item[0], item[1]))
         jobs = []
-        for _, job_id, doc in found[:max(limit, 0)]:
+        for _, job_id, doc in found[: max(limit, 0)]:
             try:
                 jobs.append(Job.from_dict(doc))
             except (TypeError, ValueError, KeyError, AttributeError) as exc:
-                log(logging.ERROR, "job document cannot be read as a job; the sweeper skips it", job_id=job_id,
-                    error_type=type(exc).__name__, error=str(exc)[:300])
+                log(
+                    logging.ERROR,
+                    "job document cannot be read as a job; the sweeper skips it",
+                    job_id=job_id,
+                    error_type=type(exc).__name__,
+                    error=str(exc)[:300],
+                )
         return jobs
 
 

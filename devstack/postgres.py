@@ -61,11 +61,13 @@ def find_bin_dir() -> Path:
     override = os.environ.get(BIN_ENV)
     if override:
         return Path(override)
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin"),
-                   key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else -1)
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else -1
+    )
     if not found:
-        raise EmulatorMissingError(f"PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin: "
-                                   f"{INSTALL_HINT}, or set {BIN_ENV}")
+        raise EmulatorMissingError(
+            f"PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin: {INSTALL_HINT}, or set {BIN_ENV}"
+        )
     return found[-1]
 
 
@@ -77,8 +79,10 @@ def _run_as() -> pwd.struct_passwd | None:
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        raise EmulatorMissingError(f"running as root, but there is no user {name!r} to run PostgreSQL as: "
-                                   f"{INSTALL_HINT} (it creates `postgres`), or set {USER_ENV}") from None
+        raise EmulatorMissingError(
+            f"running as root, but there is no user {name!r} to run PostgreSQL as: "
+            f"{INSTALL_HINT} (it creates `postgres`), or set {USER_ENV}"
+        ) from None
 
 
 def _children_of(pid: int) -> list[int]:
@@ -110,9 +114,16 @@ class PostgresServer:
 
     name = "postgres"
 
-    def __init__(self, port: int | None = None, *, log_dir: str | os.PathLike[str] | None = None,
-                 durable: bool = False, settings: Mapping[str, str] | None = None,
-                 startup_timeout: float = 60.0, stop_timeout: float = 10.0):
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        log_dir: str | os.PathLike[str] | None = None,
+        durable: bool = False,
+        settings: Mapping[str, str] | None = None,
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 10.0,
+    ):
         """durable=False turns fsync and synchronous commit off (tests, local stack); the benchmarks
         keep PostgreSQL's defaults. `settings` are extra server settings (-c name=value)."""
         self._requested_port = port
@@ -150,8 +161,10 @@ class PostgresServer:
 
     def env(self, schema: str | None = None) -> dict[str, str]:
         """What a safesend process needs to use this server as its job store."""
-        return {"SAFESEND_STORE": "postgres",
-                "SAFESEND_POSTGRES_DSN": self.schema_dsn(schema) if schema else self.dsn()}
+        return {
+            "SAFESEND_STORE": "postgres",
+            "SAFESEND_POSTGRES_DSN": self.schema_dsn(schema) if schema else self.dsn(),
+        }
 
     # -- administration (as the superuser, autocommit)
 
@@ -179,8 +192,10 @@ class PostgresServer:
             if not os.access(bin_dir / tool, os.X_OK):
                 raise EmulatorMissingError(f"{bin_dir / tool} is missing or not executable: {INSTALL_HINT}")
         if _run_as() is not None and shutil.which("setpriv") is None:
-            raise EmulatorMissingError("running as root needs setpriv (util-linux) to start PostgreSQL as "
-                                       "another user: apt-get install -y util-linux")
+            raise EmulatorMissingError(
+                "running as root needs setpriv (util-linux) to start PostgreSQL as "
+                "another user: apt-get install -y util-linux"
+            )
         return bin_dir
 
     def _as_user(self, argv: list[str]) -> list[str]:
@@ -195,27 +210,54 @@ class PostgresServer:
         if user is not None:
             os.chown(self.base_dir, user.pw_uid, user.pw_gid)
         data = self.base_dir / "data"
-        argv = self._as_user([str(bin_dir / "initdb"), "-D", str(data), "-U", SUPERUSER, "--auth=trust",
-                              "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"])
+        argv = self._as_user(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+            ]
+        )
         try:
-            done = subprocess.run(argv, cwd=self.base_dir, stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=self.startup_timeout, check=False)
+            done = subprocess.run(
+                argv,
+                cwd=self.base_dir,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=self.startup_timeout,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
             raise ProcessStartError(f"initdb did not finish in {self.startup_timeout:.0f}s") from exc
         if done.returncode != 0:
-            raise ProcessStartError(f"initdb failed ({done.returncode}): "
-                                    f"{(done.stderr or done.stdout).decode(errors='replace')[-2000:]}")
+            raise ProcessStartError(
+                f"initdb failed ({done.returncode}): {(done.stderr or done.stdout).decode(errors='replace')[-2000:]}"
+            )
         # Loopback TCP only: the bootstrap superuser is trusted; any other role needs its password
         # (scram), so tests can check password / IAM-token style logins against the same server.
         (data / "pg_hba.conf").write_text(
-            f"host all {SUPERUSER} 127.0.0.1/32 trust\n"
-            "host all all 127.0.0.1/32 scram-sha-256\n")
+            f"host all {SUPERUSER} 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+        )
         return data
 
     def _command(self, bin_dir: Path, data: Path, port: int) -> list[str]:
-        settings = {"listen_addresses": LOOPBACK, "port": str(port), "unix_socket_directories": "",
-                    "max_connections": "200", "log_min_messages": "warning", "log_timezone": "UTC",
-                    **({} if self.durable else THROWAWAY_SETTINGS), **self.settings}
+        settings = {
+            "listen_addresses": LOOPBACK,
+            "port": str(port),
+            "unix_socket_directories": "",
+            "max_connections": "200",
+            "log_min_messages": "warning",
+            "log_timezone": "UTC",
+            **({} if self.durable else THROWAWAY_SETTINGS),
+            **self.settings,
+        }
         argv = [str(bin_dir / "postgres"), "-D", str(data)]
         for name, value in settings.items():
             argv += ["-c", f"{name}={value}"]
@@ -252,8 +294,13 @@ class PostgresServer:
                     continue
                 raise PortInUseError(f"postgres: port {port} on {LOOPBACK} is already in use")
             self._port = port
-            self.process = ManagedProcess(self._command(bin_dir, data, port), name=f"postgres-{port}",
-                                          log_dir=self.log_dir, cwd=self.base_dir, stop_timeout=self.stop_timeout)
+            self.process = ManagedProcess(
+                self._command(bin_dir, data, port),
+                name=f"postgres-{port}",
+                log_dir=self.log_dir,
+                cwd=self.base_dir,
+                stop_timeout=self.stop_timeout,
+            )
             self.process.start()
             try:
                 self.process.wait_ready(self._ready, timeout=self.startup_timeout, what=f"ready on {self.host}")
@@ -305,8 +352,9 @@ class PostgresServer:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:
@@ -362,8 +410,11 @@ class PgFaultProxy:
 
     def dsn_of(self, server: PostgresServer, schema: str | None = None, **params: str) -> str:
         """`server`'s DSN (optionally isolated to `schema`), through this proxy."""
-        base = server.schema_dsn(schema, gssencmode="disable", **params) if schema else \
-            server.dsn(gssencmode="disable", **params)
+        base = (
+            server.schema_dsn(schema, gssencmode="disable", **params)
+            if schema
+            else server.dsn(gssencmode="disable", **params)
+        )
         return base.replace(f":{server.port}/", f":{self.port}/", 1)
 
     # -- rules
@@ -441,8 +492,16 @@ class PgFaultProxy:
     def _lost_answer_rule(self, data: bytes) -> dict[str, Any] | None:
         """The lose_answer rule a request carrying `data` would use, if any (not used up yet)."""
         with self._lock:
-            return next((r for r in self._rules if r["mode"] == "lose_answer" and r["remaining"] > 0
-                         and (r["needle"] is None or r["needle"] in data)), None)
+            return next(
+                (
+                    r
+                    for r in self._rules
+                    if r["mode"] == "lose_answer"
+                    and r["remaining"] > 0
+                    and (r["needle"] is None or r["needle"] in data)
+                ),
+                None,
+            )
 
     def _use(self, rule: dict[str, Any]) -> bool:
         with self._lock:
@@ -511,7 +570,7 @@ class PgFaultProxy:
                     head = 4 if not started else 5
                     if len(buffer) < head:
                         break
-                    length = struct.unpack("!I", buffer[head - 4:head])[0] + (head - 4)
+                    length = struct.unpack("!I", buffer[head - 4 : head])[0] + (head - 4)
                     if len(buffer) < length:
                         break
                     kind = _CLIENT_MESSAGES.get(buffer[:1], "other") if started else "startup"
@@ -541,7 +600,7 @@ class PgFaultProxy:
                     length = struct.unpack("!I", buffer[1:5])[0]
                     if len(buffer) < 1 + length:
                         break
-                    frame, buffer = buffer[:1 + length], buffer[1 + length:]
+                    frame, buffer = buffer[: 1 + length], buffer[1 + length :]
                     if frame[:1] == b"Z":
                         self._count(round_trips=1)
                     elif frame[:1] == b"C":
@@ -564,8 +623,18 @@ class PgFaultProxy:
         self._close(pair)
 
 
-_CLIENT_MESSAGES = {b"P": "parse", b"B": "bind", b"E": "execute", b"S": "sync", b"Q": "query", b"D": "describe",
-                    b"C": "close", b"H": "flush", b"X": "terminate", b"p": "password"}
+_CLIENT_MESSAGES = {
+    b"P": "parse",
+    b"B": "bind",
+    b"E": "execute",
+    b"S": "sync",
+    b"Q": "query",
+    b"D": "describe",
+    b"C": "close",
+    b"H": "flush",
+    b"X": "terminate",
+    b"p": "password",
+}
 
 
 def _controls_a_transaction(frame: bytes, kind: str) -> bool:
@@ -574,8 +643,16 @@ def _controls_a_transaction(frame: bytes, kind: str) -> bool:
     if kind == "parse":  # statement name, then the query, both NUL-terminated
         body = body.split(b"\x00", 1)[-1]
     words = body.split(b"\x00", 1)[0].strip().upper().split()
-    return bool(words) and words[0] in (b"BEGIN", b"START", b"COMMIT", b"ROLLBACK", b"SAVEPOINT", b"RELEASE",
-                                        b"END", b"ABORT")
+    return bool(words) and words[0] in (
+        b"BEGIN",
+        b"START",
+        b"COMMIT",
+        b"ROLLBACK",
+        b"SAVEPOINT",
+        b"RELEASE",
+        b"END",
+        b"ABORT",
+    )
 
 
 def _rows_of(tag: bytes) -> dict[str, int]:

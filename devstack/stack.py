@@ -55,22 +55,26 @@ class StackConfig:
     # Reviewers: notify runs (push relay), with fake Google Chat and Slack webhooks that record what
     # they get (stack.chat, stack.slack); items not notified in 5 s are published again.
     reviewers: bool = True
-    service_env: dict[str, str] = field(default_factory=lambda: {
-        "SAFESEND_SEND_TIMEOUT_S": "2",
-        "SAFESEND_READ_TIMEOUT_S": "5",
-        "SAFESEND_LEASE_S": "5",
-        "SAFESEND_INDEX_LAG_S": "1",
-        "SAFESEND_UNKNOWN_WINDOW_S": "3",
-        "SAFESEND_VERIFY_HORIZON_S": "10",
-        "SAFESEND_HISTORY_CHECK_S": "0.3",  # the change log first (index lag 1 s), then the search
-        "SAFESEND_RECHECK_S": "1",
-        "SAFESEND_PUBLISH_LEASE_S": "2",
-        "SAFESEND_REQUEST_BUDGET_S": "8",
-        "SAFESEND_CHANNELS_JSON": json.dumps({
-            "transactional": {"retry_base_s": 0.2, "retry_cap_s": 1.0},
-            "notifications": {"retry_base_s": 0.2, "retry_cap_s": 1.0},
-        }),
-    })
+    service_env: dict[str, str] = field(
+        default_factory=lambda: {
+            "SAFESEND_SEND_TIMEOUT_S": "2",
+            "SAFESEND_READ_TIMEOUT_S": "5",
+            "SAFESEND_LEASE_S": "5",
+            "SAFESEND_INDEX_LAG_S": "1",
+            "SAFESEND_UNKNOWN_WINDOW_S": "3",
+            "SAFESEND_VERIFY_HORIZON_S": "10",
+            "SAFESEND_HISTORY_CHECK_S": "0.3",  # the change log first (index lag 1 s), then the search
+            "SAFESEND_RECHECK_S": "1",
+            "SAFESEND_PUBLISH_LEASE_S": "2",
+            "SAFESEND_REQUEST_BUDGET_S": "8",
+            "SAFESEND_CHANNELS_JSON": json.dumps(
+                {
+                    "transactional": {"retry_base_s": 0.2, "retry_cap_s": 1.0},
+                    "notifications": {"retry_base_s": 0.2, "retry_cap_s": 1.0},
+                }
+            ),
+        }
+    )
     # The job store: "firestore" (its emulator, as deployed by default) or "postgres" (a throwaway
     # PostgreSQL server from Debian's packages, devstack/postgres.py; SAFESEND_STORE=postgres).
     store: str = "firestore"
@@ -80,8 +84,9 @@ class LocalStack:
     def __init__(self, config: StackConfig | None = None):
         self.config = config or StackConfig()
         self.log_dir = Path(self.config.log_dir or tempfile.mkdtemp(prefix="safesend-stack-"))
-        self.emulators = EmulatorStack(project=PROJECT, log_dir=self.log_dir, tasks_queues=[QUEUE_ID],
-                                       tasks_max_retries=5)
+        self.emulators = EmulatorStack(
+            project=PROJECT, log_dir=self.log_dir, tasks_queues=[QUEUE_ID], tasks_max_retries=5
+        )
         self.sim: GmailSimulator | None = None
         self.relay: FaultRelay | None = None
         self.chat: RecordingReceiver | None = None
@@ -112,9 +117,12 @@ class LocalStack:
     def auth_env(self) -> dict[str, str]:
         if not self.config.auth:
             # Explicitly asked for (run-local.sh --no-auth); deployed configs never set this (infra policy test).
-            return {"SAFESEND_AUTH_DISABLED": "1",
-                    "SAFESEND_CALLBACK_HMAC_SECRET": self.callback_secret,
-                    "SAFESEND_CALLBACK_ALLOWED_HOSTS": "127.0.0.1,localhost", "SAFESEND_CALLBACK_ALLOW_HTTP": "1"}
+            return {
+                "SAFESEND_AUTH_DISABLED": "1",
+                "SAFESEND_CALLBACK_HMAC_SECRET": self.callback_secret,
+                "SAFESEND_CALLBACK_ALLOWED_HOSTS": "127.0.0.1,localhost",
+                "SAFESEND_CALLBACK_ALLOW_HTTP": "1",
+            }
         caller_entry, internal_entry = self._key_entries
         return {
             "SAFESEND_AUTH_API_KEYS": caller_entry,
@@ -143,11 +151,15 @@ class LocalStack:
         return f"projects/{PROJECT}/subscriptions/{NOTIFY_SUBSCRIPTION_ID}"
 
     def reviewer_env(self) -> dict[str, str]:
-        console = {"SAFESEND_REVIEW_CONSOLE_URL": self.url, "SAFESEND_REVIEW_DEV_IDENTITY": self.review_identity,
-                   "SAFESEND_REVIEW_CSRF_SECRET": self.review_csrf_secret}
+        console = {
+            "SAFESEND_REVIEW_CONSOLE_URL": self.url,
+            "SAFESEND_REVIEW_DEV_IDENTITY": self.review_identity,
+            "SAFESEND_REVIEW_CSRF_SECRET": self.review_csrf_secret,
+        }
         if not (self.config.reviewers and self.chat and self.slack):
             return console
-        return {**console,
+        return {
+            **console,
             # Shaped like real webhook URLs (the credential is in the query string).
             "SAFESEND_NOTIFY_CHAT_WEBHOOK_URL": f"{self.chat.url}/v1/spaces/LOCAL/messages?key=k&token=t",
             "SAFESEND_NOTIFY_SLACK_WEBHOOK_URL": f"{self.slack.url}/services/T0/B0/local",
@@ -180,16 +192,21 @@ class LocalStack:
             if self.postgres is not None:
                 self.postgres.start()
             if self.config.use_simulator:
-                self.sim = GmailSimulator(index_lag_s=self.config.sim_index_lag_s,
-                                          effects_path=str(self.log_dir / "effects.jsonl")).start()
+                self.sim = GmailSimulator(
+                    index_lag_s=self.config.sim_index_lag_s, effects_path=str(self.log_dir / "effects.jsonl")
+                ).start()
                 self.relay = FaultRelay(self.sim.url).start()
             if self.config.reviewers:
                 self.chat = RecordingReceiver().start()
                 self.slack = RecordingReceiver().start()
             self._start_functions()
             if self.config.reviewers:
-                self.push_relay = PushRelay(self.notify_subscription_path, f"{self.url}/notify",
-                                            self.internal_headers(), self.emulators.pubsub.host).start()
+                self.push_relay = PushRelay(
+                    self.notify_subscription_path,
+                    f"{self.url}/notify",
+                    self.internal_headers(),
+                    self.emulators.pubsub.host,
+                ).start()
         except BaseException:
             self.stop()
             raise
@@ -204,11 +221,11 @@ class LocalStack:
         try:
             publisher = pubsub_v1.PublisherClient()
             subscriber = pubsub_v1.SubscriberClient()
-            for create in (lambda: publisher.create_topic(name=self.topic_path),
-                           lambda: subscriber.create_subscription(name=self.subscription_path,
-                                                                  topic=self.topic_path),
-                           lambda: subscriber.create_subscription(name=self.notify_subscription_path,
-                                                                  topic=self.topic_path)):
+            for create in (
+                lambda: publisher.create_topic(name=self.topic_path),
+                lambda: subscriber.create_subscription(name=self.subscription_path, topic=self.topic_path),
+                lambda: subscriber.create_subscription(name=self.notify_subscription_path, topic=self.topic_path),
+            ):
                 with contextlib.suppress(gexc.AlreadyExists):
                     create()
             subscriber.close()
@@ -220,8 +237,19 @@ class LocalStack:
 
     def _start_functions(self) -> None:
         env = {**os.environ, **self.service_env(), "PYTHONUNBUFFERED": "1", "THREADS": "16"}
-        argv = [sys.executable, "-m", "functions_framework", "--source", str(REPO_ROOT / "devstack" / "local_app.py"),
-                "--target", "router", "--host", "127.0.0.1", "--port", str(self.port)]
+        argv = [
+            sys.executable,
+            "-m",
+            "functions_framework",
+            "--source",
+            str(REPO_ROOT / "devstack" / "local_app.py"),
+            "--target",
+            "router",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
         self.functions = ManagedProcess(argv, name="functions", log_dir=self.log_dir, env=env, cwd=REPO_ROOT)
         self.functions.start()
         self.functions.wait_ready(self._functions_ready, timeout=30, what="serving HTTP")
@@ -239,14 +267,16 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop everything we started, each by its own handle; keep going past failures."""
-        for stop in (lambda: self.push_relay and self.push_relay.stop(),
-                     lambda: self.functions and self.functions.stop(),
-                     lambda: self.chat and self.chat.stop(),
-                     lambda: self.slack and self.slack.stop(),
-                     lambda: self.relay and self.relay.stop(),
-                     lambda: self.sim and self.sim.stop(),
-                     lambda: self.postgres and self.postgres.stop(),
-                     self.emulators.stop):
+        for stop in (
+            lambda: self.push_relay and self.push_relay.stop(),
+            lambda: self.functions and self.functions.stop(),
+            lambda: self.chat and self.chat.stop(),
+            lambda: self.slack and self.slack.stop(),
+            lambda: self.relay and self.relay.stop(),
+            lambda: self.sim and self.sim.stop(),
+            lambda: self.postgres and self.postgres.stop(),
+            self.emulators.stop,
+        ):
             try:
                 stop()
             except Exception as exc:  # noqa: BLE001 - report and continue stopping the rest
@@ -289,8 +319,7 @@ class SweepTicker:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
-                request = urllib.request.Request(f"{self.url}/sweep", data=b"{}", method="POST",
-                                                 headers=self.headers)
+                request = urllib.request.Request(f"{self.url}/sweep", data=b"{}", method="POST", headers=self.headers)
                 with urllib.request.urlopen(request, timeout=120) as response:
                     response.read()
             except OSError as exc:
@@ -311,8 +340,9 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
         print("usage: scripts/run-local.sh [--no-auth]", file=sys.stderr)
         return 2
     real_gmail = bool(env.get("SAFESEND_GMAIL_CREDENTIALS_FILE") or env.get("SAFESEND_GMAIL_CREDENTIALS_JSON"))
-    config = StackConfig(port=int(env.get("SAFESEND_PORT", "8080")), use_simulator=not real_gmail,
-                         auth="--no-auth" not in argv)
+    config = StackConfig(
+        port=int(env.get("SAFESEND_PORT", "8080")), use_simulator=not real_gmail, auth="--no-auth" not in argv
+    )
     if real_gmail:  # real mailboxes have real index lag: production timings
         config.service_env = {}
     stack = LocalStack(config)
@@ -322,8 +352,7 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
     except BaseException as exc:  # noqa: BLE001 - print and exit non-zero
         print(f"could not start the local stack: {exc}\nlogs: {stack.log_dir}", file=sys.stderr)
         return 1
-    ticker = SweepTicker(stack.url, float(env.get("SAFESEND_SWEEP_INTERVAL_S", "10")),
-                         stack.internal_headers()).start()
+    ticker = SweepTicker(stack.url, float(env.get("SAFESEND_SWEEP_INTERVAL_S", "10")), stack.internal_headers()).start()
     print(local_banner(stack, real_gmail, ticker.interval_s), flush=True)
     try:
         while stack.functions and stack.functions.is_running():
@@ -339,17 +368,29 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
 
 def local_banner(stack: LocalStack, real_gmail: bool, sweep_interval_s: float) -> str:
     """What run-local.sh prints: the URLs, the credentials of this run, and a curl that works."""
-    gmail = "real Gmail (credentials from the environment)" if real_gmail else \
-        (f"Gmail simulator {stack.sim.url if stack.sim else '?'} "
-         f"behind fault relay {stack.relay.url if stack.relay else '?'}")
-    auth = (f"""  API key   {stack.api_key}
+    gmail = (
+        "real Gmail (credentials from the environment)"
+        if real_gmail
+        else (
+            f"Gmail simulator {stack.sim.url if stack.sim else '?'} "
+            f"behind fault relay {stack.relay.url if stack.relay else '?'}"
+        )
+    )
+    auth = (
+        f"""  API key   {stack.api_key}
             (n8n: a Bearer Auth credential with this token; a new key every run)
   HMAC      X-Safesend-Signature secret {stack.hmac_secret}
   callbacks signed with {stack.callback_secret}; http://127.0.0.1 and localhost allowed"""
-            if stack.config.auth else "  auth      OFF (--no-auth): local experiments only")
+        if stack.config.auth
+        else "  auth      OFF (--no-auth): local experiments only"
+    )
     bearer = f" -H 'Authorization: Bearer {stack.api_key}'" if stack.config.auth else ""
-    reviewers = (f"  notify    review items are pushed to /notify; fake Google Chat {stack.chat.url}, "
-                 f"fake Slack {stack.slack.url}\n" if stack.chat and stack.slack else "")
+    reviewers = (
+        f"  notify    review items are pushed to /notify; fake Google Chat {stack.chat.url}, "
+        f"fake Slack {stack.slack.url}\n"
+        if stack.chat and stack.slack
+        else ""
+    )
     return f"""safesend is running locally
   send      POST {stack.url}/send
   status    GET  {stack.url}/status?job_id=...  (or ?dedup_key=...)
@@ -358,7 +399,7 @@ def local_banner(stack: LocalStack, real_gmail: bool, sweep_interval_s: float) -
   gmail     {gmail}
 {auth}
   review    GET  {stack.url}/review   (the reviewers' console; development identity {stack.review_identity})
-{reviewers}  effects   {stack.log_dir / 'effects.jsonl'}
+{reviewers}  effects   {stack.log_dir / "effects.jsonl"}
   logs      {stack.log_dir}
 Try:
   curl -s -XPOST {stack.url}/send -H 'Content-Type: application/json'{bearer} -d '{{"customer_id":"c1","event_type":"order_paid","order_id":"42","channel":"transactional","to":"ann@example.com","subject":"Receipt","text":"Thanks!"}}'

@@ -69,9 +69,16 @@ class FakeMailbox:
             gmail_id = f"{next(self._ids):016x}"
             self.history_id += 3
             self.raws.append(raw)
-            self.effects.append({"gmail_id": gmail_id, "message_id": msg["Message-ID"], "labels": labels,
-                                 "at": self.clock(), "raw_sha256": hashlib.sha256(raw).hexdigest(),
-                                 "history_id": self.history_id})
+            self.effects.append(
+                {
+                    "gmail_id": gmail_id,
+                    "message_id": msg["Message-ID"],
+                    "labels": labels,
+                    "at": self.clock(),
+                    "raw_sha256": hashlib.sha256(raw).hexdigest(),
+                    "history_id": self.history_id,
+                }
+            )
         return Accepted(gmail_id, gmail_id)
 
     def expire_history(self) -> None:
@@ -85,8 +92,11 @@ class FakeMailbox:
         with self._lock:
             if start < self.history_expired_through or start > self.history_id:
                 raise HistoryExpiredError(f"history from {start} expired")
-            added = [MailboxHit(e["gmail_id"], e["gmail_id"], tuple(e["labels"])) for e in self.effects
-                     if e["history_id"] > start and e["at"] <= horizon and "SENT" in e["labels"]]
+            added = [
+                MailboxHit(e["gmail_id"], e["gmail_id"], tuple(e["labels"]))
+                for e in self.effects
+                if e["history_id"] > start and e["at"] <= horizon and "SENT" in e["labels"]
+            ]
             current = str(self.history_id)
         complete = limit is None or len(added) <= limit
         return HistoryPage(tuple(added if complete else added[:limit]), current, complete)
@@ -98,8 +108,11 @@ class FakeMailbox:
     def search(self, message_id: str) -> list[MailboxHit]:
         horizon = self.clock() - timedelta(seconds=self.index_lag_s)
         with self._lock:
-            return [MailboxHit(e["gmail_id"], e["gmail_id"], tuple(e["labels"])) for e in self.effects
-                    if e["message_id"] == message_id and e["at"] <= horizon]
+            return [
+                MailboxHit(e["gmail_id"], e["gmail_id"], tuple(e["labels"]))
+                for e in self.effects
+                if e["message_id"] == message_id and e["at"] <= horizon
+            ]
 
     def count(self, message_id: str) -> int:
         with self._lock:

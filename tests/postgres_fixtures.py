@@ -25,8 +25,11 @@ def postgres_server(emulator_log_dir: Path) -> Iterator[PostgresServer]:
     try:
         server.start()
     except DevstackError as exc:
-        pytest.fail(f"PostgreSQL could not start (logs in {emulator_log_dir}; install it with "
-                    f"scripts/install-postgres.sh):\n{exc}", pytrace=False)
+        pytest.fail(
+            f"PostgreSQL could not start (logs in {emulator_log_dir}; install it with "
+            f"scripts/install-postgres.sh):\n{exc}",
+            pytrace=False,
+        )
     try:
         yield server
     finally:

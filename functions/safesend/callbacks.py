@@ -41,7 +41,7 @@ class CallbackPolicy:
         """The URL if it may be called; raises CallbackUrlError saying what to change."""
         if not self.enabled:
             raise CallbackUrlError("callbacks are not enabled on this server (SAFESEND_CALLBACK_ALLOWED_HOSTS)")
-        if len(url) > MAX_URL_LENGTH or any(ord(c) < 0x21 or ord(c) > 0x7e for c in url):
+        if len(url) > MAX_URL_LENGTH or any(ord(c) < 0x21 or ord(c) > 0x7E for c in url):
             raise CallbackUrlError(f"must be a printable ASCII URL of at most {MAX_URL_LENGTH} characters")
         try:
             parts = urlsplit(url)
@@ -101,5 +101,6 @@ def next_try_at(failed_tries: int, now: datetime, created_at: datetime, horizon_
 
 def notice_body(notice: Mapping[str, Any]) -> bytes:
     """The exact bytes of a notice: canonical JSON of its stored payload, the same on every try."""
-    return json.dumps(notice["payload"], sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=str).encode("utf-8")
+    return json.dumps(notice["payload"], sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode(
+        "utf-8"
+    )

@@ -22,7 +22,7 @@ RATE_LIMIT_REASONS = frozenset(
 )
 
 
-class TransportFault(str, Enum):
+class TransportErrorKind(str, Enum):
     """Where a transport failure happened, as far as the adapter can tell."""
 
     DNS = "dns"  # name did not resolve: no connection, nothing sent
@@ -37,18 +37,18 @@ class TransportFault(str, Enum):
 
 _NOT_SENT = frozenset(
     {
-        TransportFault.DNS,
-        TransportFault.CONNECT_REFUSED,
-        TransportFault.CONNECT_FAILED,
-        TransportFault.TLS_HANDSHAKE,
+        TransportErrorKind.DNS,
+        TransportErrorKind.CONNECT_REFUSED,
+        TransportErrorKind.CONNECT_FAILED,
+        TransportErrorKind.TLS_HANDSHAKE,
     }
 )
 
 
-def classify_transport(fault: TransportFault, detail: str = "") -> Failure:
-    if fault in _NOT_SENT:
-        return Failure(Bucket.NOT_ACCEPTED, retryable=True, code=fault.value, detail=detail)
-    return Failure(Bucket.MAYBE_ACCEPTED, retryable=False, code=fault.value, detail=detail)
+def classify_transport(kind: TransportErrorKind, detail: str = "") -> Failure:
+    if kind in _NOT_SENT:
+        return Failure(Bucket.NOT_ACCEPTED, retryable=True, code=kind.value, detail=detail)
+    return Failure(Bucket.MAYBE_ACCEPTED, retryable=False, code=kind.value, detail=detail)
 
 
 def classify_http(

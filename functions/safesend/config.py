@@ -81,165 +81,309 @@ def _store_kind(name: str, raw: str) -> str:
     return kind
 
 
-def setting(env: str, default: Any, parse: Parser, doc: str, *, shown: str | None = None,
-            secret: bool = False, local_only: bool = False) -> Any:
+def setting(
+    env: str,
+    default: Any,
+    parse: Parser,
+    doc: str,
+    *,
+    shown: str | None = None,
+    secret: bool = False,
+    local_only: bool = False,
+) -> Any:
     """One setting: its environment name, default, parser and meaning, in one place.
     `shown` is the default as the table prints it; `secret`: from Secret Manager when deployed;
     `local_only`: never in a deployed configuration (the infra policy tests forbid it)."""
-    return field(default=default, metadata={"env": env, "parse": parse, "doc": doc, "shown": shown,
-                                            "secret": secret, "local_only": local_only})
+    return field(
+        default=default,
+        metadata={"env": env, "parse": parse, "doc": doc, "shown": shown, "secret": secret, "local_only": local_only},
+    )
 
 
 @dataclass(frozen=True)
 class Settings:
-    project: str = setting("GOOGLE_CLOUD_PROJECT", "", _text, "project of Firestore, Tasks, Pub/Sub "
-                           "(also read from GCLOUD_PROJECT, SAFESEND_PROJECT)", shown="required")
+    project: str = setting(
+        "GOOGLE_CLOUD_PROJECT",
+        "",
+        _text,
+        "project of Firestore, Tasks, Pub/Sub (also read from GCLOUD_PROJECT, SAFESEND_PROJECT)",
+        shown="required",
+    )
     jobs_collection: str = setting("SAFESEND_JOBS_COLLECTION", "ai_jobs", _text, "Firestore collection of the jobs")
-    message_id_domain: str = setting("SAFESEND_MESSAGE_ID_DOMAIN", "", _text,
-                                     "right-hand side of every Message-ID; checked with a probe message at start-up",
-                                     shown="domain of SAFESEND_DEFAULT_FROM")
+    message_id_domain: str = setting(
+        "SAFESEND_MESSAGE_ID_DOMAIN",
+        "",
+        _text,
+        "right-hand side of every Message-ID; checked with a probe message at start-up",
+        shown="domain of SAFESEND_DEFAULT_FROM",
+    )
     default_from: str | None = setting("SAFESEND_DEFAULT_FROM", None, _text, "sender when a request has no `from`")
-    channels_file: str = setting("SAFESEND_CHANNELS_FILE", str(DEFAULT_CHANNELS_FILE), _text,
-                                 "channel policies (TOML)", shown="functions/channels.toml")
-    channels_json: str | None = setting("SAFESEND_CHANNELS_JSON", None, _text,
-                                        "channel policies merged over the file (JSON)")
+    channels_file: str = setting(
+        "SAFESEND_CHANNELS_FILE",
+        str(DEFAULT_CHANNELS_FILE),
+        _text,
+        "channel policies (TOML)",
+        shown="functions/channels.toml",
+    )
+    channels_json: str | None = setting(
+        "SAFESEND_CHANNELS_JSON", None, _text, "channel policies merged over the file (JSON)"
+    )
     # The job store (runtime.build_store)
     store: str = setting("SAFESEND_STORE", "firestore", _store_kind, "job store: `firestore` or `postgres`")
     postgres_dsn: str | None = setting(
-        "SAFESEND_POSTGRES_DSN", None, _text,
+        "SAFESEND_POSTGRES_DSN",
+        None,
+        _text,
         "libpq DSN or URI of the PostgreSQL job store, never with a password (IAM login, a local socket, or trust "
-        "on a local stack); its `options` may set `-c search_path=<schema>`")
-    postgres_iam_auth: bool = setting("SAFESEND_POSTGRES_IAM_AUTH", False, _flag,
-                                      "Cloud SQL IAM database authentication: each new connection logs in with an "
-                                      "access token of the runtime service account as its password")
+        "on a local stack); its `options` may set `-c search_path=<schema>`",
+    )
+    postgres_iam_auth: bool = setting(
+        "SAFESEND_POSTGRES_IAM_AUTH",
+        False,
+        _flag,
+        "Cloud SQL IAM database authentication: each new connection logs in with an "
+        "access token of the runtime service account as its password",
+    )
     postgres_pool_max: int = setting("SAFESEND_POSTGRES_POOL_MAX", 4, _count, "PostgreSQL connections per instance")
-    postgres_timeout_s: float = setting("SAFESEND_POSTGRES_TIMEOUT_S", 10.0, _seconds,
-                                        "bound on a PostgreSQL connect, statement and wait for a pooled connection")
-    postgres_migrate: bool = setting("SAFESEND_POSTGRES_MIGRATE", True, _flag,
-                                     "apply pending schema migrations on first use (off: only check, and refuse "
-                                     "to run on an old schema)")
+    postgres_timeout_s: float = setting(
+        "SAFESEND_POSTGRES_TIMEOUT_S",
+        10.0,
+        _seconds,
+        "bound on a PostgreSQL connect, statement and wait for a pooled connection",
+    )
+    postgres_migrate: bool = setting(
+        "SAFESEND_POSTGRES_MIGRATE",
+        True,
+        _flag,
+        "apply pending schema migrations on first use (off: only check, and refuse to run on an old schema)",
+    )
     # Gmail
     gmail_user: str = setting("SAFESEND_GMAIL_USER", "me", _text, "Gmail API userId")
-    gmail_api_endpoint: str | None = setting("SAFESEND_GMAIL_API_ENDPOINT", None, _text,
-                                             "Gmail API base URL; unset: real Gmail (local: the simulator)")
+    gmail_api_endpoint: str | None = setting(
+        "SAFESEND_GMAIL_API_ENDPOINT", None, _text, "Gmail API base URL; unset: real Gmail (local: the simulator)"
+    )
     gmail_credentials_json: str | None = setting(
-        "SAFESEND_GMAIL_CREDENTIALS_JSON", None, _text,
-        "authorized-user token JSON for one mailbox (a service-account key file: local runs only)", secret=True)
-    gmail_credentials_file: str | None = setting("SAFESEND_GMAIL_CREDENTIALS_FILE", None, _text,
-                                                 "the same, from a file (local runs)")
+        "SAFESEND_GMAIL_CREDENTIALS_JSON",
+        None,
+        _text,
+        "authorized-user token JSON for one mailbox (a service-account key file: local runs only)",
+        secret=True,
+    )
+    gmail_credentials_file: str | None = setting(
+        "SAFESEND_GMAIL_CREDENTIALS_FILE", None, _text, "the same, from a file (local runs)"
+    )
     gmail_delegated_user: str | None = setting(
-        "SAFESEND_GMAIL_DELEGATED_USER", None, _text,
-        "mailbox for keyless domain-wide delegation, signed by the runtime account; refused with a user token")
-    send_timeout_s: float = setting("SAFESEND_SEND_TIMEOUT_S", 20.0, _seconds,
-                                    "wall-clock deadline of one send attempt, token refresh included")
+        "SAFESEND_GMAIL_DELEGATED_USER",
+        None,
+        _text,
+        "mailbox for keyless domain-wide delegation, signed by the runtime account; refused with a user token",
+    )
+    send_timeout_s: float = setting(
+        "SAFESEND_SEND_TIMEOUT_S", 20.0, _seconds, "wall-clock deadline of one send attempt, token refresh included"
+    )
     read_timeout_s: float = setting("SAFESEND_READ_TIMEOUT_S", 15.0, _seconds, "wall-clock deadline of one Gmail read")
-    verify_message_id_every: int = setting("SAFESEND_VERIFY_MESSAGE_ID_EVERY", 100, _count,
-                                           "read back the stored Message-ID: first send per instance, then 1 in N "
-                                           "(0: never)")
+    verify_message_id_every: int = setting(
+        "SAFESEND_VERIFY_MESSAGE_ID_EVERY",
+        100,
+        _count,
+        "read back the stored Message-ID: first send per instance, then 1 in N (0: never)",
+    )
     # Timing (lifecycle.Timing)
-    lease_s: float = setting("SAFESEND_LEASE_S", 120.0, _seconds, "an attempt's lease; must exceed twice the send "
-                             "deadline")
+    lease_s: float = setting(
+        "SAFESEND_LEASE_S", 120.0, _seconds, "an attempt's lease; must exceed twice the send deadline"
+    )
     index_lag_s: float = setting("SAFESEND_INDEX_LAG_S", 90.0, _seconds, "first search after an ambiguous attempt")
     recheck_s: float = setting("SAFESEND_RECHECK_S", 60.0, _seconds, "searches again this often while in doubt")
-    unknown_window_s: float = setting("SAFESEND_UNKNOWN_WINDOW_S", 300.0, _seconds,
-                                      "how long 'not found' stays inconclusive; must be >= the index lag "
-                                      "(globally and per channel)")
-    verify_horizon_s: float = setting("SAFESEND_VERIFY_HORIZON_S", 1800.0, _seconds,
-                                      "last search of a sent job that may have two copies; must be >= every window")
-    retry_horizon_s: float = setting("SAFESEND_RETRY_HORIZON_S", 3600.0, _seconds,
-                                     "how long refusals (429, rate limits) are retried after the first one")
-    history_check_s: float = setting("SAFESEND_HISTORY_CHECK_S", 5.0, _seconds,
-                                     "first look in the mailbox's change log after an ambiguous attempt (0: off)")
-    publish_lease_s: float = setting("SAFESEND_PUBLISH_LEASE_S", 60.0, _seconds,
-                                     "one sweeper's hold on publishing a review item")
-    request_budget_s: float = setting("SAFESEND_REQUEST_BUDGET_S", 40.0, _seconds,
-                                      "time for quick retries inside one request")
+    unknown_window_s: float = setting(
+        "SAFESEND_UNKNOWN_WINDOW_S",
+        300.0,
+        _seconds,
+        "how long 'not found' stays inconclusive; must be >= the index lag (globally and per channel)",
+    )
+    verify_horizon_s: float = setting(
+        "SAFESEND_VERIFY_HORIZON_S",
+        1800.0,
+        _seconds,
+        "last search of a sent job that may have two copies; must be >= every window",
+    )
+    retry_horizon_s: float = setting(
+        "SAFESEND_RETRY_HORIZON_S",
+        3600.0,
+        _seconds,
+        "how long refusals (429, rate limits) are retried after the first one",
+    )
+    history_check_s: float = setting(
+        "SAFESEND_HISTORY_CHECK_S",
+        5.0,
+        _seconds,
+        "first look in the mailbox's change log after an ambiguous attempt (0: off)",
+    )
+    publish_lease_s: float = setting(
+        "SAFESEND_PUBLISH_LEASE_S", 60.0, _seconds, "one sweeper's hold on publishing a review item"
+    )
+    request_budget_s: float = setting(
+        "SAFESEND_REQUEST_BUDGET_S", 40.0, _seconds, "time for quick retries inside one request"
+    )
     # Cloud Tasks, Pub/Sub, the sweeper
     tasks_queue: str | None = setting("SAFESEND_TASKS_QUEUE", None, _text, "Cloud Tasks queue of the reconcile calls")
     reconcile_url: str | None = setting("SAFESEND_RECONCILE_URL", None, _text, "URL the tasks call")
-    tasks_service_account: str | None = setting("SAFESEND_TASKS_SERVICE_ACCOUNT", None, _text,
-                                                "OIDC identity of the tasks")
-    tasks_emulator_host: str | None = setting("SAFESEND_TASKS_EMULATOR_HOST", None, _text,
-                                              "the Cloud Tasks emulator (local stacks)", local_only=True)
-    tasks_api_key: str | None = setting("SAFESEND_TASKS_API_KEY", None, _text,
-                                        "internal API key the tasks carry (local stacks: the emulator has no OIDC)",
-                                        local_only=True)
+    tasks_service_account: str | None = setting(
+        "SAFESEND_TASKS_SERVICE_ACCOUNT", None, _text, "OIDC identity of the tasks"
+    )
+    tasks_emulator_host: str | None = setting(
+        "SAFESEND_TASKS_EMULATOR_HOST", None, _text, "the Cloud Tasks emulator (local stacks)", local_only=True
+    )
+    tasks_api_key: str | None = setting(
+        "SAFESEND_TASKS_API_KEY",
+        None,
+        _text,
+        "internal API key the tasks carry (local stacks: the emulator has no OIDC)",
+        local_only=True,
+    )
     review_topic: str | None = setting("SAFESEND_REVIEW_TOPIC", None, _text, "Pub/Sub topic of the review items")
     sweep_batch: int = setting("SAFESEND_SWEEP_BATCH", 50, _count, "jobs per sweeper query")
     sweep_budget_s: float = setting("SAFESEND_SWEEP_BUDGET_S", 90.0, _seconds, "time budget of one sweep")
     # Who may call (auth.py)
-    auth_api_keys: str | None = setting("SAFESEND_AUTH_API_KEYS", None, _text,
-                                        "`key_id:sha256` entries of the API keys for send/status "
-                                        "(`python -m safesend.api_keys new <id>`)", secret=True)
-    auth_hmac_secret: str | None = setting("SAFESEND_AUTH_HMAC_SECRET", None, _text,
-                                           "HMAC secret for send/status signatures (>= 32 bytes)", secret=True)
-    auth_caller_emails: frozenset[str] = setting("SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS", frozenset(), _lower_names,
-                                                 "service accounts allowed to call send/status with an ID token",
-                                                 shown="none")
-    auth_internal_emails: frozenset[str] = setting("SAFESEND_AUTH_INTERNAL_INVOKERS", frozenset(), _lower_names,
-                                                   "service accounts allowed on reconcile/sweep/notify",
-                                                   shown="none")
-    auth_audiences: frozenset[str] = setting("SAFESEND_AUTH_AUDIENCES", frozenset(), _names,
-                                             "accepted ID-token audiences (the function URLs)",
-                                             shown="SAFESEND_RECONCILE_URL")
+    auth_api_keys: str | None = setting(
+        "SAFESEND_AUTH_API_KEYS",
+        None,
+        _text,
+        "`key_id:sha256` entries of the API keys for send/status (`python -m safesend.api_keys new <id>`)",
+        secret=True,
+    )
+    auth_hmac_secret: str | None = setting(
+        "SAFESEND_AUTH_HMAC_SECRET", None, _text, "HMAC secret for send/status signatures (>= 32 bytes)", secret=True
+    )
+    auth_caller_emails: frozenset[str] = setting(
+        "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS",
+        frozenset(),
+        _lower_names,
+        "service accounts allowed to call send/status with an ID token",
+        shown="none",
+    )
+    auth_internal_emails: frozenset[str] = setting(
+        "SAFESEND_AUTH_INTERNAL_INVOKERS",
+        frozenset(),
+        _lower_names,
+        "service accounts allowed on reconcile/sweep/notify",
+        shown="none",
+    )
+    auth_audiences: frozenset[str] = setting(
+        "SAFESEND_AUTH_AUDIENCES",
+        frozenset(),
+        _names,
+        "accepted ID-token audiences (the function URLs)",
+        shown="SAFESEND_RECONCILE_URL",
+    )
     auth_window_s: float = setting("SAFESEND_AUTH_WINDOW_S", 300.0, _seconds, "HMAC timestamp window")
-    auth_certs_url: str | None = setting("SAFESEND_AUTH_GOOGLE_CERTS_URL", None, _text,
-                                         "Google's ID-token certificates (tests serve their own)",
-                                         shown="Google's")
-    auth_trust_cloud_run_iam: bool = setting("SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM", False, _flag,
-                                             "accept ID tokens Cloud Run IAM verified and stripped (behind IAM only)")
-    public_invoker: bool = setting("SAFESEND_PUBLIC_INVOKER", False, _flag,
-                                   "this function is invocable by allUsers: the app is the only gate")
-    auth_internal_api_keys: str | None = setting("SAFESEND_AUTH_INTERNAL_API_KEYS", None, _text,
-                                                 "API keys for the internal endpoints (local stacks)", local_only=True)
-    auth_disabled: bool = setting("SAFESEND_AUTH_DISABLED", False, _flag, "no authentication (local stacks only)",
-                                  local_only=True)
+    auth_certs_url: str | None = setting(
+        "SAFESEND_AUTH_GOOGLE_CERTS_URL",
+        None,
+        _text,
+        "Google's ID-token certificates (tests serve their own)",
+        shown="Google's",
+    )
+    auth_trust_cloud_run_iam: bool = setting(
+        "SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM",
+        False,
+        _flag,
+        "accept ID tokens Cloud Run IAM verified and stripped (behind IAM only)",
+    )
+    public_invoker: bool = setting(
+        "SAFESEND_PUBLIC_INVOKER", False, _flag, "this function is invocable by allUsers: the app is the only gate"
+    )
+    auth_internal_api_keys: str | None = setting(
+        "SAFESEND_AUTH_INTERNAL_API_KEYS",
+        None,
+        _text,
+        "API keys for the internal endpoints (local stacks)",
+        local_only=True,
+    )
+    auth_disabled: bool = setting(
+        "SAFESEND_AUTH_DISABLED", False, _flag, "no authentication (local stacks only)", local_only=True
+    )
     # Callbacks to the caller's workflow (callbacks.py)
-    callback_allowed_hosts: frozenset[str] = setting("SAFESEND_CALLBACK_ALLOWED_HOSTS", frozenset(), _lower_names,
-                                                     "hosts callback_url may target (`*.suffix` allowed); none: "
-                                                     "no callbacks", shown="none")
-    callback_hmac_secret: str | None = setting("SAFESEND_CALLBACK_HMAC_SECRET", None, _text,
-                                               "signs every callback (>= 32 bytes)", secret=True)
-    callback_horizon_s: float = setting("SAFESEND_CALLBACK_HORIZON_S", 3600.0, _seconds,
-                                        "how long an unanswered callback is retried")
-    callback_allow_http: bool = setting("SAFESEND_CALLBACK_ALLOW_HTTP", False, _flag,
-                                        "plain http and loopback callback targets (local stacks)", local_only=True)
+    callback_allowed_hosts: frozenset[str] = setting(
+        "SAFESEND_CALLBACK_ALLOWED_HOSTS",
+        frozenset(),
+        _lower_names,
+        "hosts callback_url may target (`*.suffix` allowed); none: no callbacks",
+        shown="none",
+    )
+    callback_hmac_secret: str | None = setting(
+        "SAFESEND_CALLBACK_HMAC_SECRET", None, _text, "signs every callback (>= 32 bytes)", secret=True
+    )
+    callback_horizon_s: float = setting(
+        "SAFESEND_CALLBACK_HORIZON_S", 3600.0, _seconds, "how long an unanswered callback is retried"
+    )
+    callback_allow_http: bool = setting(
+        "SAFESEND_CALLBACK_ALLOW_HTTP",
+        False,
+        _flag,
+        "plain http and loopback callback targets (local stacks)",
+        local_only=True,
+    )
     # Reviewers (notify.py, console.py)
-    notify_chat_webhook_url: str | None = setting("SAFESEND_NOTIFY_CHAT_WEBHOOK_URL", None, _text,
-                                                  "Google Chat incoming webhook for review items", secret=True)
-    notify_slack_webhook_url: str | None = setting("SAFESEND_NOTIFY_SLACK_WEBHOOK_URL", None, _text,
-                                                   "Slack incoming webhook for review items", secret=True)
-    notify_email_to: str | None = setting("SAFESEND_NOTIFY_EMAIL_TO", None, _text,
-                                          "reviewers' address (mailed through safesend's own send path)")
-    notify_email_channel: str = setting("SAFESEND_NOTIFY_EMAIL_CHANNEL", "review-notifications", _text,
-                                        "channel of those emails (on_unknown = retry)")
-    review_notify_timeout_s: float = setting("SAFESEND_REVIEW_NOTIFY_TIMEOUT_S", 0.0, _seconds,
-                                             "where notify runs: an item it never took up is published again "
-                                             "after this (0: off)")
-    review_console_url: str | None = setting("SAFESEND_REVIEW_CONSOLE_URL", None, _text,
-                                             "the console's https base URL (links in chat; its CSRF origin)")
+    notify_chat_webhook_url: str | None = setting(
+        "SAFESEND_NOTIFY_CHAT_WEBHOOK_URL", None, _text, "Google Chat incoming webhook for review items", secret=True
+    )
+    notify_slack_webhook_url: str | None = setting(
+        "SAFESEND_NOTIFY_SLACK_WEBHOOK_URL", None, _text, "Slack incoming webhook for review items", secret=True
+    )
+    notify_email_to: str | None = setting(
+        "SAFESEND_NOTIFY_EMAIL_TO", None, _text, "reviewers' address (mailed through safesend's own send path)"
+    )
+    notify_email_channel: str = setting(
+        "SAFESEND_NOTIFY_EMAIL_CHANNEL", "review-notifications", _text, "channel of those emails (on_unknown = retry)"
+    )
+    review_notify_timeout_s: float = setting(
+        "SAFESEND_REVIEW_NOTIFY_TIMEOUT_S",
+        0.0,
+        _seconds,
+        "where notify runs: an item it never took up is published again after this (0: off)",
+    )
+    review_console_url: str | None = setting(
+        "SAFESEND_REVIEW_CONSOLE_URL", None, _text, "the console's https base URL (links in chat; its CSRF origin)"
+    )
     # The review console's sign-in (reviewer_auth.ReviewerSettings parses and checks these)
-    review_iap_audience: str | None = setting("SAFESEND_REVIEW_IAP_AUDIENCE", None, _text,
-                                              "IAP audience(s) of the console, Cloud Run form "
-                                              "`/projects/NUMBER/locations/REGION/services/NAME`")
-    review_allowed_emails: str | None = setting("SAFESEND_REVIEW_ALLOWED_EMAILS", None, _text,
-                                                "reviewers allowed after IAP (comma-separated)")
-    review_allowed_domains: str | None = setting("SAFESEND_REVIEW_ALLOWED_DOMAINS", None, _text,
-                                                 "Workspace domains allowed after IAP (the signed `hd` claim)")
-    review_csrf_secret: str | None = setting("SAFESEND_REVIEW_CSRF_SECRET", None, _text,
-                                             "signs the console's CSRF tokens (>= 32 bytes)", secret=True)
-    review_iap_keys_url: str | None = setting("SAFESEND_REVIEW_IAP_KEYS_URL", None, _text,
-                                              "IAP's signing keys (tests serve their own)", shown="Google's")
-    review_dev_identity: str | None = setting("SAFESEND_REVIEW_DEV_IDENTITY", None, _text,
-                                              "the console's development identity, e.g. dev@localhost",
-                                              local_only=True)
+    review_iap_audience: str | None = setting(
+        "SAFESEND_REVIEW_IAP_AUDIENCE",
+        None,
+        _text,
+        "IAP audience(s) of the console, Cloud Run form `/projects/NUMBER/locations/REGION/services/NAME`",
+    )
+    review_allowed_emails: str | None = setting(
+        "SAFESEND_REVIEW_ALLOWED_EMAILS", None, _text, "reviewers allowed after IAP (comma-separated)"
+    )
+    review_allowed_domains: str | None = setting(
+        "SAFESEND_REVIEW_ALLOWED_DOMAINS", None, _text, "Workspace domains allowed after IAP (the signed `hd` claim)"
+    )
+    review_csrf_secret: str | None = setting(
+        "SAFESEND_REVIEW_CSRF_SECRET", None, _text, "signs the console's CSRF tokens (>= 32 bytes)", secret=True
+    )
+    review_iap_keys_url: str | None = setting(
+        "SAFESEND_REVIEW_IAP_KEYS_URL", None, _text, "IAP's signing keys (tests serve their own)", shown="Google's"
+    )
+    review_dev_identity: str | None = setting(
+        "SAFESEND_REVIEW_DEV_IDENTITY",
+        None,
+        _text,
+        "the console's development identity, e.g. dev@localhost",
+        local_only=True,
+    )
     # Input bounds
-    max_request_bytes: int = setting("SAFESEND_MAX_REQUEST_BYTES", 1_048_576, _count, "request body limit",
-                                     shown="1 MiB")
+    max_request_bytes: int = setting(
+        "SAFESEND_MAX_REQUEST_BYTES", 1_048_576, _count, "request body limit", shown="1 MiB"
+    )
     max_body_bytes: int = setting("SAFESEND_MAX_BODY_BYTES", 400_000, _count, "text + html limit", shown="400 kB")
     # Logs
-    log_level: str = setting(LOG_LEVEL_ENV, "INFO", _log_level, "least severity logged; logs are JSON lines "
-                             "with `severity`, `message` and the request's trace, never bodies or secrets")
+    log_level: str = setting(
+        LOG_LEVEL_ENV,
+        "INFO",
+        _log_level,
+        "least severity logged; logs are JSON lines "
+        "with `severity`, `message` and the request's trace, never bodies or secrets",
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -267,13 +411,18 @@ class Settings:
         if self.tasks_queue and not self.reconcile_url:
             raise ConfigurationError("SAFESEND_TASKS_QUEUE is set but SAFESEND_RECONCILE_URL is not")
         if self.max_body_bytes > MAX_STORABLE_BODY_BYTES:
-            raise ConfigurationError(f"SAFESEND_MAX_BODY_BYTES may not exceed {MAX_STORABLE_BODY_BYTES}: the "
-                                     "payload lives in one Firestore document (1 MiB, events included)")
+            raise ConfigurationError(
+                f"SAFESEND_MAX_BODY_BYTES may not exceed {MAX_STORABLE_BODY_BYTES}: the "
+                "payload lives in one Firestore document (1 MiB, events included)"
+            )
         problems = self.timing.problems([], self.send_timeout_s)  # per channel: runtime.preflight
         if problems:
-            raise ConfigurationError("timing settings break a guarantee: " + "; ".join(problems)
-                                     + " (SAFESEND_LEASE_S, SAFESEND_SEND_TIMEOUT_S, SAFESEND_INDEX_LAG_S, "
-                                     "SAFESEND_UNKNOWN_WINDOW_S, SAFESEND_VERIFY_HORIZON_S)")
+            raise ConfigurationError(
+                "timing settings break a guarantee: "
+                + "; ".join(problems)
+                + " (SAFESEND_LEASE_S, SAFESEND_SEND_TIMEOUT_S, SAFESEND_INDEX_LAG_S, "
+                "SAFESEND_UNKNOWN_WINDOW_S, SAFESEND_VERIFY_HORIZON_S)"
+            )
 
     def __post_init__(self) -> None:
         """Defaults derived from other settings (frozen: set once, here)."""
@@ -284,30 +433,47 @@ class Settings:
 
     @property
     def timing(self) -> Timing:
-        return Timing(lease_s=self.lease_s, index_lag_s=self.index_lag_s, unknown_window_s=self.unknown_window_s,
-                      recheck_s=self.recheck_s, publish_lease_s=self.publish_lease_s,
-                      verify_horizon_s=self.verify_horizon_s, retry_horizon_s=self.retry_horizon_s,
-                      history_check_s=self.history_check_s)
+        return Timing(
+            lease_s=self.lease_s,
+            index_lag_s=self.index_lag_s,
+            unknown_window_s=self.unknown_window_s,
+            recheck_s=self.recheck_s,
+            publish_lease_s=self.publish_lease_s,
+            verify_horizon_s=self.verify_horizon_s,
+            retry_horizon_s=self.retry_horizon_s,
+            history_check_s=self.history_check_s,
+        )
 
     def check_auth(self) -> None:
         """Fail closed: a deployment must say how somebody authenticates. Each function checks its
         own role per request (a caller endpoint with no caller credentials configured refuses all)."""
         caller_keys, internal_keys = self.api_key_rings()  # validates the entries
         if self.public_invoker and (self.auth_disabled or self.auth_trust_cloud_run_iam):
-            raise ConfigurationError("SAFESEND_PUBLIC_INVOKER: a publicly invocable function must check every "
-                                     "credential itself; SAFESEND_AUTH_DISABLED and SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM "
-                                     "(which accepts unsigned ID tokens) must be off")
+            raise ConfigurationError(
+                "SAFESEND_PUBLIC_INVOKER: a publicly invocable function must check every "
+                "credential itself; SAFESEND_AUTH_DISABLED and SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM "
+                "(which accepts unsigned ID tokens) must be off"
+            )
         if self.public_invoker and not (caller_keys or self.auth_hmac_secret):
-            raise ConfigurationError("SAFESEND_PUBLIC_INVOKER needs SAFESEND_AUTH_API_KEYS or "
-                                     "SAFESEND_AUTH_HMAC_SECRET: nothing else gates a public function")
+            raise ConfigurationError(
+                "SAFESEND_PUBLIC_INVOKER needs SAFESEND_AUTH_API_KEYS or "
+                "SAFESEND_AUTH_HMAC_SECRET: nothing else gates a public function"
+            )
         if self.auth_disabled:
             return
-        if not (self.auth_hmac_secret or self.auth_caller_emails or self.auth_internal_emails or caller_keys
-                or internal_keys):
-            raise ConfigurationError("no authentication configured: set SAFESEND_AUTH_API_KEYS, "
-                                     "SAFESEND_AUTH_HMAC_SECRET and/or SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS "
-                                     "(send, status) and SAFESEND_AUTH_INTERNAL_INVOKERS (reconcile, sweep), "
-                                     "or SAFESEND_AUTH_DISABLED=1 on a local stack")
+        if not (
+            self.auth_hmac_secret
+            or self.auth_caller_emails
+            or self.auth_internal_emails
+            or caller_keys
+            or internal_keys
+        ):
+            raise ConfigurationError(
+                "no authentication configured: set SAFESEND_AUTH_API_KEYS, "
+                "SAFESEND_AUTH_HMAC_SECRET and/or SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS "
+                "(send, status) and SAFESEND_AUTH_INTERNAL_INVOKERS (reconcile, sweep), "
+                "or SAFESEND_AUTH_DISABLED=1 on a local stack"
+            )
         if (self.auth_caller_emails or self.auth_internal_emails) and not self.auth_audiences:
             raise ConfigurationError("SAFESEND_AUTH_AUDIENCES is not set: ID tokens cannot be checked")
         if self.auth_hmac_secret is not None and len(self.auth_hmac_secret.encode()) < 32:
@@ -315,21 +481,36 @@ class Settings:
 
     def api_key_rings(self) -> tuple[ApiKeyRing, ApiKeyRing]:
         """(caller keys, internal keys); raises ConfigurationError on a malformed entry."""
-        return (ApiKeyRing.parse(self.auth_api_keys, "SAFESEND_AUTH_API_KEYS"),
-                ApiKeyRing.parse(self.auth_internal_api_keys, "SAFESEND_AUTH_INTERNAL_API_KEYS"))
+        return (
+            ApiKeyRing.parse(self.auth_api_keys, "SAFESEND_AUTH_API_KEYS"),
+            ApiKeyRing.parse(self.auth_internal_api_keys, "SAFESEND_AUTH_INTERNAL_API_KEYS"),
+        )
 
     def reviewer_targets(self) -> ReviewerTargets:
-        configured = {name for name, value in (("chat", self.notify_chat_webhook_url),
-                                               ("slack", self.notify_slack_webhook_url),
-                                               ("email", self.notify_email_to)) if value}
-        return ReviewerTargets(frozenset(configured), self.notify_email_to, self.notify_email_channel,
-                               self.review_console_url, self.review_notify_timeout_s)
+        configured = {
+            name
+            for name, value in (
+                ("chat", self.notify_chat_webhook_url),
+                ("slack", self.notify_slack_webhook_url),
+                ("email", self.notify_email_to),
+            )
+            if value
+        }
+        return ReviewerTargets(
+            frozenset(configured),
+            self.notify_email_to,
+            self.notify_email_channel,
+            self.review_console_url,
+            self.review_notify_timeout_s,
+        )
 
     def check_callbacks(self) -> None:
         """Callbacks are signed, so accepting a callback_url needs the secret they are signed with."""
         if self.callback_allowed_hosts and not self.callback_hmac_secret:
-            raise ConfigurationError("SAFESEND_CALLBACK_ALLOWED_HOSTS is set but SAFESEND_CALLBACK_HMAC_SECRET "
-                                     "is not: callbacks are always signed")
+            raise ConfigurationError(
+                "SAFESEND_CALLBACK_ALLOWED_HOSTS is set but SAFESEND_CALLBACK_HMAC_SECRET "
+                "is not: callbacks are always signed"
+            )
         if self.callback_hmac_secret is not None and len(self.callback_hmac_secret.encode()) < 32:
             raise ConfigurationError("SAFESEND_CALLBACK_HMAC_SECRET must be at least 32 bytes")
 
@@ -348,7 +529,8 @@ def settings_table() -> str:
         meta = spec.metadata
         shown = meta["shown"] if meta["shown"] is not None else _shown(spec.default)
         notes = (" Secret Manager in the deployment." if meta["secret"] else "") + (
-            " Local stacks only: never deployed." if meta["local_only"] else "")
+            " Local stacks only: never deployed." if meta["local_only"] else ""
+        )
         rows.append(f"| `{meta['env']}` | {shown} | {meta['doc']}.{notes} |")
     return "\n".join(rows) + "\n"
 

@@ -74,8 +74,15 @@ ENV_DEV_IDENTITY = env_name("review_dev_identity")
 ENV_CSRF_SECRET = env_name("review_csrf_secret")
 ENV_CONSOLE_URL = env_name("review_console_url")  # shared with notify: links point here
 ENV_IAP_KEYS_URL = env_name("review_iap_keys_url")
-REVIEW_ENV = (ENV_IAP_AUDIENCE, ENV_ALLOWED_EMAILS, ENV_ALLOWED_DOMAINS, ENV_DEV_IDENTITY, ENV_CSRF_SECRET,
-              ENV_CONSOLE_URL, ENV_IAP_KEYS_URL)
+REVIEW_ENV = (
+    ENV_IAP_AUDIENCE,
+    ENV_ALLOWED_EMAILS,
+    ENV_ALLOWED_DOMAINS,
+    ENV_DEV_IDENTITY,
+    ENV_CSRF_SECRET,
+    ENV_CONSOLE_URL,
+    ENV_IAP_KEYS_URL,
+)
 
 # The audience forms IAP signs (signed-headers docs). Anything else, e.g. the service URL, is a
 # configuration mistake that would refuse every reviewer: caught at start-up instead.
@@ -133,6 +140,7 @@ class ReviewerSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ReviewerSettings:
         """Parse and check (ConfigurationError names the setting at fault)."""
+
         def get(name: str) -> str:
             return (env.get(name) or "").strip()
 
@@ -156,28 +164,37 @@ class ReviewerSettings:
     def check(self) -> None:
         """Fail closed: exactly one way to identify reviewers, an allowlist, a CSRF secret."""
         if len(self.csrf_secret) < CSRF_MIN_SECRET_BYTES:
-            raise ConfigurationError(f"{ENV_CSRF_SECRET} must be at least {CSRF_MIN_SECRET_BYTES} bytes "
-                                     "(e.g. openssl rand -hex 32, from Secret Manager)")
+            raise ConfigurationError(
+                f"{ENV_CSRF_SECRET} must be at least {CSRF_MIN_SECRET_BYTES} bytes "
+                "(e.g. openssl rand -hex 32, from Secret Manager)"
+            )
         if self.console_url is not None:
             parts = urlsplit(self.console_url)
             if parts.scheme not in ("https", "http") or not parts.hostname or parts.query or parts.fragment:
-                raise ConfigurationError(f"{ENV_CONSOLE_URL} must be the console's https:// origin, e.g. "
-                                         "https://safesend-review-123.europe-west1.run.app")
+                raise ConfigurationError(
+                    f"{ENV_CONSOLE_URL} must be the console's https:// origin, e.g. "
+                    "https://safesend-review-123.europe-west1.run.app"
+                )
         if self.dev_mode:
             self._check_dev()
             return
         if not self.iap_audiences:
-            raise ConfigurationError(f"the review console has no reviewer sign-in: set {ENV_IAP_AUDIENCE} "
-                                     f"(deployed, behind IAP) or {ENV_DEV_IDENTITY} (local stacks only)")
+            raise ConfigurationError(
+                f"the review console has no reviewer sign-in: set {ENV_IAP_AUDIENCE} "
+                f"(deployed, behind IAP) or {ENV_DEV_IDENTITY} (local stacks only)"
+            )
         for audience in self.iap_audiences:
             if not any(form.fullmatch(audience) for form in _AUDIENCE_FORMS):
                 raise ConfigurationError(
                     f"{ENV_IAP_AUDIENCE}: {audience!r} is not an IAP audience; IAP on Cloud Run signs "
                     "/projects/PROJECT_NUMBER/locations/REGION/services/SERVICE_NAME, behind a load balancer "
-                    "/projects/PROJECT_NUMBER/global/backendServices/SERVICE_ID")
+                    "/projects/PROJECT_NUMBER/global/backendServices/SERVICE_ID"
+                )
         if not (self.allowed_emails or self.allowed_domains):
-            raise ConfigurationError(f"set {ENV_ALLOWED_EMAILS} and/or {ENV_ALLOWED_DOMAINS}: IAP's IAM grant is "
-                                     "the first gate, the app's allowlist the second")
+            raise ConfigurationError(
+                f"set {ENV_ALLOWED_EMAILS} and/or {ENV_ALLOWED_DOMAINS}: IAP's IAM grant is "
+                "the first gate, the app's allowlist the second"
+            )
         for email in self.allowed_emails:
             if not _EMAIL.fullmatch(email):
                 raise ConfigurationError(f"{ENV_ALLOWED_EMAILS}: {email!r} is not an e-mail address")
@@ -185,18 +202,23 @@ class ReviewerSettings:
             if not _DOMAIN.fullmatch(domain):
                 raise ConfigurationError(f"{ENV_ALLOWED_DOMAINS}: {domain!r} is not a domain")
         if self.console_url is None or urlsplit(self.console_url).scheme != "https":
-            raise ConfigurationError(f"{ENV_CONSOLE_URL} must be set to the console's https:// URL behind IAP "
-                                     "(the origin every decision must come from)")
+            raise ConfigurationError(
+                f"{ENV_CONSOLE_URL} must be set to the console's https:// URL behind IAP "
+                "(the origin every decision must come from)"
+            )
 
     def _check_dev(self) -> None:
         if self.iap_audiences:
-            raise ConfigurationError(f"{ENV_DEV_IDENTITY} and {ENV_IAP_AUDIENCE} are both set: a development "
-                                     "identity never sits next to IAP")
+            raise ConfigurationError(
+                f"{ENV_DEV_IDENTITY} and {ENV_IAP_AUDIENCE} are both set: a development identity never sits next to IAP"
+            )
         if self.on_cloud_run:
             raise ConfigurationError(f"{ENV_DEV_IDENTITY} is set on Cloud Run (K_SERVICE): local stacks only")
         if not _DEV_EMAIL.fullmatch(self.dev_identity or ""):
-            raise ConfigurationError(f"{ENV_DEV_IDENTITY} must be an address at localhost (e.g. dev@localhost), "
-                                     "so it can never name a real reviewer")
+            raise ConfigurationError(
+                f"{ENV_DEV_IDENTITY} must be an address at localhost (e.g. dev@localhost), "
+                "so it can never name a real reviewer"
+            )
 
     def allows(self, email: str, hosted_domain: str | None) -> bool:
         """The app's allowlist: an exact address, or a Workspace domain the signed `hd` claim names."""
@@ -223,8 +245,13 @@ def _refused(reason: str) -> ReviewerAuthError:
 class IapVerifier:
     """Verifies `x-goog-iap-jwt-assertion` values; returns the claims or raises ReviewerAuthError."""
 
-    def __init__(self, audiences: frozenset[str], keys_url: str = IAP_KEYS_URL,
-                 fetch: Callable[[str], Any] = fetch_json, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        audiences: frozenset[str],
+        keys_url: str = IAP_KEYS_URL,
+        fetch: Callable[[str], Any] = fetch_json,
+        clock: Callable[[], float] = time.time,
+    ):
         self.audiences = audiences
         self.keys_url = keys_url
         self._fetch = fetch
@@ -344,7 +371,7 @@ def parse_jwks(document: Any) -> dict[str, Any]:
             if len(x) != 32 or len(y) != 32:
                 continue
             der = _P256_SPKI_PREFIX + b"\x04" + x + y
-            pem = (b"-----BEGIN PUBLIC KEY-----\n" + base64.encodebytes(der) + b"-----END PUBLIC KEY-----\n")
+            pem = b"-----BEGIN PUBLIC KEY-----\n" + base64.encodebytes(der) + b"-----END PUBLIC KEY-----\n"
             keys[jwk["kid"]] = ES256Verifier.from_string(pem)
         except ValueError:
             continue
@@ -389,8 +416,11 @@ class ReviewerAuth:
                 raise ReviewerAuthError("the development identity is only accepted from loopback")
             if not self._warned:
                 self._warned = True
-                log(logging.WARNING, "REVIEW CONSOLE USES A DEVELOPMENT IDENTITY (SAFESEND_REVIEW_DEV_IDENTITY): "
-                    "local use only", reviewer=self.settings.dev_identity)
+                log(
+                    logging.WARNING,
+                    "REVIEW CONSOLE USES A DEVELOPMENT IDENTITY (SAFESEND_REVIEW_DEV_IDENTITY): local use only",
+                    reviewer=self.settings.dev_identity,
+                )
             return Reviewer(self.settings.dev_identity or "", "dev")
         assertion = headers.get(IAP_HEADER)
         if not assertion:

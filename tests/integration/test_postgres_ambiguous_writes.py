@@ -52,8 +52,15 @@ def other(postgres_server, postgres_schema) -> Iterator[PostgresJobStore]:
 
 
 def draft(key: str = "c:e:o", owner: str = "owner-a") -> Job:
-    job = new_job(f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}", key, "<job-x@mail.example.com>", "receipts",
-                  {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None}, "h" * 64, NOW)
+    job = new_job(
+        f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}",
+        key,
+        "<job-x@mail.example.com>",
+        "receipts",
+        {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None},
+        "h" * 64,
+        NOW,
+    )
     return start_attempt(job, NOW, owner, Timing())
 
 
@@ -76,14 +83,18 @@ def test_the_knob_loses_the_answer_of_a_committed_write_and_stops_an_unsent_one(
     proxy.lose_write_answers(times=1, needle=needle("lost"))
     proxy.fail_before_send(times=1, needle=needle("unsent"))
     with store.pool.connection() as conn:  # raw statements, no store logic
-        conn.execute("INSERT INTO ai_jobs SELECT 'x', 'm', 's', '{}', 0, NULL, NULL, NULL, NULL, now(), 1, "
-                     "gen_random_uuid(), '{}'")
+        conn.execute(
+            "INSERT INTO ai_jobs SELECT 'x', 'm', 's', '{}', 0, NULL, NULL, NULL, NULL, now(), 1, "
+            "gen_random_uuid(), '{}'"
+        )
     import psycopg
 
     for owner in ("lost", "unsent"):
         with pytest.raises(psycopg.OperationalError), store.pool.connection() as conn:
-            conn.execute("UPDATE ai_jobs SET doc = %s::jsonb, version = version + 1 WHERE id = 'x'",
-                         (f'{{"lease_owner":"{owner}"}}',))
+            conn.execute(
+                "UPDATE ai_jobs SET doc = %s::jsonb, version = version + 1 WHERE id = 'x'",
+                (f'{{"lease_owner":"{owner}"}}',),
+            )
     with other.pool.connection() as conn:
         assert conn.execute("SELECT version, doc->>'lease_owner' FROM ai_jobs").fetchone() == (2, "lost")
     assert proxy.injected == ["lose_answer", "fail_before_send"]
@@ -224,6 +235,6 @@ def test_ten_racing_compare_and_sets_have_one_winner_even_with_lost_answers(stor
 
     assert errors == []
     assert len(wins) == 1 and len(losses) == 9
-    (winner, job), = wins.items()
+    ((winner, job),) = wins.items()
     assert other.get(stored.id) == job and job.attempts == 10 + winner and job.version == 2
     assert proxy.count("lose_answer") == (1 if winner in lossy else 0)  # only the winner's answer can be lost

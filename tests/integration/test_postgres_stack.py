@@ -45,13 +45,14 @@ def stored_row(stack: LocalStack, job_id: str) -> dict[str, Any]:
     assert stack.postgres is not None
     assert stack.postgres.execute("SELECT to_regclass('ai_jobs') IS NOT NULL")[0][0], (
         "no ai_jobs table in PostgreSQL: the functions did not use it. Is the runtime's store chosen by "
-        "SAFESEND_STORE? (functions/safesend/runtime.py: build_store)")
-    rows = stack.postgres.execute("SELECT state, attempts, version, provider_ref->>'gmail_id', message_id "
-                                  "FROM ai_jobs WHERE id = %s", (job_id,))
+        "SAFESEND_STORE? (functions/safesend/runtime.py: build_store)"
+    )
+    rows = stack.postgres.execute(
+        "SELECT state, attempts, version, provider_ref->>'gmail_id', message_id FROM ai_jobs WHERE id = %s", (job_id,)
+    )
     assert rows, f"job {job_id} is missing in PostgreSQL: is the runtime's store chosen by SAFESEND_STORE?"
     state, attempts, version, gmail_id, message_id = rows[0]
-    return {"state": state, "attempts": attempts, "version": version, "gmail_id": gmail_id,
-            "message_id": message_id}
+    return {"state": state, "attempts": attempts, "version": version, "gmail_id": gmail_id, "message_id": message_id}
 
 
 def test_the_stack_runs_on_postgres(stack):
@@ -71,8 +72,13 @@ def test_retry_with_the_same_key_gives_exactly_one_effect(n8n, stack):
         assert again.json()["provider_ref"] == first.json()["provider_ref"]
     assert n8n.effects(first.json()["message_id"]) == 1
     row = stored_row(stack, first.json()["job_id"])
-    assert row == {"state": "sent", "attempts": 1, "version": 2, "gmail_id": first.json()["provider_ref"]["gmail_id"],
-                   "message_id": first.json()["message_id"]}  # claim + outcome: two writes
+    assert row == {
+        "state": "sent",
+        "attempts": 1,
+        "version": 2,
+        "gmail_id": first.json()["provider_ref"]["gmail_id"],
+        "message_id": first.json()["message_id"],
+    }  # claim + outcome: two writes
 
 
 def test_dropped_response_gives_no_duplicate_and_ends_sent(n8n, stack):

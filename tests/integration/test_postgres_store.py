@@ -43,8 +43,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def draft(key: str = "c:e:o", owner: str = "owner-a") -> Job:
-    job = new_job(f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}", key, "<job-x@mail.example.com>", "receipts",
-                  {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None}, "h" * 64, NOW)
+    job = new_job(
+        f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}",
+        key,
+        "<job-x@mail.example.com>",
+        "receipts",
+        {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None},
+        "h" * 64,
+        NOW,
+    )
     return start_attempt(job, NOW, owner, Timing())
 
 
@@ -78,16 +85,36 @@ def sql(server: PostgresServer, schema: str, statement: str, params: Any = None)
 
 def test_the_table_has_the_seeds_columns_and_the_rest_alongside(store, postgres_server, postgres_schema):
     store.ensure_schema()
-    columns = sql(postgres_server, postgres_schema,
-                  "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
-                  "AND table_name = 'ai_jobs' ORDER BY ordinal_position", (postgres_schema,))
-    assert columns == [("id", "text"), ("message_id", "text"), ("state", "text"), ("payload", "jsonb"),
-                       ("attempts", "integer"), ("claimed_at", "timestamp with time zone"),
-                       ("provider_ref", "jsonb"), ("next_check_at", "timestamp with time zone"),
-                       ("notice_due_at", "timestamp with time zone"), ("updated_at", "timestamp with time zone"),
-                       ("version", "bigint"), ("write_id", "uuid"), ("doc", "jsonb")]
-    indexes = dict(sql(postgres_server, postgres_schema,
-                       "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", (postgres_schema,)))
+    columns = sql(
+        postgres_server,
+        postgres_schema,
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
+        "AND table_name = 'ai_jobs' ORDER BY ordinal_position",
+        (postgres_schema,),
+    )
+    assert columns == [
+        ("id", "text"),
+        ("message_id", "text"),
+        ("state", "text"),
+        ("payload", "jsonb"),
+        ("attempts", "integer"),
+        ("claimed_at", "timestamp with time zone"),
+        ("provider_ref", "jsonb"),
+        ("next_check_at", "timestamp with time zone"),
+        ("notice_due_at", "timestamp with time zone"),
+        ("updated_at", "timestamp with time zone"),
+        ("version", "bigint"),
+        ("write_id", "uuid"),
+        ("doc", "jsonb"),
+    ]
+    indexes = dict(
+        sql(
+            postgres_server,
+            postgres_schema,
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s",
+            (postgres_schema,),
+        )
+    )
     assert "(state, next_check_at, id) WHERE (next_check_at IS NOT NULL)" in indexes["ai_jobs_due"]
 
 
@@ -95,11 +122,24 @@ def test_a_stored_job_is_readable_as_plain_columns_and_json(store, postgres_serv
     job = draft()
     job.add_event(NOW, "note", detail={"at": NOW})
     store.claim_or_get(job)
-    row = sql(postgres_server, postgres_schema,
-              "SELECT id, message_id, state, payload->>'subject', attempts, claimed_at, next_check_at, version, "
-              "doc->>'dedup_key', doc->'events'->-1->'detail'->'at'->>'$ts' FROM {s}.ai_jobs")[0]
-    assert row == (job.id, job.message_id, "sending", "s", 1, NOW, NOW + timedelta(seconds=120), 1, "c:e:o",
-                   "2026-11-29T12:00:00+00:00")
+    row = sql(
+        postgres_server,
+        postgres_schema,
+        "SELECT id, message_id, state, payload->>'subject', attempts, claimed_at, next_check_at, version, "
+        "doc->>'dedup_key', doc->'events'->-1->'detail'->'at'->>'$ts' FROM {s}.ai_jobs",
+    )[0]
+    assert row == (
+        job.id,
+        job.message_id,
+        "sending",
+        "s",
+        1,
+        NOW,
+        NOW + timedelta(seconds=120),
+        1,
+        "c:e:o",
+        "2026-11-29T12:00:00+00:00",
+    )
 
 
 def test_migrations_are_numbered_and_applied_once(postgres_server, postgres_schema):
@@ -185,8 +225,13 @@ def test_the_migration_command(postgres_server, postgres_schema):
     assert status.returncode == 0 and f"0 applied, {len(migrations())} pending" in status.stdout
     applied = subprocess.run([*command, "migrate"], env=env, capture_output=True, text=True, timeout=60)
     assert applied.returncode == 0 and "0001_ai_jobs" in applied.stdout, applied.stderr
-    again = subprocess.run([*command, "migrate", "--dsn", dsn], env={**env, "SAFESEND_POSTGRES_DSN": ""},
-                           capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [*command, "migrate", "--dsn", dsn],
+        env={**env, "SAFESEND_POSTGRES_DSN": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert again.returncode == 0 and "applied 0 migration(s)" in again.stdout
 
 
@@ -194,8 +239,9 @@ def test_the_migration_command(postgres_server, postgres_schema):
 
 
 def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)
-            if after.get(k, 0) != before.get(k, 0)}
+    return {
+        k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after) if after.get(k, 0) != before.get(k, 0)
+    }
 
 
 def test_a_new_job_costs_two_statements_and_two_round_trips(postgres_server, postgres_schema, proxy, stores):
@@ -210,12 +256,24 @@ def test_a_new_job_costs_two_statements_and_two_round_trips(postgres_server, pos
     sent = claimed.copy()
     sent.state, sent.next_check_at = State.SENT, None
     store.compare_and_set(sent, expected_version=1)
-    assert _delta(before, proxy.wire()) == {"bind": 2, "describe": 2, "execute": 2, "sync": 2, "round_trips": 2,
-                                            "rows_written": 2}  # no BEGIN/COMMIT, no Parse: prepared
+    assert _delta(before, proxy.wire()) == {
+        "bind": 2,
+        "describe": 2,
+        "execute": 2,
+        "sync": 2,
+        "round_trips": 2,
+        "rows_written": 2,
+    }  # no BEGIN/COMMIT, no Parse: prepared
     before = proxy.wire()
     store.claim_or_get(draft(owner="owner-b"))  # a duplicate: a refused insert, then one select
-    assert _delta(before, proxy.wire()) == {"bind": 2, "describe": 2, "execute": 2, "sync": 2, "round_trips": 2,
-                                            "rows_read": 1}
+    assert _delta(before, proxy.wire()) == {
+        "bind": 2,
+        "describe": 2,
+        "execute": 2,
+        "sync": 2,
+        "round_trips": 2,
+        "rows_read": 1,
+    }
     before = proxy.wire()
     with store.pool.connection() as conn, conn.transaction():  # what the counter would see of a transaction
         conn.execute("SELECT 1", prepare=False)
@@ -232,20 +290,25 @@ def test_the_open_reviews_query_and_its_index_name_the_states_the_code_has():
 
 def test_the_queries_are_served_by_their_indexes(store, postgres_server, postgres_schema):
     store.ensure_schema()
-    sql(postgres_server, postgres_schema, """
+    sql(
+        postgres_server,
+        postgres_schema,
+        """
         INSERT INTO {s}.ai_jobs SELECT md5(i::text), 'm',
           CASE WHEN i % 100 = 0 THEN 'review' WHEN i % 50 = 0 THEN 'unknown' ELSE 'sent' END, '{}', 1, NULL, NULL,
           CASE WHEN i % 50 = 0 THEN now() - interval '1 minute' END, CASE WHEN i % 70 = 0 THEN now() END,
-          now() - (i || ' s')::interval, 1, gen_random_uuid(), '{}' FROM generate_series(1, 5000) i""")
+          now() - (i || ' s')::interval, 1, gen_random_uuid(), '{}' FROM generate_series(1, 5000) i""",
+    )
     sql(postgres_server, postgres_schema, "ANALYZE {s}.ai_jobs")
     from safesend.adapters.postgres_store import _Sql
 
     with store.pool.connection() as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")  # as a prepared statement runs
         for statement, params, index in [
-                (_Sql.find_due, {"state": "unknown", "now": datetime.now(UTC), "limit": 50}, "ai_jobs_due"),
-                (_Sql.find_open_reviews, {"limit": 50}, "ai_jobs_open_reviews"),
-                (_Sql.find_notices_due, {"now": datetime.now(UTC), "limit": 50}, "ai_jobs_notices_due")]:
+            (_Sql.find_due, {"state": "unknown", "now": datetime.now(UTC), "limit": 50}, "ai_jobs_due"),
+            (_Sql.find_open_reviews, {"limit": 50}, "ai_jobs_open_reviews"),
+            (_Sql.find_notices_due, {"now": datetime.now(UTC), "limit": 50}, "ai_jobs_notices_due"),
+        ]:
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, params).fetchall())
             assert f"Index Scan using {index}" in plan and "Sort" not in plan, plan
 
@@ -265,8 +328,9 @@ def test_each_new_connection_asks_the_factory_for_its_login(postgres_server, pos
         issued.append(next(tokens))
         return {"password": issued[-1]}
 
-    store = PostgresJobStore(connection_pool(dsn, min_size=1, max_size=2, timeout_s=2.0, connect_kwargs=login),
-                             timeout_s=2.0)
+    store = PostgresJobStore(
+        connection_pool(dsn, min_size=1, max_size=2, timeout_s=2.0, connect_kwargs=login), timeout_s=2.0
+    )
     stores.append(store)
     stored, _ = store.claim_or_get(draft())  # migrated and written as the role, with the issued password
     assert issued and issued[0] == "token-1"
@@ -280,8 +344,9 @@ def test_each_new_connection_asks_the_factory_for_its_login(postgres_server, pos
 
 def test_a_refused_login_is_store_unavailable(postgres_server, postgres_schema, stores):
     dsn = postgres_server.schema_dsn(postgres_schema).replace("safesend@", "nobody@", 1)
-    store = PostgresJobStore(connection_pool(dsn, timeout_s=1.0, connect_kwargs=lambda: {"password": "wrong"}),
-                             timeout_s=1.0)
+    store = PostgresJobStore(
+        connection_pool(dsn, timeout_s=1.0, connect_kwargs=lambda: {"password": "wrong"}), timeout_s=1.0
+    )
     stores.append(store)
     with pytest.raises(StoreUnavailableError):
         store.claim_or_get(draft())
@@ -316,8 +381,9 @@ def test_build_store_reads_the_settings_it_is_given(postgres_dsn, stores):
 
 def test_killed_connections_are_replaced_and_no_write_is_lost(store, postgres_server):
     stored, _ = store.claim_or_get(draft())
-    killed = postgres_server.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                     "WHERE application_name = 'safesend'")[0][0]
+    killed = postgres_server.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'safesend'"
+    )[0][0]
     assert killed >= 1
     changed = stored.copy()
     changed.attempts = 2
@@ -332,12 +398,17 @@ def test_a_server_that_is_not_there_is_store_unavailable_within_the_timeout(stor
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    store = PostgresJobStore(connection_pool(f"postgresql://safesend@127.0.0.1:{port}/safesend?sslmode=disable",
-                                             timeout_s=1.0), timeout_s=1.0)
+    store = PostgresJobStore(
+        connection_pool(f"postgresql://safesend@127.0.0.1:{port}/safesend?sslmode=disable", timeout_s=1.0),
+        timeout_s=1.0,
+    )
     stores.append(store)
     started = time.monotonic()
-    for call in (lambda: store.claim_or_get(draft()), lambda: store.get("x"),
-                 lambda: store.find_due(State.UNKNOWN, NOW, 10)):
+    for call in (
+        lambda: store.claim_or_get(draft()),
+        lambda: store.get("x"),
+        lambda: store.find_due(State.UNKNOWN, NOW, 10),
+    ):
         with pytest.raises(StoreUnavailableError):
             call()
     assert time.monotonic() - started < 10
@@ -348,8 +419,12 @@ def test_a_server_that_is_not_there_is_store_unavailable_within_the_timeout(stor
 
 def test_a_nul_in_a_diagnostic_is_stored_as_a_replacement_character(store):
     job = draft()
-    job.add_event(NOW, "attempt_failed", error={"detail": "garbage \x00 from a proxy", "k\x00": 1},
-                  literal="a backslash-u0000 text: \\u0000 stays")
+    job.add_event(
+        NOW,
+        "attempt_failed",
+        error={"detail": "garbage \x00 from a proxy", "k\x00": 1},
+        literal="a backslash-u0000 text: \\u0000 stays",
+    )
     store.claim_or_get(job)
     event = store.get(job.id).events[-1]
     assert event["error"] == {"detail": "garbage \ufffd from a proxy", "k\ufffd": 1}
@@ -369,20 +444,31 @@ def test_json_timestamps_round_trip_and_foreign_values_are_refused_loudly():
 def test_rows_only_jsonb_can_damage_are_skipped_by_the_queries(store, postgres_server, postgres_schema):
     good, _ = store.claim_or_get(draft("good:1:x"))
     row = job_row(draft("bad:1:x"), uuid.uuid4())
-    insert = ("INSERT INTO {s}.ai_jobs (id, message_id, state, payload, attempts, claimed_at, provider_ref, "
-              "next_check_at, notice_due_at, updated_at, version, write_id, doc) VALUES (%(id)s, %(message_id)s, "
-              "%(state)s, %(payload)s::jsonb, %(attempts)s, %(claimed_at)s, %(provider_ref)s::jsonb, "
-              "%(next_check_at)s, %(notice_due_at)s, %(updated_at)s, %(version)s, %(write_id)s, %(doc)s::jsonb)")
-    for i, doc in enumerate(['[1, 2]', '"a string"', '{"dedup_key": "k", "created_at": {"$ts": "yesterday"}}']):
-        sql(postgres_server, postgres_schema, insert, {**row, "id": f"bad{i}", "doc": doc,
-                                                       "next_check_at": NOW - timedelta(seconds=i)})
+    insert = (
+        "INSERT INTO {s}.ai_jobs (id, message_id, state, payload, attempts, claimed_at, provider_ref, "
+        "next_check_at, notice_due_at, updated_at, version, write_id, doc) VALUES (%(id)s, %(message_id)s, "
+        "%(state)s, %(payload)s::jsonb, %(attempts)s, %(claimed_at)s, %(provider_ref)s::jsonb, "
+        "%(next_check_at)s, %(notice_due_at)s, %(updated_at)s, %(version)s, %(write_id)s, %(doc)s::jsonb)"
+    )
+    for i, doc in enumerate(["[1, 2]", '"a string"', '{"dedup_key": "k", "created_at": {"$ts": "yesterday"}}']):
+        sql(
+            postgres_server,
+            postgres_schema,
+            insert,
+            {**row, "id": f"bad{i}", "doc": doc, "next_check_at": NOW - timedelta(seconds=i)},
+        )
     due = store.find_due(State.SENDING, NOW + timedelta(hours=1), 10)
     assert [j.id for j in due] == [good.id]
     with pytest.raises((TypeError, ValueError)):
-        job_from_row(sql(postgres_server, postgres_schema,
-                         "SELECT id, message_id, state, payload::text, attempts, claimed_at, provider_ref::text, "
-                         "next_check_at, notice_due_at, updated_at, version, write_id, doc::text FROM {s}.ai_jobs "
-                         "WHERE id = 'bad0'")[0])
+        job_from_row(
+            sql(
+                postgres_server,
+                postgres_schema,
+                "SELECT id, message_id, state, payload::text, attempts, claimed_at, provider_ref::text, "
+                "next_check_at, notice_due_at, updated_at, version, write_id, doc::text FROM {s}.ai_jobs "
+                "WHERE id = 'bad0'",
+            )[0]
+        )
 
 
 def test_a_naive_time_in_a_column_means_utc_whatever_the_sessions_zone(postgres_server, postgres_schema, stores):

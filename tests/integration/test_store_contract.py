@@ -63,8 +63,9 @@ def _memory(request: pytest.FixtureRequest) -> Harness:
     from devstack.memory_store import InMemoryJobStore
 
     store = InMemoryJobStore()
-    return Harness("memory", store, store.put_document, lambda job_id: dict(store._docs[job_id]), frozenset(),
-                   lambda: store)
+    return Harness(
+        "memory", store, store.put_document, lambda job_id: dict(store._docs[job_id]), frozenset(), lambda: store
+    )
 
 
 def _firestore(request: pytest.FixtureRequest) -> Harness:
@@ -89,9 +90,15 @@ def _firestore(request: pytest.FixtureRequest) -> Harness:
 
     store = instance()
     docs = store.client.collection(collection)
-    harness = Harness("firestore", store, lambda job_id, doc: docs.document(job_id).set(doc),
-                      lambda job_id: docs.document(job_id).get().to_dict(), frozenset({"_write_id"}), instance,
-                      unreachable)
+    harness = Harness(
+        "firestore",
+        store,
+        lambda job_id, doc: docs.document(job_id).set(doc),
+        lambda job_id: docs.document(job_id).get().to_dict(),
+        frozenset({"_write_id"}),
+        instance,
+        unreachable,
+    )
     harness.cleanups += [lambda: [c.close() for c in clients]]
     return harness
 
@@ -119,21 +126,46 @@ def _postgres(request: pytest.FixtureRequest) -> Harness:
         proxy.cut()
         return store
 
-    columns = ("id", "message_id", "state", "payload", "attempts", "claimed_at", "provider_ref", "next_check_at",
-               "notice_due_at", "updated_at", "version")
+    columns = (
+        "id",
+        "message_id",
+        "state",
+        "payload",
+        "attempts",
+        "claimed_at",
+        "provider_ref",
+        "next_check_at",
+        "notice_due_at",
+        "updated_at",
+        "version",
+    )
 
     def put_document(job_id: str, doc: dict[str, Any]) -> None:
         store.ensure_schema()
         rest = {k: v for k, v in doc.items() if k not in columns}
-        insert = (f'INSERT INTO "{schema}".ai_jobs (id, message_id, state, payload, attempts, claimed_at, '  # noqa: S608
-                  "provider_ref, next_check_at, notice_due_at, updated_at, version, write_id, doc) "
-                  "VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s::jsonb)")
+        insert = (
+            f'INSERT INTO "{schema}".ai_jobs (id, message_id, state, payload, attempts, claimed_at, '  # noqa: S608
+            "provider_ref, next_check_at, notice_due_at, updated_at, version, write_id, doc) "
+            "VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s::jsonb)"
+        )
         server.execute(
             insert,
-            (job_id, doc.get("message_id", ""), doc.get("state", ""), dumps(doc.get("payload", {})),
-             doc.get("attempts", 0), doc.get("claimed_at"), dumps(doc.get("provider_ref")),
-             doc.get("next_check_at"), doc.get("notice_due_at"), doc.get("updated_at", NOW), doc.get("version", 1),
-             uuid.uuid4(), dumps(rest)))
+            (
+                job_id,
+                doc.get("message_id", ""),
+                doc.get("state", ""),
+                dumps(doc.get("payload", {})),
+                doc.get("attempts", 0),
+                doc.get("claimed_at"),
+                dumps(doc.get("provider_ref")),
+                doc.get("next_check_at"),
+                doc.get("notice_due_at"),
+                doc.get("updated_at", NOW),
+                doc.get("version", 1),
+                uuid.uuid4(),
+                dumps(rest),
+            ),
+        )
 
     def raw(job_id: str) -> dict[str, Any]:
         from safesend.adapters.postgres_store import loads
@@ -198,8 +230,15 @@ def _dead_port() -> int:
 
 
 def draft(key: str = "c:e:o", owner: str = "owner-a", job_id: str | None = None) -> Job:
-    job = new_job(job_id or f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}", key, "<job-x@mail.example.com>",
-                  "receipts", {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None}, "h" * 64, NOW)
+    job = new_job(
+        job_id or f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}",
+        key,
+        "<job-x@mail.example.com>",
+        "receipts",
+        {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None},
+        "h" * 64,
+        NOW,
+    )
     return start_attempt(job, NOW, owner, Timing())
 
 
@@ -218,39 +257,106 @@ def full_job() -> Job:
     them in another time zone and one naive (a naive time means UTC, as Firestore reads it)."""
     at = NOW.astimezone(PLUS2) + timedelta(microseconds=123456)
     job = Job(
-        id="full0000000000000000000000000001", dedup_key="cust-1:order_paid:42",
-        message_id="<job-full@mail.example.com>", channel="payments",
-        payload={"to": ["Ann Example <ann@example.com>", "b@example.org"], "cc": ["c@example.net"], "bcc": [],
-                 "subject": "Grüße, ünïcödé and an emoji 📨", "text": "line 1\nline 2\ttab", "html": "<p>hi</p>",
-                 "reply_to": None, "from": "Shop <shop@example.com>"},
-        payload_hash="f" * 64, created_at=at - timedelta(hours=1), updated_at=at, state=State.REVIEW, attempts=3,
-        history_start="12345", maybe_landed=2, refusals=1, retrying_since=at - timedelta(minutes=50),
-        claimed_at=at - timedelta(minutes=40), lease_until=at - timedelta(minutes=38), lease_owner="owner-z",
-        last_attempt_at=at - timedelta(minutes=40), next_check_at=at + timedelta(seconds=30), checks=4,
-        provider_ref={"gmail_id": "18c0ffee", "thread_id": "18c0ffef"}, known_copies=["18c0ffee", "18c0fff0"],
-        verified=False, verify_until=(NOW + timedelta(minutes=30)).replace(tzinfo=None),
+        id="full0000000000000000000000000001",
+        dedup_key="cust-1:order_paid:42",
+        message_id="<job-full@mail.example.com>",
+        channel="payments",
+        payload={
+            "to": ["Ann Example <ann@example.com>", "b@example.org"],
+            "cc": ["c@example.net"],
+            "bcc": [],
+            "subject": "Grüße, ünïcödé and an emoji 📨",
+            "text": "line 1\nline 2\ttab",
+            "html": "<p>hi</p>",
+            "reply_to": None,
+            "from": "Shop <shop@example.com>",
+        },
+        payload_hash="f" * 64,
+        created_at=at - timedelta(hours=1),
+        updated_at=at,
+        state=State.REVIEW,
+        attempts=3,
+        history_start="12345",
+        maybe_landed=2,
+        refusals=1,
+        retrying_since=at - timedelta(minutes=50),
+        claimed_at=at - timedelta(minutes=40),
+        lease_until=at - timedelta(minutes=38),
+        lease_owner="owner-z",
+        last_attempt_at=at - timedelta(minutes=40),
+        next_check_at=at + timedelta(seconds=30),
+        checks=4,
+        provider_ref={"gmail_id": "18c0ffee", "thread_id": "18c0ffef"},
+        known_copies=["18c0ffee", "18c0fff0"],
+        verified=False,
+        verify_until=(NOW + timedelta(minutes=30)).replace(tzinfo=None),
         stored_message_id="<job-full@mail.example.com>",
         mailbox_hits=[{"gmail_id": "18c0ffee", "thread_id": None, "label_ids": ["SENT", "INBOX"]}],
-        last_error={"bucket": "maybe_accepted", "retryable": False, "code": "timeout", "detail": "read timed out",
-                    "status": None},
-        review_reason="duplicate", review_entries=2, review_published_at=at - timedelta(minutes=1),
-        decisions=[{"review_id": "full:1", "decision": "acknowledge", "reviewer": "r@example.com", "note": "ok",
-                    "at": at - timedelta(minutes=5), "result": "acknowledged", "applied": True,
-                    "copies": ["18c0ffee"]}],
-        review_notified_entry=1, callbacks=["https://n8n.example.com/webhook-waiting/1"],
-        notices=[{"id": "full:n0", "kind": "callback", "url": "https://n8n.example.com/webhook-waiting/1",
-                  "payload": {"job_id": "full", "state": "review", "nested": {"deep": [1, 2.5, "x", None, True]}},
-                  "created_at": at - timedelta(minutes=2), "due_at": at + timedelta(seconds=10), "tries": 1,
-                  "delivered_at": None, "gave_up_at": None, "last_error": "HTTP 502"},
-                 {"id": "full:n1", "kind": "chat", "url": None, "payload": {}, "created_at": at - timedelta(minutes=3),
-                  "due_at": at - timedelta(minutes=3), "tries": 2, "delivered_at": at - timedelta(minutes=2),
-                  "gave_up_at": None, "last_error": None}],
-        notice_seq=2, notice_due_at=at + timedelta(seconds=10), events_dropped=7, version=0)
+        last_error={
+            "bucket": "maybe_accepted",
+            "retryable": False,
+            "code": "timeout",
+            "detail": "read timed out",
+            "status": None,
+        },
+        review_reason="duplicate",
+        review_entries=2,
+        review_published_at=at - timedelta(minutes=1),
+        decisions=[
+            {
+                "review_id": "full:1",
+                "decision": "acknowledge",
+                "reviewer": "r@example.com",
+                "note": "ok",
+                "at": at - timedelta(minutes=5),
+                "result": "acknowledged",
+                "applied": True,
+                "copies": ["18c0ffee"],
+            }
+        ],
+        review_notified_entry=1,
+        callbacks=["https://n8n.example.com/webhook-waiting/1"],
+        notices=[
+            {
+                "id": "full:n0",
+                "kind": "callback",
+                "url": "https://n8n.example.com/webhook-waiting/1",
+                "payload": {"job_id": "full", "state": "review", "nested": {"deep": [1, 2.5, "x", None, True]}},
+                "created_at": at - timedelta(minutes=2),
+                "due_at": at + timedelta(seconds=10),
+                "tries": 1,
+                "delivered_at": None,
+                "gave_up_at": None,
+                "last_error": "HTTP 502",
+            },
+            {
+                "id": "full:n1",
+                "kind": "chat",
+                "url": None,
+                "payload": {},
+                "created_at": at - timedelta(minutes=3),
+                "due_at": at - timedelta(minutes=3),
+                "tries": 2,
+                "delivered_at": at - timedelta(minutes=2),
+                "gave_up_at": None,
+                "last_error": None,
+            },
+        ],
+        notice_seq=2,
+        notice_due_at=at + timedelta(seconds=10),
+        events_dropped=7,
+        version=0,
+    )
     job.add_event(at - timedelta(hours=1), "created")
-    job.add_event(at - timedelta(minutes=40), "attempt_failed", error={"code": "timeout", "status": None},
-                  retry_in_s=1.5, due=at + timedelta(seconds=5),
-                  naive=(NOW + timedelta(seconds=1)).replace(tzinfo=None),
-                  times=[at, {"inner": at - timedelta(seconds=1)}])
+    job.add_event(
+        at - timedelta(minutes=40),
+        "attempt_failed",
+        error={"code": "timeout", "status": None},
+        retry_in_s=1.5,
+        due=at + timedelta(seconds=5),
+        naive=(NOW + timedelta(seconds=1)).replace(tzinfo=None),
+        times=[at, {"inner": at - timedelta(seconds=1)}],
+    )
     return job
 
 
@@ -408,10 +514,14 @@ def test_compare_and_set_replaces_the_whole_job(harness):
 def test_every_job_field_round_trips_with_nested_timestamps_as_aware_utc(harness):
     job = full_job()
     assert {f.name for f in fields(Job)} - {"store_token"} <= set(job.to_dict())
-    defaults = Job(id="d", dedup_key="d", message_id="d", channel="d", payload={}, payload_hash="d",
-                   created_at=NOW, updated_at=NOW)
-    same_as_default = [f.name for f in fields(Job) if f.name not in ("store_token", "version")
-                       and getattr(job, f.name) == getattr(defaults, f.name)]
+    defaults = Job(
+        id="d", dedup_key="d", message_id="d", channel="d", payload={}, payload_hash="d", created_at=NOW, updated_at=NOW
+    )
+    same_as_default = [
+        f.name
+        for f in fields(Job)
+        if f.name not in ("store_token", "version") and getattr(job, f.name) == getattr(defaults, f.name)
+    ]
     assert same_as_default == []  # the test really exercises every field
 
     harness.store.claim_or_get(job)
@@ -421,8 +531,7 @@ def test_every_job_field_round_trips_with_nested_timestamps_as_aware_utc(harness
     assert read == expected
     stamps = list(datetimes_in(read.to_dict()))
     assert len(stamps) == 22 and all(d.utcoffset() == timedelta(0) for d in stamps)
-    assert read.events[-1]["times"][1]["inner"] == NOW.astimezone(PLUS2) + timedelta(microseconds=123456,
-                                                                                   seconds=-1)
+    assert read.events[-1]["times"][1]["inner"] == NOW.astimezone(PLUS2) + timedelta(microseconds=123456, seconds=-1)
 
     rewritten = harness.store.compare_and_set(read, expected_version=1)  # and through an update
     again = harness.store.get(job.id)
@@ -472,8 +581,9 @@ def test_find_due_filters_by_state_and_time_oldest_first_ties_by_id_within_the_l
         stored_draft(harness, key, state=State.UNKNOWN, next_check_at=NOW - timedelta(minutes=m))
     tie_ids = ["tie" + "b" * 29, "tie" + "a" * 29]
     for tie_id in tie_ids:
-        stored_draft(harness, f"tie:{tie_id}", job_id=tie_id, state=State.UNKNOWN,
-                     next_check_at=NOW - timedelta(minutes=3))
+        stored_draft(
+            harness, f"tie:{tie_id}", job_id=tie_id, state=State.UNKNOWN, next_check_at=NOW - timedelta(minutes=3)
+        )
     stored_draft(harness, "future:0", state=State.UNKNOWN, next_check_at=NOW + timedelta(microseconds=1))
     stored_draft(harness, "other:0", state=State.RETRY_WAIT, next_check_at=NOW - timedelta(minutes=9))
     stored_draft(harness, "none:0", state=State.SENT, next_check_at=None)
@@ -482,8 +592,10 @@ def test_find_due_filters_by_state_and_time_oldest_first_ties_by_id_within_the_l
     assert [j.next_check_at for j in found] == sorted(NOW - timedelta(minutes=m) for m in [*minutes.values(), 3, 3])
     threes = [j.id for j in found if j.next_check_at == NOW - timedelta(minutes=3)]
     assert threes == sorted(threes) and set(tie_ids) <= set(threes)  # ties: by id, like Firestore's __name__
-    assert [j.next_check_at for j in harness.store.find_due(State.UNKNOWN, NOW, limit=2)] == \
-        [NOW - timedelta(minutes=5), NOW - timedelta(minutes=3)]
+    assert [j.next_check_at for j in harness.store.find_due(State.UNKNOWN, NOW, limit=2)] == [
+        NOW - timedelta(minutes=5),
+        NOW - timedelta(minutes=3),
+    ]
     assert [j.state for j in harness.store.find_due(State.RETRY_WAIT, NOW, 10)] == [State.RETRY_WAIT]
     assert harness.store.find_due(State.SENT, NOW + timedelta(days=1), 10) == []
     assert harness.store.find_due(State.SENDING, NOW + timedelta(days=1), 10) == []  # all moved on
@@ -492,26 +604,43 @@ def test_find_due_filters_by_state_and_time_oldest_first_ties_by_id_within_the_l
 
 
 def test_find_open_reviews_lists_review_and_failed_oldest_update_first(harness):
-    for i, (state, age) in enumerate([(State.REVIEW, 3), (State.FAILED, 9), (State.REVIEW, 1),
-                                      (State.SENT, 20), (State.UNKNOWN, 30), (State.CANCELLED, 40)]):
+    for i, (state, age) in enumerate(
+        [
+            (State.REVIEW, 3),
+            (State.FAILED, 9),
+            (State.REVIEW, 1),
+            (State.SENT, 20),
+            (State.UNKNOWN, 30),
+            (State.CANCELLED, 40),
+        ]
+    ):
         stored_draft(harness, f"open:{i}", state=state, updated_at=NOW - timedelta(minutes=age))
     for tie_id in ("rev" + "d" * 29, "rev" + "c" * 29):
         stored_draft(harness, f"tie:{tie_id}", job_id=tie_id, state=State.REVIEW, updated_at=NOW - timedelta(minutes=3))
     found = harness.store.find_open_reviews(limit=10)
     assert [(j.state, j.updated_at) for j in found] == [
-        (State.FAILED, NOW - timedelta(minutes=9)), (State.REVIEW, NOW - timedelta(minutes=3)),
-        (State.REVIEW, NOW - timedelta(minutes=3)), (State.REVIEW, NOW - timedelta(minutes=3)),
-        (State.REVIEW, NOW - timedelta(minutes=1))]
+        (State.FAILED, NOW - timedelta(minutes=9)),
+        (State.REVIEW, NOW - timedelta(minutes=3)),
+        (State.REVIEW, NOW - timedelta(minutes=3)),
+        (State.REVIEW, NOW - timedelta(minutes=3)),
+        (State.REVIEW, NOW - timedelta(minutes=1)),
+    ]
     threes = [j.id for j in found[1:4]]
     assert threes == sorted(threes)
     assert len(harness.store.find_open_reviews(limit=2)) == 2
 
 
 def test_find_notices_due_across_states_oldest_first_within_the_limit(harness):
-    for i, (state, seconds) in enumerate([(State.SENT, -30), (State.FAILED, -60), (State.REVIEW, 0),
-                                          (State.SENT, 1), (State.SENT, None)]):
-        stored_draft(harness, f"notice:{i}", state=state, next_check_at=None,
-                     notice_due_at=None if seconds is None else NOW + timedelta(seconds=seconds))
+    for i, (state, seconds) in enumerate(
+        [(State.SENT, -30), (State.FAILED, -60), (State.REVIEW, 0), (State.SENT, 1), (State.SENT, None)]
+    ):
+        stored_draft(
+            harness,
+            f"notice:{i}",
+            state=state,
+            next_check_at=None,
+            notice_due_at=None if seconds is None else NOW + timedelta(seconds=seconds),
+        )
     found = harness.store.find_notices_due(NOW, limit=10)
     assert [j.notice_due_at for j in found] == [NOW - timedelta(seconds=60), NOW - timedelta(seconds=30), NOW]
     assert [j.notice_due_at for j in harness.store.find_notices_due(NOW, limit=1)] == [NOW - timedelta(seconds=60)]
@@ -551,9 +680,17 @@ def test_damaged_records_are_left_out_of_every_query_and_never_raised(harness):
 
 
 def _check_damaged_records_are_skipped(harness: Harness) -> None:
-    good = [stored_draft(harness, f"good:{i}", state=State.REVIEW, next_check_at=NOW - timedelta(seconds=10 - i),
-                         notice_due_at=NOW - timedelta(seconds=10 - i), updated_at=NOW - timedelta(seconds=10 - i))
-            for i in range(3)]
+    good = [
+        stored_draft(
+            harness,
+            f"good:{i}",
+            state=State.REVIEW,
+            next_check_at=NOW - timedelta(seconds=10 - i),
+            notice_due_at=NOW - timedelta(seconds=10 - i),
+            updated_at=NOW - timedelta(seconds=10 - i),
+        )
+        for i in range(3)
+    ]
     base = good[0].copy()
     base.next_check_at = base.notice_due_at = base.updated_at = NOW - timedelta(seconds=30)
     for i, damage in enumerate(["events", "notices", "no_dedup_key"]):
@@ -617,7 +754,7 @@ def test_ten_racing_compare_and_sets_from_one_snapshot_have_exactly_one_winner(h
     results, errors = race(10, write)
     assert len(results) == 1 and len(errors) == 9
     assert all(isinstance(e, ConcurrentUpdateError) for e in errors.values()), errors
-    (winner, job), = results.items()
+    ((winner, job),) = results.items()
     assert job.version == 2 and harness.store.get(stored.id) == job and job.attempts == 10 + winner
 
 

@@ -22,7 +22,7 @@ import pytest
 from devstack.relay import FaultRelay
 from safesend.adapters.gmail_mailer import READ_TRIES, GmailMailer
 from safesend.adapters.one_shot_http import OneShotHttp, TransportError
-from safesend.classify import TransportFault
+from safesend.classify import TransportErrorKind
 from safesend.errors import MailboxUnavailableError
 from safesend.model import Bucket, Failure
 from tests.integration.test_gmail_mailer import MESSAGE_ID, RAW, sent_copies
@@ -232,7 +232,7 @@ def test_a_deadline_already_past_sends_nothing_and_says_so(relay):
     transport = OneShotHttp(timeout=5.0, deadline=time.monotonic() - 0.01)
     with pytest.raises(TransportError) as info:
         transport.request(relay.url + "gmail/v1/users/me/messages/send", "POST", body=b"{}")
-    assert info.value.fault is TransportFault.CONNECT_FAILED  # Bucket 1: nothing was written
+    assert info.value.kind is TransportErrorKind.CONNECT_FAILED  # Bucket 1: nothing was written
     assert relay.stats()["connections"] == 0
 
 
@@ -247,7 +247,7 @@ def test_a_body_read_until_close_is_not_taken_as_complete_when_the_deadline_cuts
             call_bounded(lambda: transport.request(f"http://127.0.0.1:{server.port}/", "GET"), limit_s=3.0)
     finally:
         server.stop()
-    assert info.value.fault is TransportFault.TIMEOUT
+    assert info.value.kind is TransportErrorKind.TIMEOUT
 
 
 def test_a_trickled_https_answer_is_cut_at_the_deadline(tmp_path):
@@ -260,5 +260,5 @@ def test_a_trickled_https_answer_is_cut_at_the_deadline(tmp_path):
             call_bounded(lambda: transport.request(f"https://127.0.0.1:{server.port}/", "GET"), limit_s=3.0)
     finally:
         server.stop()
-    assert info.value.fault is TransportFault.TIMEOUT
+    assert info.value.kind is TransportErrorKind.TIMEOUT
     assert server.connections == 1

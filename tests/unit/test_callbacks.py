@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from safesend.callbacks import MAX_CALLBACKS, CallbackPolicy, CallbackUrlError
-from safesend.classify import TransportFault, classify_transport
+from safesend.classify import TransportErrorKind, classify_transport
 from safesend.errors import PayloadMismatchError, RequestValidationError
 from safesend.model import Delivery
 from safesend.states import State
@@ -18,7 +18,7 @@ from tests.unit.conftest import CALLBACKS, make_world
 
 HOOK_A = "https://n8n.example.com/webhook-waiting/101"
 HOOK_B = "https://n8n.example.com/webhook-waiting/202"
-TIMEOUT = classify_transport(TransportFault.TIMEOUT, "read timed out")
+TIMEOUT = classify_transport(TransportErrorKind.TIMEOUT, "read timed out")
 
 
 # --------------------------------------------------------------------------- the URL policy

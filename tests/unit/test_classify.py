@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.classify import TransportFault, classify_http, classify_transport, crash_failure
+from safesend.classify import TransportErrorKind, classify_http, classify_transport, crash_failure
 from safesend.model import Bucket
 
 PROPS = settings(max_examples=200, deadline=None)
@@ -95,12 +95,12 @@ TRANSPORT_TABLE = {
 
 
 def test_transport_table_covers_every_fault():
-    assert {f.value for f in TransportFault} == set(TRANSPORT_TABLE)
+    assert {f.value for f in TransportErrorKind} == set(TRANSPORT_TABLE)
 
 
 @pytest.mark.parametrize("fault", sorted(TRANSPORT_TABLE))
 def test_transport_fault_maps_to_documented_bucket(fault):
-    failure = classify_transport(TransportFault(fault), "some detail")
+    failure = classify_transport(TransportErrorKind(fault), "some detail")
     assert (failure.bucket, failure.retryable) == TRANSPORT_TABLE[fault]
     assert failure.code == fault
     assert failure.detail == "some detail"

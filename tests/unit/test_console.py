@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import flask
 import pytest
 
-from safesend.classify import TransportFault, classify_transport
+from safesend.classify import TransportErrorKind, classify_transport
 from safesend.console import CONSOLE_JS, CSP, CSS_PATH, ICON_PATH, JS_PATH, MAX_FORM_BYTES, ReviewConsole
 from safesend.errors import ConfigurationError
 from safesend.lifecycle import MAX_NOTE_CHARS
@@ -26,7 +26,7 @@ EVIL_SUBJECT = '</title><script>alert("s")</script><img src=x onerror=alert(1)> 
 
 
 def timeout():
-    return classify_transport(TransportFault.TIMEOUT, "read timed out <b>talking to</b> ann.lee@example.com")
+    return classify_transport(TransportErrorKind.TIMEOUT, "read timed out <b>talking to</b> ann.lee@example.com")
 
 
 class Clock:

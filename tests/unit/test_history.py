@@ -8,12 +8,12 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.classify import TransportFault, classify_http, classify_transport
+from safesend.classify import TransportErrorKind, classify_http, classify_transport
 from safesend.states import State
 from tests.unit.conftest import make_world
 
-TIMEOUT = classify_transport(TransportFault.TIMEOUT, "read timed out")
-LOST = classify_transport(TransportFault.DISCONNECTED_AFTER_WRITE, "never arrived")
+TIMEOUT = classify_transport(TransportErrorKind.TIMEOUT, "read timed out")
+LOST = classify_transport(TransportErrorKind.DISCONNECTED_AFTER_WRITE, "never arrived")
 DROPPED = ("accept", TIMEOUT)
 
 

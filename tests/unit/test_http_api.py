@@ -11,7 +11,7 @@ import pytest
 from flask import Flask
 
 from safesend.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
-from safesend.classify import TransportFault, classify_http, classify_transport
+from safesend.classify import TransportErrorKind, classify_http, classify_transport
 from safesend.config import Settings
 from safesend.errors import StoreUnavailableError
 from safesend.http_api import HttpApi
@@ -71,7 +71,7 @@ def test_sent_is_200_and_a_replay_says_so(api_and_world):
 
 def test_in_flight_or_reconciling_is_202_never_an_error(api_and_world):
     api, world = api_and_world
-    world.mailer.script = [classify_transport(TransportFault.TIMEOUT)]
+    world.mailer.script = [classify_transport(TransportErrorKind.TIMEOUT)]
     status, payload, _ = call(api.send, body=BODY)
     assert status == 202 and payload["state"] == "unknown"
     status, payload, _ = call(api.send, body=BODY)
@@ -152,7 +152,7 @@ INVOKER = {"Authorization": "Bearer tasks@p.iam.gserviceaccount.com"}
 
 def test_reconcile_answers_200_for_anything_it_handled_and_503_when_the_mailbox_is_down(internal_api):
     api, world = internal_api
-    world.mailer.script = [classify_transport(TransportFault.TIMEOUT)]
+    world.mailer.script = [classify_transport(TransportErrorKind.TIMEOUT)]
     _, sent, _ = call(api.send, body=BODY)
 
     def reconcile(body):
@@ -181,5 +181,7 @@ def test_the_deployed_package_has_no_fault_switch(api_and_world):
     status, _, _ = call(api.send, body=BODY, headers={"X-Safesend-Fault": "after_claim"})
     assert status == 200 and world.mailer.sends == 1
     functions = Path(__file__).resolve().parents[2] / "functions"
-    offenders = [p.name for p in functions.rglob("*.py") if "Fault" in p.read_text().replace("TransportFault", "")]
+    offenders = [
+        p.name for p in functions.rglob("*") if p.suffix in (".py", ".toml", ".txt") and "Fault" in p.read_text()
+    ]
     assert offenders == []

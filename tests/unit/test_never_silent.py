@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from safesend.classify import TransportFault, classify_http, classify_transport
+from safesend.classify import TransportErrorKind, classify_http, classify_transport
 from safesend.errors import RequestValidationError, StoreUnavailableError
 from safesend.http_api import HttpApi
 from safesend.keys import job_id_for
@@ -18,8 +18,8 @@ from safesend.states import State
 from tests.unit.conftest import POLICIES, make_world
 from tests.unit.test_http_api import BODY, call
 
-TIMEOUT = classify_transport(TransportFault.TIMEOUT, "read timed out")
-LOST = classify_transport(TransportFault.DISCONNECTED_AFTER_WRITE, "reset")
+TIMEOUT = classify_transport(TransportErrorKind.TIMEOUT, "read timed out")
+LOST = classify_transport(TransportErrorKind.DISCONNECTED_AFTER_WRITE, "reset")
 HTTP_429 = classify_http(429, "rateLimitExceeded")
 HTTP_400 = classify_http(400, "invalidArgument")
 HTTP_503 = classify_http(503, "backendError")

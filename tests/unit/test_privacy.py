@@ -11,7 +11,7 @@ import pytest
 
 from safesend.adapters import gmail_auth
 from safesend.adapters.gmail_mailer import GMAIL_SCOPES
-from safesend.classify import TransportFault, classify_http, classify_transport
+from safesend.classify import TransportErrorKind, classify_http, classify_transport
 from safesend.logs import CloudLoggingFormatter, mask_emails
 from tests.unit.conftest import POLICIES, make_world
 
@@ -31,7 +31,7 @@ def capture_logs() -> tuple[io.StringIO, logging.Handler]:
     [
         ["accept"],
         [classify_http(400, "invalidArgument", "Invalid To: ann@example.com")],
-        [classify_transport(TransportFault.TIMEOUT)],
+        [classify_transport(TransportErrorKind.TIMEOUT)],
     ],
 )
 def test_logs_of_a_whole_job_hold_no_body_and_no_plain_address(script):
@@ -64,7 +64,7 @@ def test_review_items_carry_the_body_only_when_the_channel_opts_in():
             **POLICIES,
             "channels": {**POLICIES["channels"], "payments": {"on_unknown": "review", "review_includes_body": opt_in}},
         }
-        world = make_world(script=[classify_transport(TransportFault.TIMEOUT)], policies=policies)
+        world = make_world(script=[classify_transport(TransportErrorKind.TIMEOUT)], policies=policies)
         job, _ = world.service.submit(world.request(channel="payments", text=BODY_TEXT))
         world.run_until_settled(job.id)
         item, _ = world.publisher.items[0]

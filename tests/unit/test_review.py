@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safesend import lifecycle
-from safesend.classify import TransportFault, classify_http, classify_transport
+from safesend.classify import TransportErrorKind, classify_http, classify_transport
 from safesend.keys import job_id_for, message_id_for
 from safesend.lifecycle import Timing
 from safesend.model import MailboxHit
@@ -74,7 +74,7 @@ def new_job(text=TEXT, html=HTML, channel="payments", key=KEY):
 def unknown_job(policy=REVIEW_POLICY, **kwargs):
     """Claimed, sent, and the answer lost: a read timeout."""
     job = lifecycle.start_attempt(new_job(channel=policy.name, **kwargs), T0, "owner-1", TIMING)
-    timeout = classify_transport(TransportFault.TIMEOUT, "read timed out")
+    timeout = classify_transport(TransportErrorKind.TIMEOUT, "read timed out")
     job = lifecycle.record_outcome(job, timeout, "owner-1", T0 + timedelta(seconds=20), policy, TIMING, lambda a, b: b)
     assert job.state is State.UNKNOWN
     return job

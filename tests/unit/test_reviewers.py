@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from safesend.classify import TransportFault, classify_http, classify_transport
+from safesend.classify import TransportErrorKind, classify_http, classify_transport
 from safesend.errors import DecisionConflictError, DecisionNotAllowedError, RequestValidationError, StaleReviewError
 from safesend.lifecycle import allowed_decisions, current_review_id
 from safesend.model import Delivery
@@ -14,7 +14,7 @@ from safesend.notify import ReviewerTargets
 from safesend.states import State
 from tests.unit.conftest import make_world
 
-TIMEOUT = classify_transport(TransportFault.TIMEOUT, "read timed out")
+TIMEOUT = classify_transport(TransportErrorKind.TIMEOUT, "read timed out")
 HTTP_400 = classify_http(400, "invalidArgument")
 CHAT_AND_SLACK = ReviewerTargets(
     frozenset({"chat", "slack"}), console_url="https://review.example.com", notify_timeout_s=600

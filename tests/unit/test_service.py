@@ -8,13 +8,13 @@ from datetime import timedelta
 import pytest
 
 from devstack import crash_points
-from safesend.classify import TransportFault, classify_http, classify_transport
+from safesend.classify import TransportErrorKind, classify_http, classify_transport
 from safesend.errors import PayloadMismatchError, UnknownChannelError
 from safesend.states import State
 from tests.unit.conftest import make_world
 
-TIMEOUT = classify_transport(TransportFault.TIMEOUT, "read timed out")
-REFUSED = classify_transport(TransportFault.CONNECT_REFUSED)
+TIMEOUT = classify_transport(TransportErrorKind.TIMEOUT, "read timed out")
+REFUSED = classify_transport(TransportErrorKind.CONNECT_REFUSED)
 HTTP_429 = classify_http(429, "rateLimitExceeded")
 HTTP_400 = classify_http(400, "invalidArgument")
 HTTP_503 = classify_http(503, "backendError")

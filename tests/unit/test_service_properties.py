@@ -16,13 +16,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.classify import TransportFault, classify_http, classify_transport
+from safesend.classify import TransportErrorKind, classify_http, classify_transport
 from safesend.states import State
 from tests.unit.conftest import make_world
 
 ACCEPT = "accept"
-DROPPED_AFTER_ACCEPT = ("accept", classify_transport(TransportFault.TIMEOUT, "answer lost"))
-LOST_BEFORE_GMAIL = classify_transport(TransportFault.DISCONNECTED_AFTER_WRITE, "never arrived")
+DROPPED_AFTER_ACCEPT = ("accept", classify_transport(TransportErrorKind.TIMEOUT, "answer lost"))
+LOST_BEFORE_GMAIL = classify_transport(TransportErrorKind.DISCONNECTED_AFTER_WRITE, "never arrived")
 RATE_LIMITED = classify_http(429, "rateLimitExceeded")
 REFUSED = classify_http(400, "invalidArgument")
 SERVER_ERROR_ACCEPTED = ("accept", classify_http(503, "backendError"))

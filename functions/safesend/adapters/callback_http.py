@@ -49,6 +49,6 @@ class HttpNotifier:
         try:
             response, _ = http.request(url, "POST", body=body, headers=headers)
         except TransportError as exc:
-            return Delivery(False, None, exc.fault.value)
+            return Delivery(False, None, exc.kind.value)
         status = int(response.status)
         return Delivery(200 <= status < 300, status)

@@ -42,7 +42,7 @@ class WebhookPoster:
                 url, "POST", body=body, headers={"Content-Type": "application/json; charset=UTF-8"}
             )
         except TransportError as exc:
-            return Delivery(False, None, exc.fault.value)
+            return Delivery(False, None, exc.kind.value)
         status = int(response.status)
         return Delivery(200 <= status < 300, status)
 

@@ -35,7 +35,7 @@ from google_auth_httplib2 import Request as AuthRequest
 from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
-from ..classify import TransportFault, classify_http, classify_transport
+from ..classify import TransportErrorKind, classify_http, classify_transport
 from ..errors import HistoryExpiredError, MailboxUnavailableError
 from ..keys import bare_message_id
 from ..mime import encode_raw
@@ -145,14 +145,14 @@ class GmailMailer:
         except HttpError as exc:
             return _classify_http_error(exc)
         except TransportError as exc:
-            return classify_transport(exc.fault, str(exc))
+            return classify_transport(exc.kind, str(exc))
         except RefreshError as exc:
             # Raised only before the send or after a 401 answer: either way nothing was accepted.
             return Failure(Bucket.NOT_ACCEPTED, True, "auth_refresh", repr(exc)[:300])
         except Exception as exc:  # noqa: BLE001 - anything unforeseen after the call began is "maybe"
-            return classify_transport(TransportFault.UNEXPECTED, repr(exc))
+            return classify_transport(TransportErrorKind.UNEXPECTED, repr(exc))
         if not isinstance(response, dict) or not response.get("id"):
-            return classify_transport(TransportFault.PROTOCOL, "2xx without a message id")
+            return classify_transport(TransportErrorKind.PROTOCOL, "2xx without a message id")
         return Accepted(gmail_id=response["id"], thread_id=response.get("threadId"))
 
     def _refresh_credentials_if_needed(self, transport: OneShotHttp) -> Failure | None:
@@ -495,7 +495,7 @@ def _describe(exc: BaseException | None) -> str:
         reason, _ = _error_reason(exc)
         return f"HTTP {exc.status_code}" + (f" {reason}" if reason else "")
     if isinstance(exc, TransportError):
-        return f"transport {exc.fault.value}"
+        return f"transport {exc.kind.value}"
     if isinstance(exc, RefreshError):
         codes = [arg.get("error") for arg in exc.args if isinstance(arg, dict)]
         code = next((c for c in codes if isinstance(c, str) and _OAUTH_ERROR_CODE.fullmatch(c)), None)

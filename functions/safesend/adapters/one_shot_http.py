@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import httplib2
 
-from ..classify import TransportFault
+from ..classify import TransportErrorKind
 
 # How late request() can return after its deadline: the watchdog timer's wake-up plus unwinding the
 # interrupted call. Generous for a loaded instance; measured in milliseconds on an idle one.
@@ -42,11 +42,11 @@ MIN_PHASE_TIMEOUT_S = 0.001  # settimeout(0) would make the socket non-blocking,
 
 
 class TransportError(Exception):
-    """A transport failure with the phase it happened in; `fault` feeds classify_transport."""
+    """A transport failure with the phase it happened in; `kind` feeds classify_transport."""
 
-    def __init__(self, fault: TransportFault, detail: str):
-        super().__init__(f"{fault.value}: {detail}")
-        self.fault = fault
+    def __init__(self, kind: TransportErrorKind, detail: str):
+        super().__init__(f"{kind.value}: {detail}")
+        self.kind = kind
 
 
 class OneShotHttp:
@@ -87,7 +87,7 @@ class OneShotHttp:
     ) -> tuple[httplib2.Response, bytes]:
         parts = urlsplit(uri)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise TransportError(TransportFault.CONNECT_FAILED, f"unsupported URL {uri!r}")
+            raise TransportError(TransportErrorKind.CONNECT_FAILED, f"unsupported URL {uri!r}")
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         send_headers = {k: v for k, v in (headers or {}).items() if k.lower() != "accept-encoding"}
         send_headers["accept-encoding"] = "gzip"
@@ -129,13 +129,13 @@ class OneShotHttp:
     def _connect(conn: http.client.HTTPConnection, watchdog: _Watchdog) -> None:
         """Phase 1: nothing of the request has been written yet, whatever fails here.
 
-        A timeout, the deadline's included, stays TIMEOUT (conservative, see classify.TransportFault).
+        A timeout, the deadline's included, stays TIMEOUT (conservative, see classify.TransportErrorKind).
         """
         try:
             conn.connect()
         except Exception as exc:
             if watchdog.disarm():
-                raise TransportError(TransportFault.TIMEOUT, f"connect: attempt deadline passed: {exc!r}") from exc
+                raise TransportError(TransportErrorKind.TIMEOUT, f"connect: attempt deadline passed: {exc!r}") from exc
             _raise_connect_failure(exc)
 
     @staticmethod
@@ -162,10 +162,10 @@ class OneShotHttp:
             content = raw.read()
         except Exception as exc:
             if watchdog.disarm():
-                raise TransportError(TransportFault.TIMEOUT, f"{where}: attempt deadline passed") from exc
+                raise TransportError(TransportErrorKind.TIMEOUT, f"{where}: attempt deadline passed") from exc
             _raise_exchange_failure(exc, where)
         if watchdog.disarm():
-            raise TransportError(TransportFault.TIMEOUT, f"{where}: attempt deadline passed while reading")
+            raise TransportError(TransportErrorKind.TIMEOUT, f"{where}: attempt deadline passed while reading")
         return _response(raw, content)
 
 
@@ -223,7 +223,7 @@ def _time_left(deadline: float) -> float:
 def _require_time_left(deadline: float, where: str) -> None:
     """Nothing of the request is written yet: a deadline already passed here is a clean not-sent."""
     if _time_left(deadline) <= 0:
-        raise TransportError(TransportFault.CONNECT_FAILED, f"attempt deadline passed {where}: nothing sent")
+        raise TransportError(TransportErrorKind.CONNECT_FAILED, f"attempt deadline passed {where}: nothing sent")
 
 
 def _open_socket(
@@ -307,28 +307,28 @@ def _is_ip_literal(host: str) -> bool:
 def _raise_connect_failure(exc: Exception) -> NoReturn:
     """Map a connect-phase exception; nothing was written, so only a timeout is not a clean not-sent."""
     if isinstance(exc, socket.gaierror):
-        raise TransportError(TransportFault.DNS, str(exc)) from exc
+        raise TransportError(TransportErrorKind.DNS, str(exc)) from exc
     if isinstance(exc, ConnectionRefusedError):
-        raise TransportError(TransportFault.CONNECT_REFUSED, str(exc)) from exc
+        raise TransportError(TransportErrorKind.CONNECT_REFUSED, str(exc)) from exc
     if isinstance(exc, ssl.SSLError):
-        raise TransportError(TransportFault.TLS_HANDSHAKE, str(exc)) from exc
+        raise TransportError(TransportErrorKind.TLS_HANDSHAKE, str(exc)) from exc
     if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
-        raise TransportError(TransportFault.TIMEOUT, f"connect: {exc}") from exc
+        raise TransportError(TransportErrorKind.TIMEOUT, f"connect: {exc}") from exc
     if isinstance(exc, OSError):
-        raise TransportError(TransportFault.CONNECT_FAILED, str(exc)) from exc
+        raise TransportError(TransportErrorKind.CONNECT_FAILED, str(exc)) from exc
     raise exc
 
 
 def _raise_exchange_failure(exc: Exception, where: str) -> NoReturn:
     """Map a write/read-phase exception: the request may have been processed, whatever it is."""
     if isinstance(exc, TimeoutError):
-        raise TransportError(TransportFault.TIMEOUT, f"{where}: {exc}") from exc
+        raise TransportError(TransportErrorKind.TIMEOUT, f"{where}: {exc}") from exc
     if isinstance(exc, (ConnectionError, http.client.RemoteDisconnected)):
-        raise TransportError(TransportFault.DISCONNECTED_AFTER_WRITE, repr(exc)) from exc
+        raise TransportError(TransportErrorKind.DISCONNECTED_AFTER_WRITE, repr(exc)) from exc
     if isinstance(exc, (http.client.HTTPException, ssl.SSLError)):
-        raise TransportError(TransportFault.PROTOCOL, repr(exc)) from exc
+        raise TransportError(TransportErrorKind.PROTOCOL, repr(exc)) from exc
     if isinstance(exc, OSError):
-        raise TransportError(TransportFault.DISCONNECTED_AFTER_WRITE, repr(exc)) from exc
+        raise TransportError(TransportErrorKind.DISCONNECTED_AFTER_WRITE, repr(exc)) from exc
     raise exc
 
 
@@ -369,5 +369,5 @@ def _decode(content: bytes, encoding: str) -> bytes:
         if encoding == "deflate":
             return zlib.decompress(content)
     except (OSError, zlib.error) as exc:
-        raise TransportError(TransportFault.PROTOCOL, f"bad {encoding} body: {exc}") from exc
+        raise TransportError(TransportErrorKind.PROTOCOL, f"bad {encoding} body: {exc}") from exc
     return content

@@ -66,8 +66,9 @@ def migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
             raise ConfigurationError(f"migration file {path.name}: expected NNNN_name.sql")
         found.append(Migration(int(match.group(1)), match.group(2), path.read_text(encoding="utf-8")))
     if [m.version for m in found] != list(range(1, len(found) + 1)):
-        raise ConfigurationError(f"migrations in {directory} must be numbered 0001, 0002, ... without gaps: "
-                                 f"{[m.version for m in found]}")
+        raise ConfigurationError(
+            f"migrations in {directory} must be numbered 0001, 0002, ... without gaps: {[m.version for m in found]}"
+        )
     return found
 
 
@@ -96,8 +97,11 @@ def migrate(conn: Any, known: Sequence[Migration] | None = None) -> list[Migrati
         pending = [m for m in known if m.version not in applied]
         for migration in pending:
             _run(conn, migration.sql)
-            _run(conn, "INSERT INTO safesend_schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
-                 (migration.version, migration.name, migration.checksum))
+            _run(
+                conn,
+                "INSERT INTO safesend_schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                (migration.version, migration.name, migration.checksum),
+            )
     return pending
 
 
@@ -119,7 +123,8 @@ def require_current(conn: Any, known: Sequence[Migration] | None = None) -> None
         raise ConfigurationError(
             f"postgres_schema_behind: {len(missing)} migration(s) not applied "
             f"({', '.join(f'{m.version:04d}_{m.name}' for m in missing)}): run "
-            "`python -m safesend.adapters.postgres_schema migrate`, or set SAFESEND_POSTGRES_MIGRATE=true")
+            "`python -m safesend.adapters.postgres_schema migrate`, or set SAFESEND_POSTGRES_MIGRATE=true"
+        )
 
 
 def _run(conn: Any, sql: str, params: Sequence[Any] | None = None) -> Any:
@@ -144,19 +149,28 @@ def _check_applied(applied: dict[int, str], known: Sequence[Migration]) -> None:
         if migration is None:
             continue  # applied by a newer release; additive migrations keep older code working
         if migration.checksum != checksum:
-            raise ConfigurationError(f"migration {version:04d}_{migration.name} was edited after it was applied "
-                                     "(checksum differs): migrations are append-only, add a new file instead")
+            raise ConfigurationError(
+                f"migration {version:04d}_{migration.name} was edited after it was applied "
+                "(checksum differs): migrations are append-only, add a new file instead"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m safesend.adapters.postgres_schema",
-                                     description="Apply or list the job store's schema migrations.")
+    parser = argparse.ArgumentParser(
+        prog="python -m safesend.adapters.postgres_schema",
+        description="Apply or list the job store's schema migrations.",
+    )
     parser.add_argument("command", choices=("migrate", "status"))
-    parser.add_argument("--dsn", default=os.environ.get("SAFESEND_POSTGRES_DSN"),
-                        help="libpq DSN or URI (default: $SAFESEND_POSTGRES_DSN)")
-    parser.add_argument("--iam", action="store_true",
-                        help="Cloud SQL IAM database authentication: an access token of the ambient "
-                             "credentials is the password")
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("SAFESEND_POSTGRES_DSN"),
+        help="libpq DSN or URI (default: $SAFESEND_POSTGRES_DSN)",
+    )
+    parser.add_argument(
+        "--iam",
+        action="store_true",
+        help="Cloud SQL IAM database authentication: an access token of the ambient credentials is the password",
+    )
     args = parser.parse_args(argv)
     if not args.dsn:
         parser.error("no DSN: pass --dsn or set SAFESEND_POSTGRES_DSN")
@@ -168,8 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"applied {len(applied)} migration(s)" + "".join(f"\n  {m.version:04d}_{m.name}" for m in applied))
         else:
             missing = pending(conn)
-            print(f"{len(migrations()) - len(missing)} applied, {len(missing)} pending"
-                  + "".join(f"\n  pending {m.version:04d}_{m.name}" for m in missing))
+            print(
+                f"{len(migrations()) - len(missing)} applied, {len(missing)} pending"
+                + "".join(f"\n  pending {m.version:04d}_{m.name}" for m in missing)
+            )
     return 0
 
 

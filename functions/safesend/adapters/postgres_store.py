@@ -49,14 +49,30 @@ SQL_LOGIN_SCOPE = "https://www.googleapis.com/auth/sqlservice.login"
 
 # The server refused the statement because the schema or the grants are not what this code needs:
 # no retry fixes that, so it is loud (a ConfigurationError), never "store unavailable".
-_SCHEMA_ERRORS = (pg_errors.UndefinedTable, pg_errors.UndefinedColumn, pg_errors.UndefinedFunction,
-                  pg_errors.InvalidSchemaName, pg_errors.InsufficientPrivilege)
+_SCHEMA_ERRORS = (
+    pg_errors.UndefinedTable,
+    pg_errors.UndefinedColumn,
+    pg_errors.UndefinedFunction,
+    pg_errors.InvalidSchemaName,
+    pg_errors.InsufficientPrivilege,
+)
 
 
 # --------------------------------------------------------------------------------------------- SQL
 
-_COLUMNS = ("id", "message_id", "state", "payload", "attempts", "claimed_at", "provider_ref",
-            "next_check_at", "notice_due_at", "updated_at", "version")  # Job fields kept as columns
+_COLUMNS = (
+    "id",
+    "message_id",
+    "state",
+    "payload",
+    "attempts",
+    "claimed_at",
+    "provider_ref",
+    "next_check_at",
+    "notice_due_at",
+    "updated_at",
+    "version",
+)  # Job fields kept as columns
 _TIME_COLUMNS = ("claimed_at", "next_check_at", "notice_due_at", "updated_at")
 
 
@@ -64,32 +80,41 @@ class _Sql:
     """Every statement the store sends, written out. Parameters are named after the row's keys
     (job_row); JSON goes in as text and comes out as text (job_from_row decodes it)."""
 
-    _select = ("SELECT id, message_id, state, payload::text, attempts, claimed_at, provider_ref::text, "
-               "next_check_at, notice_due_at, updated_at, version, write_id, doc::text FROM ai_jobs")
+    _select = (
+        "SELECT id, message_id, state, payload::text, attempts, claimed_at, provider_ref::text, "
+        "next_check_at, notice_due_at, updated_at, version, write_id, doc::text FROM ai_jobs"
+    )
     claim = (
         "INSERT INTO ai_jobs (id, message_id, state, payload, attempts, claimed_at, provider_ref, next_check_at, "
         "notice_due_at, updated_at, version, write_id, doc) "
         "VALUES (%(id)s, %(message_id)s, %(state)s, %(payload)s::jsonb, %(attempts)s, %(claimed_at)s, "
         "%(provider_ref)s::jsonb, %(next_check_at)s, %(notice_due_at)s, %(updated_at)s, %(version)s, "
         "%(write_id)s, %(doc)s::jsonb) "
-        "ON CONFLICT (id) DO NOTHING RETURNING version")
+        "ON CONFLICT (id) DO NOTHING RETURNING version"
+    )
     compare_and_set = (
         "UPDATE ai_jobs SET message_id = %(message_id)s, state = %(state)s, payload = %(payload)s::jsonb, "
         "attempts = %(attempts)s, claimed_at = %(claimed_at)s, provider_ref = %(provider_ref)s::jsonb, "
         "next_check_at = %(next_check_at)s, notice_due_at = %(notice_due_at)s, updated_at = %(updated_at)s, "
         "version = %(version)s, write_id = %(write_id)s, doc = %(doc)s::jsonb "
-        "WHERE id = %(id)s AND version = %(expected_version)s RETURNING version")
+        "WHERE id = %(id)s AND version = %(expected_version)s RETURNING version"
+    )
     get = _select + " WHERE id = %(id)s"
     write_of = "SELECT version, write_id FROM ai_jobs WHERE id = %(id)s"
     # Served by ai_jobs_due (state, next_check_at, id). No FOR UPDATE SKIP LOCKED: in autocommit a
     # row lock ends with the statement, so it would coordinate nothing and write a lock per row;
     # overlapping sweeps are settled by compare-and-set (one winner per job).
-    find_due = _select + (" WHERE state = %(state)s AND next_check_at <= %(now)s "
-                          "ORDER BY next_check_at, id LIMIT %(limit)s")
-    find_open_reviews = _select + (" WHERE state IN ('review', 'failed') "  # ai_jobs_open_reviews
-                                   "ORDER BY updated_at, id LIMIT %(limit)s")
-    find_notices_due = _select + (" WHERE notice_due_at <= %(now)s "  # ai_jobs_notices_due
-                                  "ORDER BY notice_due_at, id LIMIT %(limit)s")
+    find_due = _select + (
+        " WHERE state = %(state)s AND next_check_at <= %(now)s ORDER BY next_check_at, id LIMIT %(limit)s"
+    )
+    find_open_reviews = _select + (
+        " WHERE state IN ('review', 'failed') "  # ai_jobs_open_reviews
+        "ORDER BY updated_at, id LIMIT %(limit)s"
+    )
+    find_notices_due = _select + (
+        " WHERE notice_due_at <= %(now)s "  # ai_jobs_notices_due
+        "ORDER BY notice_due_at, id LIMIT %(limit)s"
+    )
 
 
 # ------------------------------------------------------------------------------ row <-> Job mapping
@@ -136,14 +161,37 @@ def job_row(job: Job, write_id: uuid.UUID) -> dict[str, Any]:
 
 def job_from_row(row: Sequence[Any]) -> Job:
     """The Job a row of `_Sql._select` holds. Raises TypeError/ValueError/KeyError if it is not one."""
-    (job_id, message_id, state, payload, attempts, claimed_at, provider_ref, next_check_at, notice_due_at,
-     updated_at, version, _write_id, doc) = row
+    (
+        job_id,
+        message_id,
+        state,
+        payload,
+        attempts,
+        claimed_at,
+        provider_ref,
+        next_check_at,
+        notice_due_at,
+        updated_at,
+        version,
+        _write_id,
+        doc,
+    ) = row
     data = loads(doc)
     if not isinstance(data, dict):
         raise TypeError(f"doc is a JSON {type(data).__name__}, not an object")
-    data.update(id=job_id, message_id=message_id, state=state, payload=loads(payload), attempts=attempts,
-                claimed_at=claimed_at, provider_ref=loads(provider_ref), next_check_at=next_check_at,
-                notice_due_at=notice_due_at, updated_at=updated_at, version=version)
+    data.update(
+        id=job_id,
+        message_id=message_id,
+        state=state,
+        payload=loads(payload),
+        attempts=attempts,
+        claimed_at=claimed_at,
+        provider_ref=loads(provider_ref),
+        next_check_at=next_check_at,
+        notice_due_at=notice_due_at,
+        updated_at=updated_at,
+        version=version,
+    )
     return Job.from_dict(data)
 
 
@@ -154,37 +202,62 @@ def _with_session_options(dsn: str, timeout_s: float) -> str:
     """The DSN's own `options` plus server-side bounds on every statement of our sessions."""
     existing = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or ""
     timeout_ms = int(timeout_s * 1000)
-    return (f"{existing} -c statement_timeout={timeout_ms} -c lock_timeout={timeout_ms} "
-            f"-c idle_in_transaction_session_timeout={timeout_ms * 3}").strip()
+    return (
+        f"{existing} -c statement_timeout={timeout_ms} -c lock_timeout={timeout_ms} "
+        f"-c idle_in_transaction_session_timeout={timeout_ms * 3}"
+    ).strip()
 
 
 def connection_kwargs(dsn: str, timeout_s: float = 10.0) -> dict[str, Any]:
     """libpq and psycopg parameters of every store connection: autocommit (one statement, one round
     trip), server-side prepared statements from the first execution, bounded connects and statements,
     TCP keepalives so a vanished server is noticed."""
-    return {"autocommit": True, "prepare_threshold": 0, "application_name": "safesend",
-            "connect_timeout": max(2, math.ceil(timeout_s)), "keepalives": 1, "keepalives_idle": 10,
-            "keepalives_interval": 5, "keepalives_count": 3, "tcp_user_timeout": int(timeout_s * 1000),
-            "options": _with_session_options(dsn, timeout_s)}
+    return {
+        "autocommit": True,
+        "prepare_threshold": 0,
+        "application_name": "safesend",
+        "connect_timeout": max(2, math.ceil(timeout_s)),
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": int(timeout_s * 1000),
+        "options": _with_session_options(dsn, timeout_s),
+    }
 
 
-def connection_pool(dsn: str, *, min_size: int = 1, max_size: int = 4, timeout_s: float = 10.0,
-                    connect_kwargs: Callable[[], Mapping[str, Any]] | None = None,
-                    name: str = "safesend-jobs") -> ConnectionPool:
+def connection_pool(
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 4,
+    timeout_s: float = 10.0,
+    connect_kwargs: Callable[[], Mapping[str, Any]] | None = None,
+    name: str = "safesend-jobs",
+) -> ConnectionPool:
     """A pool that opens in the background (building a runtime never waits for the database).
     `connect_kwargs`, if given, is called for every new connection and its parameters override the
     DSN's: e.g. {"password": <fresh token>} (iam_login), or a host from a connector."""
     base = connection_kwargs(dsn, timeout_s)
     kwargs: Any = base if connect_kwargs is None else (lambda: {**base, **connect_kwargs()})
-    pool = ConnectionPool(dsn, kwargs=kwargs, min_size=min_size, max_size=max(min_size, max_size),
-                          timeout=timeout_s, open=False, name=name, max_idle=300.0,
-                          reconnect_timeout=max(60.0, timeout_s))
+    pool = ConnectionPool(
+        dsn,
+        kwargs=kwargs,
+        min_size=min_size,
+        max_size=max(min_size, max_size),
+        timeout=timeout_s,
+        open=False,
+        name=name,
+        max_idle=300.0,
+        reconnect_timeout=max(60.0, timeout_s),
+    )
     pool.open(wait=False)
     return pool
 
 
-def connect(dsn: str, connect_kwargs: Callable[[], Mapping[str, Any]] | None = None,
-            timeout_s: float = 10.0) -> psycopg.Connection:
+def connect(
+    dsn: str, connect_kwargs: Callable[[], Mapping[str, Any]] | None = None, timeout_s: float = 10.0
+) -> psycopg.Connection:
     """One connection with the store's settings (the migration command)."""
     return psycopg.connect(dsn, **{**connection_kwargs(dsn, timeout_s), **(connect_kwargs() if connect_kwargs else {})})
 
@@ -250,8 +323,14 @@ class PostgresJobStore:
         stored = job.copy()
         stored.version, stored.store_token = 1, None
         write_id = uuid.uuid4()
-        if self._write(job.id, _Sql.claim, job_row(stored, write_id), write_id, stored.version,
-                       untouched=lambda current: current is None):
+        if self._write(
+            job.id,
+            _Sql.claim,
+            job_row(stored, write_id),
+            write_id,
+            stored.version,
+            untouched=lambda current: current is None,
+        ):
             return stored, True
         existing = self.get(job.id)
         if existing is None:
@@ -268,8 +347,14 @@ class PostgresJobStore:
         stored.version, stored.store_token = expected_version + 1, None
         write_id = uuid.uuid4()
         params = {**job_row(stored, write_id), "expected_version": expected_version}
-        if not self._write(job.id, _Sql.compare_and_set, params, write_id, stored.version,
-                           untouched=lambda current: current is not None and current[0] == expected_version):
+        if not self._write(
+            job.id,
+            _Sql.compare_and_set,
+            params,
+            write_id,
+            stored.version,
+            untouched=lambda current: current is not None and current[0] == expected_version,
+        ):
             raise ConcurrentUpdateError(job.id)
         return stored
 
@@ -339,8 +424,15 @@ class PostgresJobStore:
                 raise StoreUnavailableError(f"postgres: {exc}") from exc
         raise StoreUnavailableError(f"postgres: read failed after {attempts.made} attempt(s): {error}") from error
 
-    def _write(self, job_id: str, sql: str, params: Mapping[str, Any], write_id: uuid.UUID, version: int,
-               untouched: Callable[[tuple[int, uuid.UUID] | None], bool]) -> bool:
+    def _write(
+        self,
+        job_id: str,
+        sql: str,
+        params: Mapping[str, Any],
+        write_id: uuid.UUID,
+        version: int,
+        untouched: Callable[[tuple[int, uuid.UUID] | None], bool],
+    ) -> bool:
         """Send one conditional write until its fate is known: True if our write is stored, False if
         its condition failed (another write won). Every attempt sends the same row under the same
         condition, so at most one of them can ever apply."""
@@ -373,8 +465,10 @@ class PostgresJobStore:
                 return True
             if not untouched(current):
                 return False
-        raise StoreUnavailableError(f"postgres: write of {job_id} not stored after {attempts.made} attempt(s) "
-                                    f"(a late one may still land): {error}") from error
+        raise StoreUnavailableError(
+            f"postgres: write of {job_id} not stored after {attempts.made} attempt(s) "
+            f"(a late one may still land): {error}"
+        ) from error
 
     def _jobs(self, sql: str, params: Mapping[str, Any]) -> list[Job]:
         return [job for job in map(_readable_job, self._read(sql, params)) if job is not None]
@@ -386,8 +480,13 @@ def _readable_job(row: Sequence[Any]) -> Job | None:
     try:
         return job_from_row(row)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        log(logging.ERROR, "job document cannot be read as a job; the sweeper skips it", job_id=row[0],
-            error_type=type(exc).__name__, error=str(exc)[:300])
+        log(
+            logging.ERROR,
+            "job document cannot be read as a job; the sweeper skips it",
+            job_id=row[0],
+            error_type=type(exc).__name__,
+            error=str(exc)[:300],
+        )
         return None
 
 
@@ -400,6 +499,7 @@ def build_store(settings: Any) -> PostgresJobStore:
         raise ConfigurationError("SAFESEND_STORE=postgres needs SAFESEND_POSTGRES_DSN")
     timeout_s = float(getattr(settings, "postgres_timeout_s", 10.0))
     connect_kwargs = iam_login() if getattr(settings, "postgres_iam_auth", False) else None
-    pool = connection_pool(dsn, max_size=int(getattr(settings, "postgres_pool_max", 4)), timeout_s=timeout_s,
-                           connect_kwargs=connect_kwargs)
+    pool = connection_pool(
+        dsn, max_size=int(getattr(settings, "postgres_pool_max", 4)), timeout_s=timeout_s, connect_kwargs=connect_kwargs
+    )
     return PostgresJobStore(pool, timeout_s=timeout_s, migrate=bool(getattr(settings, "postgres_migrate", True)))
