@@ -37,8 +37,7 @@ from devstack.gmail_sim import GmailSimulator
 from devstack.relay import FaultRelay
 from safesend.adapters.firestore_store import FirestoreJobStore
 from safesend.adapters.gmail_mailer import GmailMailer
-from safesend.config import DEFAULT_CHANNELS_FILE
-from safesend.lifecycle import Timing
+from safesend.config import DEFAULT_CHANNELS_FILE, Settings
 from safesend.model import Job
 from safesend.policy import ChannelPolicies
 from safesend.service import SafeSendService
@@ -136,11 +135,13 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
                 None,
                 publisher,
                 policies,
-                message_id_domain=DOMAIN,
-                timing=Timing(),
-                request_budget_s=40.0,
-                send_timeout_s=1.0,
-                verify_message_id_every=1,
+                Settings(
+                    project="bench",
+                    message_id_domain=DOMAIN,
+                    request_budget_s=40.0,
+                    send_timeout_s=1.0,
+                    verify_message_id_every=1,
+                ),
                 clock=clock,
                 monotonic=clock.monotonic,
                 sleep=clock.sleep,

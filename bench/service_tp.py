@@ -11,11 +11,13 @@ Memory: a separate, untimed run of the distinct keys under tracemalloc; peak byt
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import tracemalloc
 from collections import Counter
 
 from devstack.memory_store import InMemoryJobStore
+from safesend.config import Settings
 from safesend.keys import job_id_for
 from safesend.model import Accepted, Failure
 from safesend.policy import ChannelPolicies
@@ -61,11 +63,14 @@ class _World:
             FakeScheduler(),
             FakePublisher(),
             ChannelPolicies.from_mapping(POLICIES),
-            message_id_domain=DOMAIN,
-            timing=TIMING,
-            request_budget_s=40,
-            send_timeout_s=10,
-            verify_message_id_every=1,
+            Settings(
+                project="bench",
+                message_id_domain=DOMAIN,
+                request_budget_s=40,
+                send_timeout_s=10,
+                verify_message_id_every=1,
+                **dataclasses.asdict(TIMING),
+            ),
             clock=self.clock,
             monotonic=self.clock.monotonic,
             sleep=self.clock.sleep,

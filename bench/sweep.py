@@ -21,7 +21,7 @@ from google.cloud import firestore
 from devstack.gmail_sim import GmailSimulator
 from safesend.adapters.firestore_store import FirestoreJobStore
 from safesend.adapters.gmail_mailer import GmailMailer
-from safesend.config import DEFAULT_CHANNELS_FILE
+from safesend.config import DEFAULT_CHANNELS_FILE, Settings
 from safesend.keys import job_id_for, message_id_for
 from safesend.lifecycle import Timing, new_job, record_outcome, start_attempt
 from safesend.mime import build_mime
@@ -128,8 +128,7 @@ def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float
                 None,
                 None,
                 policies,
-                message_id_domain=DOMAIN,
-                timing=Timing(),
+                Settings(project="bench", message_id_domain=DOMAIN),
             )
             row = bench.add(Row(f"{size:,} finished", baseline=(size == sizes[0])))
             cases.append(

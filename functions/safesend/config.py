@@ -188,38 +188,42 @@ class Settings:
         _count,
         "read back the stored Message-ID: first send per instance, then 1 in N (0: never)",
     )
-    # Timing (lifecycle.Timing)
+    # Timing: defaults are lifecycle.Timing's, declared there once
     lease_s: float = setting(
-        "SAFESEND_LEASE_S", 120.0, _seconds, "an attempt's lease; must exceed twice the send deadline"
+        "SAFESEND_LEASE_S", Timing.lease_s, _seconds, "an attempt's lease; must exceed twice the send deadline"
     )
-    index_lag_s: float = setting("SAFESEND_INDEX_LAG_S", 90.0, _seconds, "first search after an ambiguous attempt")
-    recheck_s: float = setting("SAFESEND_RECHECK_S", 60.0, _seconds, "searches again this often while in doubt")
+    index_lag_s: float = setting(
+        "SAFESEND_INDEX_LAG_S", Timing.index_lag_s, _seconds, "first search after an ambiguous attempt"
+    )
+    recheck_s: float = setting(
+        "SAFESEND_RECHECK_S", Timing.recheck_s, _seconds, "searches again this often while in doubt"
+    )
     unknown_window_s: float = setting(
         "SAFESEND_UNKNOWN_WINDOW_S",
-        300.0,
+        Timing.unknown_window_s,
         _seconds,
         "how long 'not found' stays inconclusive; must be >= the index lag (globally and per channel)",
     )
     verify_horizon_s: float = setting(
         "SAFESEND_VERIFY_HORIZON_S",
-        1800.0,
+        Timing.verify_horizon_s,
         _seconds,
         "last search of a sent job that may have two copies; must be >= every window",
     )
     retry_horizon_s: float = setting(
         "SAFESEND_RETRY_HORIZON_S",
-        3600.0,
+        Timing.retry_horizon_s,
         _seconds,
         "how long refusals (429, rate limits) are retried after the first one",
     )
     history_check_s: float = setting(
         "SAFESEND_HISTORY_CHECK_S",
-        5.0,
+        Timing.history_check_s,
         _seconds,
         "first look in the mailbox's change log after an ambiguous attempt (0: off)",
     )
     publish_lease_s: float = setting(
-        "SAFESEND_PUBLISH_LEASE_S", 60.0, _seconds, "one sweeper's hold on publishing a review item"
+        "SAFESEND_PUBLISH_LEASE_S", Timing.publish_lease_s, _seconds, "one sweeper's hold on publishing a review item"
     )
     request_budget_s: float = setting(
         "SAFESEND_REQUEST_BUDGET_S", 40.0, _seconds, "time for quick retries inside one request"

@@ -112,23 +112,11 @@ def build_runtime(settings: Settings) -> Runtime:
     from .adapters.callback_http import HttpNotifier
     from .adapters.chat_webhooks import RoutingNotifier, chat_webhook, slack_webhook
     from .adapters.cloud_tasks import CloudTasksScheduler
-    from .adapters.gmail_auth import load_gmail_credentials
     from .adapters.gmail_mailer import GmailMailer
     from .adapters.pubsub_review import PubSubReviewPublisher
 
     policies = preflight(settings)
-    credentials = None
-    if not settings.gmail_api_endpoint or settings.gmail_credentials_json or settings.gmail_credentials_file:
-        credentials = load_gmail_credentials(
-            settings.gmail_credentials_json, settings.gmail_credentials_file, settings.gmail_delegated_user
-        )
-    mailer = GmailMailer(
-        user=settings.gmail_user,
-        credentials=credentials,
-        api_endpoint=settings.gmail_api_endpoint,
-        send_timeout_s=settings.send_timeout_s,
-        read_timeout_s=settings.read_timeout_s,
-    )
+    mailer = GmailMailer.from_settings(settings)
     scheduler = None
     if settings.tasks_queue and settings.reconcile_url:
         scheduler = CloudTasksScheduler(
@@ -154,21 +142,7 @@ def build_runtime(settings: Settings) -> Runtime:
         routes["slack"] = slack_webhook(settings.notify_slack_webhook_url)
     notifier = RoutingNotifier(routes) if routes else None
     service = SafeSendService(
-        build_store(settings),
-        mailer,
-        scheduler,
-        publisher,
-        policies,
-        message_id_domain=settings.message_id_domain,
-        timing=settings.timing,
-        request_budget_s=settings.request_budget_s,
-        send_timeout_s=settings.send_timeout_s,
-        read_timeout_s=settings.read_timeout_s,
-        verify_message_id_every=settings.verify_message_id_every,
-        notifier=notifier,
-        callback_horizon_s=settings.callback_horizon_s,
-        reviewers=settings.reviewer_targets(),
-        default_from=settings.default_from,
+        build_store(settings), mailer, scheduler, publisher, policies, settings, notifier=notifier
     )
     return Runtime(settings, policies, service, build_authenticator(settings), callbacks)
 

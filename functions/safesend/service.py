@@ -29,6 +29,7 @@ from typing import Any
 from . import lifecycle
 from .callbacks import MAX_CALLBACKS
 from .classify import unbuildable_failure
+from .config import Settings
 from .errors import (
     ConcurrentUpdateError,
     HistoryExpiredError,
@@ -86,6 +87,10 @@ class SweepReport:
 
 
 class SafeSendService:
+    """The send, reconcile, sweep and review use cases over the ports. Its knobs come whole from
+    Settings (one declaration each, config.py); what is injected separately is what a test or the
+    local stack replaces: the adapters, the clock, sleep, randomness and owner ids."""
+
     def __init__(
         self,
         store: JobStore,
@@ -93,17 +98,9 @@ class SafeSendService:
         scheduler: CheckScheduler | None,
         publisher: ReviewPublisher | None,
         policies: ChannelPolicies,
+        settings: Settings,
         *,
-        message_id_domain: str,
-        timing: Timing = Timing(),
-        request_budget_s: float = 40.0,
-        send_timeout_s: float = 20.0,
-        read_timeout_s: float = 15.0,
-        verify_message_id_every: int = 100,
         notifier: Notifier | None = None,
-        callback_horizon_s: float = 3600.0,
-        reviewers: ReviewerTargets = ReviewerTargets(),
-        default_from: str | None = None,
         checkpoint_in_background: bool = True,
         clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
@@ -116,19 +113,19 @@ class SafeSendService:
         self.scheduler = scheduler
         self.publisher = publisher
         self.policies = policies
-        self.domain = message_id_domain
-        self.timing = timing
-        self.request_budget_s = request_budget_s
-        self.send_timeout_s = send_timeout_s
-        self.read_timeout_s = read_timeout_s
-        self.verify_message_id_every = verify_message_id_every
         self.notifier = notifier
-        self.callback_horizon_s = callback_horizon_s
-        self.reviewers = reviewers
-        self.default_from = default_from
+        self.domain = settings.message_id_domain
+        self.default_from = settings.default_from
+        self.timing: Timing = settings.timing
+        self.request_budget_s = settings.request_budget_s
+        self.send_timeout_s = settings.send_timeout_s
+        self.read_timeout_s = settings.read_timeout_s
+        self.verify_message_id_every = settings.verify_message_id_every
+        self.callback_horizon_s = settings.callback_horizon_s
+        self.reviewers: ReviewerTargets = settings.reviewer_targets()
         self._checkpoints = (
             CheckpointCache(mailer.current_history_id, monotonic, background=checkpoint_in_background)
-            if timing.history_check_s > 0
+            if self.timing.history_check_s > 0
             else None
         )
         self._accepted_sends = itertools.count()

@@ -10,6 +10,7 @@ import pytest
 
 from devstack.memory_store import InMemoryJobStore
 from safesend.callbacks import CallbackPolicy
+from safesend.config import Settings
 from safesend.lifecycle import Timing
 from safesend.notify import ReviewerTargets
 from safesend.policy import ChannelPolicies
@@ -98,26 +99,30 @@ def make_world(
     scheduler = FakeScheduler()
     publisher = FakePublisher()
     notifier = FakeNotifier()
+    settings = Settings(
+        project="test-project",
+        message_id_domain="mail.example.com",
+        default_from="Shop <shop@example.com>",
+        request_budget_s=40,
+        send_timeout_s=10,
+        verify_message_id_every=1 if verify else 0,
+        **dataclasses.asdict(dataclasses.replace(TIMING, history_check_s=history_check_s)),
+    )
     service = SafeSendService(
         store,
         mailer,
         scheduler,
         publisher,
         ChannelPolicies.from_mapping(policies or POLICIES),
-        message_id_domain="mail.example.com",
-        timing=dataclasses.replace(TIMING, history_check_s=history_check_s),
-        request_budget_s=40,
-        send_timeout_s=10,
-        verify_message_id_every=1 if verify else 0,
+        settings,
+        notifier=notifier,
+        checkpoint_in_background=False,
         clock=clock,
         monotonic=clock.monotonic,
         sleep=clock.sleep,
         uniform=lambda a, b: b,
-        notifier=notifier,
-        reviewers=reviewers,
-        default_from="Shop <shop@example.com>",
-        checkpoint_in_background=False,
     )
+    service.reviewers = reviewers  # the targets as given, without inventing webhook URLs for them
     return World(clock, mailbox, mailer, store, scheduler, publisher, service, notifier)
 
 

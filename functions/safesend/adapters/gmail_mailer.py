@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import Credentials
@@ -41,6 +41,9 @@ from ..keys import bare_message_id
 from ..mime import encode_raw
 from ..model import Accepted, Bucket, Failure, HistoryPage, MailboxHit
 from .one_shot_http import DEADLINE_SLACK_S, OneShotHttp, TransportError
+
+if TYPE_CHECKING:
+    from ..config import Settings
 
 GMAIL_SCOPES = (
     "https://www.googleapis.com/auth/gmail.send",
@@ -84,6 +87,25 @@ class GmailMailer:
         self._service_lock = threading.Lock()
         self._message_ids: OrderedDict[str, str] = OrderedDict()  # gmail id -> stored Message-ID (LRU)
         self._message_ids_lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> GmailMailer:
+        """The mailbox the settings name, with their credentials: a token, a key for domain-wide
+        delegation, or the runtime's own identity; none against a local simulator given no token."""
+        from .gmail_auth import load_gmail_credentials  # it imports this module's scopes
+
+        credentials = None
+        if not settings.gmail_api_endpoint or settings.gmail_credentials_json or settings.gmail_credentials_file:
+            credentials = load_gmail_credentials(
+                settings.gmail_credentials_json, settings.gmail_credentials_file, settings.gmail_delegated_user
+            )
+        return cls(
+            user=settings.gmail_user,
+            credentials=credentials,
+            api_endpoint=settings.gmail_api_endpoint,
+            send_timeout_s=settings.send_timeout_s,
+            read_timeout_s=settings.read_timeout_s,
+        )
 
     # ---------------------------------------------------------- wall-clock bounds
     @property
