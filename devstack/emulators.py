@@ -59,7 +59,6 @@ __all__ = [
     "PubSubEmulator",
     "free_port",
     "gcloud_sdk_root",
-    "make_tasks_client",
     "start_all",
 ]
 
@@ -810,7 +809,9 @@ class CloudTasksEmulator(Emulator):
 
     def client(self) -> Any:
         """A tasks_v2.CloudTasksClient connected to this emulator (needs google-cloud-tasks)."""
-        return make_tasks_client(self.host)
+        from safesend.adapters.cloud_tasks import emulator_tasks_client
+
+        return emulator_tasks_client(self.host)
 
 
 def _grpc_list_queues_ok(host: str, timeout: float = 2.0) -> bool:
@@ -826,20 +827,6 @@ def _grpc_list_queues_ok(host: str, timeout: float = 2.0) -> bool:
         list_queues = channel.unary_unary("/google.cloud.tasks.v2.CloudTasks/ListQueues")
         list_queues(b"", timeout=timeout)  # empty ListQueuesRequest; raises grpc.RpcError if not serving
     return True
-
-
-def make_tasks_client(host: str) -> Any:
-    """tasks_v2.CloudTasksClient over an insecure loopback channel.
-
-    Cloud Tasks has no emulator env var, so the transport must be built by hand;
-    a channel instance also makes the client skip credential discovery.
-    """
-    import grpc
-    from google.cloud import tasks_v2
-    from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
-
-    channel = grpc.insecure_channel(host, options=list(_GRPC_LOCAL_OPTIONS))
-    return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))
 
 
 # --------------------------------------------------------------------------- stack

@@ -1,4 +1,6 @@
-"""Exception classes. Each one maps to a single, documented caller-visible outcome."""
+"""Exception classes, one per way things go wrong that a handler must tell apart. Some become an
+HTTP answer (validation 400, payload mismatch 422, review conflicts 409, store unavailable 503);
+others stay inside (a lost compare-and-set, a failed enqueue or publish that the sweeper retries)."""
 
 from __future__ import annotations
 

@@ -222,3 +222,13 @@ def as_utc(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return value
+
+
+def iso(value: datetime | None) -> str | None:
+    """A time as JSON answers and review items carry it (ISO 8601 with offset), None as None."""
+    return value.isoformat() if value else None
+
+
+def event_as_json(event: dict[str, Any]) -> dict[str, Any]:
+    """A job event with its times as ISO strings, for JSON answers and review items."""
+    return {k: iso(v) if isinstance(v, datetime) else v for k, v in event.items()}

@@ -98,9 +98,6 @@ class ChannelPolicies:
             return policy
         return replace(self._defaults, name=channel, on_unknown=OnUnknown.REVIEW)
 
-    def __contains__(self, channel: object) -> bool:
-        return channel in self._policies
-
     def names(self) -> list[str]:
         return sorted(self._policies)
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 from .keys import bare_message_id
-from .model import Job
+from .model import Job, event_as_json, iso
 
 GMAIL_SEARCH_URL = "https://mail.google.com/mail/u/0/#search/"
 _ATTEMPT_EVENTS = frozenset(
@@ -52,13 +51,13 @@ def review_item(job: Job, include_body: bool = False) -> dict[str, Any]:
         "subject": payload.get("subject"),
         "attempts": job.attempts,
         "last_error": job.last_error,
-        "history": [_event(e) for e in job.events if e.get("kind") in _ATTEMPT_EVENTS],
+        "history": [event_as_json(e) for e in job.events if e.get("kind") in _ATTEMPT_EVENTS],
         "mailbox_hits": job.mailbox_hits,
         "known_copies": list(job.known_copies),  # Gmail ids of every copy known to exist
         "provider_ref": job.provider_ref,
         "gmail_search_url": gmail_search_link(job.message_id),
-        "created_at": _iso(job.created_at),
-        "entered_at": _iso(job.updated_at),
+        "created_at": iso(job.created_at),
+        "entered_at": iso(job.updated_at),
     }
     if include_body:
         item["body"] = {"text": payload.get("text"), "html": payload.get("html")}
@@ -72,11 +71,3 @@ def review_attributes(job: Job) -> dict[str, str]:
         "channel": job.channel,
         "review_id": f"{job.id}:{job.review_entries}",
     }
-
-
-def _event(event: dict[str, Any]) -> dict[str, Any]:
-    return {k: (_iso(v) if isinstance(v, datetime) else v) for k, v in event.items()}
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None

@@ -98,7 +98,7 @@ def parse_send_request(
     sender = senders[0] if senders else default_sender
     if not sender and "from" not in errors:
         errors["from"] = "required: no default sender is configured on the server"
-    subject = _text(body, "subject", errors, required=True, max_len=MAX_SUBJECT_CHARS, single_line=True, header=True)
+    subject = _text(body, "subject", errors, required=True, max_len=MAX_SUBJECT_CHARS, header=True)
     text = _text(body, "text", errors, required=True, allow_empty=True, multiline=True)
     html = _text(body, "html", errors, multiline=True, allow_empty=True) or None  # "" means no HTML part
     if len(to) + len(cc) + len(bcc) > MAX_RECIPIENTS:
@@ -190,7 +190,7 @@ def _dedup_key(body: Mapping[str, Any], errors: dict[str, str]) -> str | None:
         if any(f in body for f in KEY_PART_FIELDS):
             errors["dedup_key"] = "give dedup_key or customer_id/event_type/order_id, not both"
             return None
-        key = _text(body, "dedup_key", errors, required=True, max_len=MAX_KEY_LENGTH, single_line=True)
+        key = _text(body, "dedup_key", errors, required=True, max_len=MAX_KEY_LENGTH)
         if key is not None and not _KEY_SHAPE.fullmatch(key):
             errors["dedup_key"] = "printable ASCII without spaces, 1 to 255 characters"
             return None
@@ -223,7 +223,6 @@ def _text(
     required: bool = False,
     allow_empty: bool = False,
     max_len: int | None = None,
-    single_line: bool = False,
     multiline: bool = False,
     header: bool = False,
 ) -> str | None:

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from .model import Job
+from .model import Job, event_as_json, iso
 from .states import SETTLED_STATES, State
 
 # n8n's Retry On Fail retries every non-2xx: in-flight and reconciling must be 2xx (202).
@@ -65,17 +65,17 @@ def job_view(job: Job, *, replayed: bool | None = None, with_events: bool = Fals
         "attempts": job.attempts,
         "verified": job.verified,
         "channel": job.channel,
-        "next_check_at": _iso(job.next_check_at),
+        "next_check_at": iso(job.next_check_at),
         "review_reason": job.review_reason,
         # Not `error`: n8n's HTTP Request node takes a top-level `error` in a 2xx body for a failure.
         "last_error": job.last_error if job.state is not State.SENT else None,
-        "created_at": _iso(job.created_at),
-        "updated_at": _iso(job.updated_at),
+        "created_at": iso(job.created_at),
+        "updated_at": iso(job.updated_at),
     }
     if replayed is not None:
         view["replayed"] = replayed
     if with_events:
-        view["events"] = [{k: _iso(v) if isinstance(v, datetime) else v for k, v in e.items()} for e in job.events]
+        view["events"] = [event_as_json(e) for e in job.events]
         view["events_dropped"] = job.events_dropped
         view["mailbox_hits"] = job.mailbox_hits
         view["callbacks"] = [_notice_view(n) for n in job.notices]
@@ -93,9 +93,5 @@ def _notice_view(notice: dict[str, Any]) -> dict[str, Any]:
         "outcome": notice["payload"].get("state"),
         "tries": notice.get("tries", 0),
         "last_error": notice.get("last_error"),
-        "due_at": _iso(notice.get("due_at")),
+        "due_at": iso(notice.get("due_at")),
     }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None

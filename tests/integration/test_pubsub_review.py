@@ -21,8 +21,7 @@ def topic_and_subscription(pubsub_emulator, monkeypatch):
     topic = f"projects/{PROJECT}/topics/review-{suffix}"
     subscription = f"projects/{PROJECT}/subscriptions/review-inbox-{suffix}"
     publisher = PubSubReviewPublisher(topic)
-    publisher.ensure_topic()
-    publisher.ensure_topic()  # idempotent
+    pubsub_v1.PublisherClient().create_topic(name=topic)  # production topics come from Terraform
     subscriber = pubsub_v1.SubscriberClient()
     subscriber.create_subscription(name=subscription, topic=topic)
     yield publisher, subscriber, subscription

@@ -43,15 +43,11 @@ class CloudTasksScheduler:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from google.cloud import tasks_v2
-
             if self._emulator_host:
-                import grpc
-                from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
-
-                channel = grpc.insecure_channel(self._emulator_host)
-                self._client = tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))
+                self._client = emulator_tasks_client(self._emulator_host)
             else:
+                from google.cloud import tasks_v2
+
                 self._client = tasks_v2.CloudTasksClient()
         return self._client
 
@@ -97,3 +93,15 @@ class CloudTasksScheduler:
             raise SchedulerError(f"cloud tasks: {exc}") from exc
         except Exception as exc:  # transport errors (grpc, auth) end up here
             raise SchedulerError(f"cloud tasks: {exc!r}") from exc
+
+
+def emulator_tasks_client(host: str) -> Any:
+    """A CloudTasksClient over an insecure channel to a local emulator, never through an HTTP
+    proxy. Cloud Tasks has no emulator environment variable, so the transport is built by hand; a
+    given channel also makes the client skip credential discovery."""
+    import grpc
+    from google.cloud import tasks_v2
+    from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
+
+    channel = grpc.insecure_channel(host, options=[("grpc.enable_http_proxy", 0)])
+    return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))

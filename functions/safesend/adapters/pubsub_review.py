@@ -1,8 +1,9 @@
-"""ReviewPublisher on Pub/Sub: one JSON message per entry into review, attributes job_id and reason."""
+"""ReviewPublisher on Pub/Sub: one JSON message per entry into review (review.review_item), with
+attributes job_id, reason, channel and review_id (review.review_attributes) so subscribers can
+filter without parsing the body."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import Any
 
@@ -41,8 +42,3 @@ class PubSubReviewPublisher:
             raise PublishError(f"pubsub: {exc}") from exc
         except Exception as exc:  # concurrent.futures timeouts and transport errors
             raise PublishError(f"pubsub: {exc!r}") from exc
-
-    def ensure_topic(self) -> None:
-        """Local stacks only: production topics come from Terraform."""
-        with contextlib.suppress(gexc.AlreadyExists):
-            self.client.create_topic(name=self.topic_path)
