@@ -13,14 +13,13 @@ aware UTC datetime and tuples come back as lists. A document that cannot be read
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from safesend.adapters.store_common import readable_job
 from safesend.errors import ConcurrentUpdateError
-from safesend.logs import log
 from safesend.model import Job, as_utc
 from safesend.states import State
 
@@ -117,19 +116,8 @@ class InMemoryJobStore:
         with self._lock:
             found = [(doc[order_by], job_id, _stored(doc)) for job_id, doc in self._docs.items() if matches(doc)]
         found.sort(key=lambda item: (item[0], item[1]))
-        jobs = []
-        for _, job_id, doc in found[: max(limit, 0)]:
-            try:
-                jobs.append(Job.from_dict(doc))
-            except (TypeError, ValueError, KeyError, AttributeError) as exc:
-                log(
-                    logging.ERROR,
-                    "job document cannot be read as a job; the sweeper skips it",
-                    job_id=job_id,
-                    error_type=type(exc).__name__,
-                    error=str(exc)[:300],
-                )
-        return jobs
+        readable = (readable_job(Job.from_dict, doc, job_id) for _, job_id, doc in found[: max(limit, 0)])
+        return [job for job in readable if job is not None]
 
 
 def _at_or_before(value: Any, now: datetime) -> bool:

@@ -267,16 +267,27 @@ def apply_history_check(
     """A copy in the change log settles the job now (one: sent, more: duplicate). None is no evidence
     (the log lags too): look again, then hand over to the search once the index can show the copy."""
     checked, sent = _checked(job, hits, now, "history_checked")
-    if len(checked.known_copies) > 1:
-        return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
-    if checked.known_copies:
-        ref = sent[0].as_dict() if sent else {"gmail_id": checked.known_copies[0], "thread_id": None}
-        return _mark_sent(checked, ref, now, "found_in_history", policy, timing)
+    settled = _settled_by_copies(checked, sent, now, "found_in_history", policy, timing)
+    if settled is not None:
+        return settled
     again = _moved(checked, State.UNKNOWN, now)
     again.next_check_at = min(
         now + timedelta(seconds=2 * timing.history_check_s), max(now, search_from(job, policy, timing))
     )
     return again
+
+
+def _settled_by_copies(
+    checked: Job, sent: Sequence[MailboxHit], now: datetime, how: str, policy: ChannelPolicy, timing: Timing
+) -> Job | None:
+    """What the copies known after a check prove: more than one, a duplicate a person must see;
+    exactly one, sent; none, nothing yet (None: the caller decides what waiting means)."""
+    if len(checked.known_copies) > 1:
+        return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
+    if checked.known_copies:
+        ref = sent[0].as_dict() if sent else {"gmail_id": checked.known_copies[0], "thread_id": None}
+        return _mark_sent(checked, ref, now, how, policy, timing)
+    return None
 
 
 def without_history(job: Job, now: datetime, policy: ChannelPolicy, timing: Timing) -> Job:
@@ -301,11 +312,9 @@ def apply_mailbox_check(
     if job.state not in (State.UNKNOWN, State.RETRY_WAIT):
         raise ValueError(f"mailbox checks apply to unknown/retry_wait jobs, not {job.state}")
     checked, sent = _checked(job, hits, now, "mailbox_checked")
-    if len(checked.known_copies) > 1:
-        return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
-    if checked.known_copies:
-        ref = sent[0].as_dict() if sent else {"gmail_id": checked.known_copies[0], "thread_id": None}
-        return _mark_sent(checked, ref, now, "found_in_mailbox", policy, timing)
+    settled = _settled_by_copies(checked, sent, now, "found_in_mailbox", policy, timing)
+    if settled is not None:
+        return settled
     if checked.state is State.RETRY_WAIT:
         return start_attempt(checked, now, owner, timing)
     window_end = (checked.last_attempt_at or checked.created_at) + timing.window(policy)

@@ -14,7 +14,6 @@ so we send it again (a bounded number of times); anything else -> someone else w
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -27,10 +26,9 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from ..errors import ConcurrentUpdateError, IndexMissingError, StoreUnavailableError
-from ..logs import log
 from ..model import Job
 from ..states import State
-from .store_attempts import BoundedAttempts
+from .store_common import BoundedAttempts, readable_job
 
 T = TypeVar("T")
 Snapshot = firestore.DocumentSnapshot[firestore.DocumentReference]
@@ -144,7 +142,7 @@ class FirestoreJobStore:
             .limit(limit)
         )
         docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
-        return [job for job in map(_readable_job, docs) if job is not None]
+        return _readable_jobs(docs)
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
         """Needs the composite index (state ASC, updated_at ASC): see infra/."""
@@ -155,7 +153,7 @@ class FirestoreJobStore:
             .limit(limit)
         )
         docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
-        return [job for job in map(_readable_job, docs) if job is not None]
+        return _readable_jobs(docs)
 
     def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
         """One field, so Firestore's automatic single-field index serves it (no composite index)."""
@@ -166,7 +164,7 @@ class FirestoreJobStore:
             .limit(limit)
         )
         docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
-        return [job for job in map(_readable_job, docs) if job is not None]
+        return _readable_jobs(docs)
 
     def _read(self, ref: firestore.DocumentReference) -> Snapshot:
         return _reading(lambda: ref.get(retry=self._read_retry, timeout=self._timeout_s))
@@ -246,20 +244,9 @@ def _written_by(snapshot: Snapshot, write_id: str, version: int) -> bool:
     return data is not None and data.get(WRITE_ID_FIELD) == write_id and data.get("version") == version
 
 
-def _readable_job(snapshot: Snapshot) -> Job | None:
-    """A due job, or None (logged loudly each time) if its document cannot be read as one: a damaged
-    document must not stop the sweeper from handling the jobs due after it."""
-    try:
-        return _job_from(snapshot)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        log(
-            logging.ERROR,
-            "job document cannot be read as a job; the sweeper skips it",
-            job_id=snapshot.id,
-            error_type=type(exc).__name__,
-            error=str(exc)[:300],
-        )
-        return None
+def _readable_jobs(docs: Sequence[Snapshot]) -> list[Job]:
+    """The due documents that read as jobs (a damaged one is logged and skipped)."""
+    return [job for doc in docs if (job := readable_job(_job_from, doc, doc.id)) is not None]
 
 
 def _job_from(snapshot: Snapshot) -> Job:

@@ -22,7 +22,6 @@ IAM database authentication, an access token as the password).
 from __future__ import annotations
 
 import json
-import logging
 import math
 import re
 import threading
@@ -36,11 +35,10 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import ConcurrentUpdateError, ConfigurationError, StoreUnavailableError
-from ..logs import log
 from ..model import Job, as_utc
 from ..states import State
 from . import postgres_schema
-from .store_attempts import BoundedAttempts
+from .store_common import BoundedAttempts, readable_job
 
 MAX_WRITE_ATTEMPTS = 3  # and none started after the store's timeout; backoff 0.1 s, then 0.2 s
 MAX_READ_ATTEMPTS = 3
@@ -471,23 +469,8 @@ class PostgresJobStore:
         ) from error
 
     def _jobs(self, sql: str, params: Mapping[str, Any]) -> list[Job]:
-        return [job for job in map(_readable_job, self._read(sql, params)) if job is not None]
-
-
-def _readable_job(row: Sequence[Any]) -> Job | None:
-    """A job, or None (logged loudly each time) if its row cannot be read as one: a damaged row must
-    not stop the sweeper from handling the jobs due after it."""
-    try:
-        return job_from_row(row)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        log(
-            logging.ERROR,
-            "job document cannot be read as a job; the sweeper skips it",
-            job_id=row[0],
-            error_type=type(exc).__name__,
-            error=str(exc)[:300],
-        )
-        return None
+        rows = self._read(sql, params)
+        return [job for row in rows if (job := readable_job(job_from_row, row, row[0])) is not None]
 
 
 def build_store(settings: Any) -> PostgresJobStore:

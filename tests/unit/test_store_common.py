@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from safesend.adapters.store_attempts import BoundedAttempts
+from safesend.adapters.store_common import BoundedAttempts
 
 
 def test_runs_at_most_max_attempts_and_counts_them():
