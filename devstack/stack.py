@@ -267,18 +267,21 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop everything we started, each by its own handle; keep going past failures."""
-        for stop in (
-            lambda: self.push_relay and self.push_relay.stop(),
-            lambda: self.functions and self.functions.stop(),
-            lambda: self.chat and self.chat.stop(),
-            lambda: self.slack and self.slack.stop(),
-            lambda: self.relay and self.relay.stop(),
-            lambda: self.sim and self.sim.stop(),
-            lambda: self.postgres and self.postgres.stop(),
-            self.emulators.stop,
-        ):
+        parts: tuple[Any, ...] = (
+            self.push_relay,
+            self.functions,
+            self.chat,
+            self.slack,
+            self.relay,
+            self.sim,
+            self.postgres,
+            self.emulators,
+        )
+        for part in parts:
+            if part is None:
+                continue
             try:
-                stop()
+                part.stop()
             except Exception as exc:  # noqa: BLE001 - report and continue stopping the rest
                 print(f"stack stop: {exc}", file=sys.stderr)
 

@@ -65,9 +65,15 @@ def test_zip_is_deterministic_and_holds_what_the_runtime_needs(tmp_path):
     names = zipfile.ZipFile(first).namelist()
     assert {"main.py", "requirements.txt", "channels.toml", "safesend/__init__.py"} <= set(names)
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or "/tests/" in n]
-    expected = sorted(str(p.relative_to(FUNCTIONS)) for p in FUNCTIONS.rglob("*")
-                      if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    patterns = [pkg.pattern_regex(p) for p in pkg.EXCLUDES]  # local caches (.mypy_cache...) stay out
+    expected = sorted(rel for rel in (p.relative_to(FUNCTIONS).as_posix() for p in FUNCTIONS.rglob("*") if p.is_file())
+                      if not any(pkg.excluded(prefix, patterns) for prefix in _prefixes(rel)))
     assert sorted(names) == expected
+
+
+def _prefixes(rel: str) -> list[str]:
+    parts = rel.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def runtime_python() -> str:
@@ -105,9 +111,9 @@ SECRET_VALUES = {
 }
 
 
-def deployed_env(function: str) -> dict[str, str]:
+def deployed_env(function: str, overrides: dict | None = None) -> dict[str, str]:
     """What Cloud Functions gives the function: its rendered variables, its secrets, its target."""
-    model = ModuleModel(ALL_ON)
+    model = ModuleModel({**ALL_ON, **(overrides or {})})
     env = dict(model.local("function_env")[function])
     for name in model.local("function_secrets")[function]:
         env[name] = SECRET_VALUES[name]
@@ -122,6 +128,13 @@ for name in names:
     app = functions_framework.create_app(target=name, source="main.py", signature_type="http")
     assert callable(getattr(main, name)), name
     assert app is not None, name
+dsn = __import__("os").environ.get("SAFESEND_POSTGRES_DSN")
+if dsn:  # the job store's DSN, parsed by the artifact's own psycopg as the pool will (libpq rules)
+    from psycopg.conninfo import conninfo_to_dict
+    from safesend.adapters.postgres_store import connection_kwargs
+    parts = conninfo_to_dict(dsn)
+    assert "password" not in parts and parts["sslmode"] == "verify-ca", parts
+    assert "-c role=safesend_owner" in connection_kwargs(dsn)["options"], connection_kwargs(dsn)
 print("entry points ok:", ",".join(names), "python", sys.version.split()[0])
 """
 
@@ -150,6 +163,13 @@ def test_artifact_installs_in_a_fresh_venv_and_exposes_every_entry_point(tmp_pat
         run = subprocess.run(command(name), cwd=app_dir, capture_output=True, text=True, timeout=120,
                              env=deployed_env(name))
         assert run.returncode == 0, f"{name}: " + run.stdout[-3000:] + run.stderr[-3000:]
+        assert "entry points ok" in run.stdout
+    # The PostgreSQL job store: each function starts with the module's postgres settings (its DSN
+    # parsed as libpq does, the pool opening in the background towards the stand-in private IP).
+    for name in sorted(deployed):
+        run = subprocess.run(command(name), cwd=app_dir, capture_output=True, text=True, timeout=120,
+                             env=deployed_env(name, {"job_store": "postgres"}))
+        assert run.returncode == 0, f"{name} (postgres): " + run.stdout[-3000:] + run.stderr[-3000:]
         assert "entry points ok" in run.stdout
     # The import-time gate: a Message-ID domain that cannot make a valid message stops the revision,
     # and the console refuses a development identity on Cloud Run.

@@ -73,6 +73,11 @@ def live_server(firestore_host: str, log_dir: Path, **extra_env: str) -> Iterato
         "SAFESEND_AUTH_INTERNAL_INVOKERS": TASKS,
         "SAFESEND_AUTH_AUDIENCES": "https://safesend-send-123.us-central1.run.app",
         "SAFESEND_AUTH_GOOGLE_CERTS_URL": certs.url,
+        # the router serves the console too, which refuses to start without its sign-in settings
+        "SAFESEND_REVIEW_IAP_AUDIENCE": "/projects/123/global/backendServices/456",
+        "SAFESEND_REVIEW_ALLOWED_EMAILS": "ann@example.com",
+        "SAFESEND_REVIEW_CSRF_SECRET": "c" * 64,
+        "SAFESEND_REVIEW_CONSOLE_URL": "https://review.example.com",
         "PATH": "/usr/bin:/bin",
         **extra_env,
     }
