@@ -1,4 +1,11 @@
-"""Wiring: settings -> adapters -> service, built lazily once per function instance."""
+"""Wiring: settings -> adapters -> service, built lazily once per function instance.
+
+A function's first request pays only for what it uses (bench 7, cold start): the Gmail adapter
+(googleapiclient, httplib2, the credential lookup) is built on the first Gmail call (LazyMailer),
+the Cloud Tasks and Pub/Sub clients on the first task or publish, the reviewer sign-in settings
+only where the console runs. What a bad setting must stop is still checked when functions/main.py
+is imported (check_configuration); that check needs no network and no Google client.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +13,22 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .auth import Authenticator, AuthPolicy
 from .callbacks import CallbackPolicy
 from .config import Settings
-from .errors import ConfigurationError
+from .errors import ConfigurationError, MailboxUnavailableError
 from .logs import log
 from .mime import probe_mime
+from .model import Accepted, Bucket, Failure, HistoryPage, MailboxHit
 from .policy import ChannelPolicies
-from .ports import JobStore, NoticePoster
-from .reviewer_auth import ReviewerSettings
-from .service import SafeSendService
+from .ports import JobStore, Mailer, NoticePoster
+
+if TYPE_CHECKING:
+    from .service import SafeSendService
 
 _lock = threading.Lock()
 _runtime: Runtime | None = None
@@ -107,16 +117,76 @@ def build_store(settings: Settings) -> JobStore:
     return FirestoreJobStore(settings.project, settings.jobs_collection)
 
 
+class LazyMailer:
+    """The Gmail adapter, imported and built (its credentials included) on its first call: a status
+    request, a replay or a sweep with nothing to check never pays for googleapiclient, httplib2 or
+    the credential lookup. A build that fails is tried again on the next call; until it succeeds a
+    send answers like a credential refresh that failed (not accepted, retryable: the build runs
+    before any request, so nothing reached Gmail) and a read raises MailboxUnavailableError."""
+
+    def __init__(self, build: Callable[[], Mailer]):
+        self._build = build
+        self._mailer: Mailer | None = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> Mailer:
+        with self._lock:  # one build per instance, whichever thread (request, checkpoint refresh) comes first
+            if self._mailer is None:
+                self._mailer = self._build()
+            return self._mailer
+
+    def _for_read(self) -> Mailer:
+        try:
+            return self._get()
+        except Exception as exc:  # any build failure: the read cannot happen now
+            raise MailboxUnavailableError(f"gmail is not available: {_described(exc)}") from exc
+
+    def send(self, raw: bytes) -> Accepted | Failure:
+        try:
+            mailer = self._get()
+        except Exception as exc:  # noqa: BLE001 - raised before any request was written: nothing was sent
+            log(logging.CRITICAL, "gmail could not be set up; nothing was sent", error=_described(exc))
+            return Failure(Bucket.NOT_ACCEPTED, True, "auth_refresh", _described(exc))
+        return mailer.send(raw)
+
+    def find_by_message_id(self, message_id: str) -> Sequence[MailboxHit]:
+        return self._for_read().find_by_message_id(message_id)
+
+    def stored_message_id(self, gmail_id: str) -> str | None:
+        return self._for_read().stored_message_id(gmail_id)
+
+    def current_history_id(self) -> str:
+        return self._for_read().current_history_id()
+
+    def added_since(self, start_history_id: str, max_pages: int = 5) -> HistoryPage:
+        return self._for_read().added_since(start_history_id, max_pages)
+
+    def message_ids_of(self, gmail_ids: Sequence[str]) -> dict[str, str]:
+        return self._for_read().message_ids_of(gmail_ids)
+
+
+def _described(exc: Exception) -> str:
+    """The type and text of a setup error (configuration and google-auth texts name settings, never secrets)."""
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def build_mailer(settings: Settings) -> Mailer:
+    """The Gmail adapter the settings name (GmailMailer.from_settings: credentials, endpoint, timeouts)."""
+    from .adapters.gmail_mailer import GmailMailer
+
+    return GmailMailer.from_settings(settings)
+
+
 def build_runtime(settings: Settings) -> Runtime:
-    """Create the adapters (their Google clients stay lazy until first use)."""
+    """Create the adapters: Gmail on its first call, the Google clients on their first use."""
     from .adapters.callback_http import HttpNotifier
     from .adapters.chat_webhooks import RoutingNotifier, chat_webhook, slack_webhook
     from .adapters.cloud_tasks import CloudTasksScheduler
-    from .adapters.gmail_mailer import GmailMailer
     from .adapters.pubsub_review import PubSubReviewPublisher
+    from .service import SafeSendService
 
     policies = preflight(settings)
-    mailer = GmailMailer.from_settings(settings)
+    mailer = LazyMailer(lambda: build_mailer(settings))
     scheduler = None
     if settings.tasks_queue and settings.reconcile_url:
         scheduler = CloudTasksScheduler(
@@ -162,6 +232,8 @@ def check_configuration(env: Mapping[str, str] | None = None) -> None:
             or env.get("SAFESEND_REVIEW_IAP_AUDIENCE")
             or env.get("SAFESEND_REVIEW_DEV_IDENTITY")
         ):
+            from .reviewer_auth import ReviewerSettings  # only where the console runs
+
             ReviewerSettings.from_env(env)
     except ConfigurationError as exc:
         log(logging.CRITICAL, "refusing to start: configuration error", error=str(exc))

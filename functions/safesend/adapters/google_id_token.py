@@ -19,8 +19,6 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from google.auth import jwt
-
 from ..auth import AuthenticationError
 from ..jwt_parts import MalformedTokenError, json_object, numeric_date
 from ..logs import log
@@ -112,6 +110,8 @@ class GoogleIdTokenVerifier:
             raise refused("algorithm or key id")
         self._check_claims(claims, skew_s=0.0)  # before the library: it chokes on odd types
         certificate = self._certificate(header["kid"])
+        from google.auth import jwt  # google.auth.crypt: imported by the first token checked
+
         try:
             jwt.decode(token, certs={header["kid"]: certificate}, audience=list(self.audiences))
         except Exception:  # noqa: BLE001 - its messages quote the token; every failure here is a bad signature

@@ -28,12 +28,13 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any, NoReturn, TypedDict
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 from urllib.parse import urlsplit
 
-import httplib2
-
 from ..classify import TransportErrorKind
+
+if TYPE_CHECKING:
+    import httplib2
 
 # How late request() can return after its deadline: the watchdog timer's wake-up plus unwinding the
 # interrupted call. Generous for a loaded instance; measured in milliseconds on an idle one.
@@ -333,6 +334,8 @@ def _raise_exchange_failure(exc: Exception, where: str) -> NoReturn:
 
 
 def _response(raw: http.client.HTTPResponse, content: bytes) -> tuple[httplib2.Response, bytes]:
+    import httplib2  # ~25 ms (pyparsing): callbacks and webhooks import this module, status needs neither
+
     info = {k.lower(): v for k, v in raw.getheaders()}
     content = _decode(content, info.pop("content-encoding", ""))
     info["status"] = str(raw.status)
