@@ -265,15 +265,17 @@ def apply_history_check(
     job: Job, hits: Sequence[MailboxHit], now: datetime, policy: ChannelPolicy, timing: Timing
 ) -> Job:
     """A copy in the change log settles the job now (one: sent, more: duplicate). None is no evidence
-    (the log lags too): look again, then hand over to the search once the index can show the copy."""
+    (the log lags too): look again, each gap as long as the time since the attempt (at least twice the
+    first delay: 5, 15, 30, 60 s...), so an attempt Gmail never saw costs a few reads, not one every
+    few seconds; then hand over to the search once the index can show the copy."""
     checked, sent = _checked(job, hits, now, "history_checked")
     settled = _settled_by_copies(checked, sent, now, "found_in_history", policy, timing)
     if settled is not None:
         return settled
     again = _moved(checked, State.UNKNOWN, now)
-    again.next_check_at = min(
-        now + timedelta(seconds=2 * timing.history_check_s), max(now, search_from(job, policy, timing))
-    )
+    since_attempt = now - (job.last_attempt_at or job.claimed_at or job.created_at)
+    gap = max(timedelta(seconds=2 * timing.history_check_s), since_attempt)
+    again.next_check_at = min(now + gap, max(now, search_from(job, policy, timing)))
     return again
 
 

@@ -66,6 +66,22 @@ def test_a_change_log_slower_than_the_first_look_is_read_again():
     assert (final.updated_at - job.last_attempt_at) <= timedelta(seconds=16)
 
 
+def test_an_attempt_gmail_never_saw_costs_a_few_change_log_reads_then_the_search():
+    """Not found in the change log: each look waits as long again as the time since the attempt
+    (5, 15, 30, 60 s with a 90 s index lag), not a read every 10 s until the search is due."""
+    world = history_world([LOST, "accept"], index_lag_s=90.0)
+    job, _ = world.service.submit(world.request())
+    looks = []
+    for _ in range(20):
+        current = world.store.get(job.id)
+        if world.mailer.searches:
+            break
+        looks.append((current.next_check_at - job.last_attempt_at).total_seconds())
+        step(world, job.id)
+    assert [round(t) for t in looks] == [5, 15, 30, 60, 90]  # four change-log reads, then the search
+    assert world.mailer.history_reads == 4 and world.mailer.searches == 1
+
+
 def test_an_expired_checkpoint_falls_back_to_the_search():
     world = history_world([DROPPED])
     job, _ = world.service.submit(world.request())
