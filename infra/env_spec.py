@@ -17,14 +17,24 @@ Rendering, exactly as functions.tf does it:
   3. switches: `then` if value[when] == equals, else `otherwise`, rendered over facts + templates;
   4. env[name][function]: rendered over everything; names in `lists` are split on ",",
      empty items dropped, joined again; names in `omit_empty` are left out when "";
-  5. secrets[name]: mounted on its functions when value[enabled_by] == "true", version value[version].
-  6. deploy[function]: deployed when value[enabled_by] == "true" (notify and review only with the
+  5. secrets[name]: mounted on its functions when value[enabled_by] == "true", version value[version];
+     secret_files[path] likewise, as the file `path` (mount directory + file name) instead of a variable.
+  6. direct_vpc: when value[enabled_by] == "true", its functions send private-range traffic into the
+     rendered network/subnetwork (Direct VPC egress); otherwise they have no VPC settings.
+  7. deploy[function]: deployed when value[enabled_by] == "true" (notify and review only with the
      reviewer side), with its ingress, timeout and invokers (who holds roles/run.invoker on it).
 
     python3 infra/env_spec.py gcloud --out DIR [--fact name=value ...]   (facts also from
         SAFESEND_FACT_<name> environment variables, so values with spaces need no quoting)
     python3 infra/env_spec.py index-plan --indexes infra/firestore.indexes.json \
         --existing listing.json [--fact jobs_collection=...]
+    python3 infra/env_spec.py template NAME [--fact ...]     # one template, from the facts it needs
+    python3 infra/env_spec.py sql-instance --describe instance.json [--fact ...]
+        # the Cloud SQL instance (gcloud sql instances describe --format=json) is the one the spec
+        # needs (IAM database authentication, TLS only, private IP on the spec's network, no
+        # public access, backups with PITR, deletion protection); prints its private IP
+    python3 infra/env_spec.py postgres-setup-sql --fact name_prefix=... --fact project_id=... \
+        --fact reviewers=false     # the one-time grants SQL, as the module's output postgres_setup_sql
     python3 infra/env_spec.py check        # validate the spec, exit 1 on problems
 """
 
@@ -50,6 +60,15 @@ DEFAULT_JOBS_COLLECTION = "ai_jobs"
 GCLOUD_INGRESS = {"ALLOW_ALL": "all", "ALLOW_INTERNAL_ONLY": "internal-only",
                   "ALLOW_INTERNAL_AND_GCLB": "internal-and-gclb"}
 SECRET_FIELDS = {"secret", "version", "enabled_by", "functions"}
+# A secret volume: Cloud Functions mounts each secret in a directory of its own (the directory is
+# shadowed), never in these (Cloud Functions API, SecretVolume.mount_path).
+RESTRICTED_MOUNTS = ("/cloudsql", "/dev/log", "/pod", "/proc", "/var/log")
+SECRET_FILE = re.compile(r"^((?:/[A-Za-z0-9._-]+)+)/([A-Za-z0-9._-]+)$")
+DIRECT_VPC_FIELDS = {"enabled_by", "network", "subnetwork", "egress", "functions"}
+# Only private ranges go through the VPC (Gmail, Google APIs and webhooks stay on Cloud Run's own
+# egress). It is also the API's default (Cloud Functions v2 ServiceConfig.directVpcEgress), which is
+# what `gcloud functions deploy --network --subnet` gets when no egress flag is given.
+DIRECT_VPC_EGRESS = ("VPC_EGRESS_PRIVATE_RANGES_ONLY",)
 DEPLOY_FIELDS = {"ingress", "timeout_s", "invokers", "enabled_by"}
 # Who holds roles/run.invoker on a function, by kind (rendered in render()):
 #   callers      the caller service accounts of send/status (+ allUsers with public_callers)
@@ -173,6 +192,45 @@ def validate(spec: dict) -> list[str]:
         unknown = [f for f in secret["functions"] if f not in functions]
         if unknown:
             errors.append(f"secrets.{name}.functions: unknown {unknown}")
+    mounts: dict[str, str] = {}
+    for path, mount in spec.get("secret_files", {}).items():
+        if not isinstance(mount, dict) or set(mount) != SECRET_FIELDS:
+            errors.append(f"secret_files.{path}: must have exactly {sorted(SECRET_FIELDS)}")
+            continue
+        match = SECRET_FILE.match(path)
+        if not match:
+            errors.append(f"secret_files.{path}: want an absolute /directory/file path")
+            continue
+        directory = match.group(1)
+        if any(directory == r or directory.startswith(r + "/") for r in RESTRICTED_MOUNTS):
+            errors.append(f"secret_files.{path}: {directory} is a restricted mount path")
+        if directory in mounts:
+            errors.append(f"secret_files.{path}: {directory} already holds {mounts[directory]} "
+                          "(one secret a directory)")
+        mounts[directory] = path
+        if mount["secret"] not in secret_ids:
+            errors.append(f"secret_files.{path}.secret: {mount['secret']!r} is not in secret_ids")
+        if mount["version"] not in facts:
+            errors.append(f"secret_files.{path}.version: {mount['version']!r} is not a fact")
+        if mount["enabled_by"] not in everything:
+            errors.append(f"secret_files.{path}.enabled_by: {mount['enabled_by']!r} is not a fact, template or switch")
+        unknown = [f for f in mount["functions"] if f not in functions]
+        if unknown:
+            errors.append(f"secret_files.{path}.functions: unknown {unknown}")
+    vpc = spec.get("direct_vpc")
+    if vpc is not None:
+        if not isinstance(vpc, dict) or set(vpc) != DIRECT_VPC_FIELDS:
+            errors.append(f"direct_vpc: must have exactly {sorted(DIRECT_VPC_FIELDS)}")
+        else:
+            if vpc["enabled_by"] not in everything:
+                errors.append(f"direct_vpc.enabled_by: {vpc['enabled_by']!r} is not a fact, template or switch")
+            for key in ("network", "subnetwork"):
+                check_template(vpc[key], facts | set(templates), f"direct_vpc.{key}")
+            if vpc["egress"] not in DIRECT_VPC_EGRESS:
+                errors.append(f"direct_vpc.egress: {vpc['egress']!r} is not one of {DIRECT_VPC_EGRESS}")
+            unknown = [f for f in vpc["functions"] if f not in functions]
+            if unknown:
+                errors.append(f"direct_vpc.functions: unknown {unknown}")
     waiting = set(spec.get("not_deployed", {}))
     if waiting & set(functions):
         errors.append(f"not_deployed: {sorted(waiting & set(functions))} are deployed functions")
@@ -207,6 +265,10 @@ class Rendered:
     invokers: dict[str, list[str]]
     jobs_collection: str
     enabled: dict[str, bool] = field(default_factory=dict)  # function -> deployed in this configuration
+    # function -> file path -> (secret id, version)
+    secret_files: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
+    # function -> {network, subnetwork, egress}, or None without Direct VPC egress
+    direct_vpc: dict[str, dict[str, str] | None] = field(default_factory=dict)
     urls: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -249,6 +311,23 @@ def render(spec: dict, facts: Mapping[str, str]) -> Rendered:
             for name, s in spec["secrets"].items()
             if function in s["functions"] and values[s["enabled_by"]] == "true"
         }
+    secret_files = {
+        function: {
+            path: (substitute(spec, spec["secret_ids"][m["secret"]], values, f"secret_ids.{m['secret']}"),
+                   values[m["version"]])
+            for path, m in spec.get("secret_files", {}).items()
+            if function in m["functions"] and values[m["enabled_by"]] == "true"
+        }
+        for function in spec["functions"]
+    }
+    vpc = spec.get("direct_vpc")
+    direct_vpc: dict[str, dict[str, str] | None] = {}
+    for function in spec["functions"]:
+        direct_vpc[function] = None
+        if vpc and function in vpc["functions"] and values[vpc["enabled_by"]] == "true":
+            direct_vpc[function] = {"network": substitute(spec, vpc["network"], values, "direct_vpc.network"),
+                                    "subnetwork": substitute(spec, vpc["subnetwork"], values, "direct_vpc.subnetwork"),
+                                    "egress": vpc["egress"]}
     callers = [f"serviceAccount:{e}" for e in env[_caller_function(spec)].get(
         "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS", "").split(",") if e]
     if values["caller_public_invoker"] == "true":
@@ -264,7 +343,8 @@ def render(spec: dict, facts: Mapping[str, str]) -> Rendered:
                     timeout_s={f: s["timeout_s"] for f, s in spec["deploy"].items()},
                     invokers=invokers, jobs_collection=facts["jobs_collection"],
                     enabled={f: values[s["enabled_by"]] == "true" for f, s in spec["deploy"].items()},
-                    urls={f: values[f"url_{f}"] for f in spec["functions"]})
+                    urls={f: values[f"url_{f}"] for f in spec["functions"]},
+                    secret_files=secret_files, direct_vpc=direct_vpc)
 
 
 def _caller_function(spec: dict) -> str:
@@ -277,16 +357,34 @@ def yaml_env_file(env: Mapping[str, str]) -> str:
     return "".join(f"{name}: {json.dumps(value)}\n" for name, value in sorted(env.items())) or "{}\n"
 
 
+def gcloud_secrets(rendered: Rendered, function: str) -> str:
+    """`--set-secrets` of one function: NAME=secret:version for variables, /dir/file=secret:version
+    for files (gcloud mounts the secret in /dir as `file`)."""
+    items = [f"{name}={sid}:{version}" for name, (sid, version) in sorted(rendered.secrets[function].items())]
+    items += [f"{path}={sid}:{version}" for path, (sid, version) in sorted(rendered.secret_files[function].items())]
+    return ",".join(items)
+
+
+def gcloud_network_args(rendered: Rendered, function: str) -> str:
+    """Direct VPC egress flags of `gcloud functions deploy` (gcloud 558.0.0+), or nothing. No egress
+    flag: the API's default is private ranges only, the one egress the spec allows."""
+    vpc = rendered.direct_vpc.get(function)
+    if not vpc:
+        return ""
+    if vpc["egress"] not in DIRECT_VPC_EGRESS:
+        raise SpecError(f"{function}: direct VPC egress {vpc['egress']!r} cannot be deployed with gcloud")
+    return f"--network={vpc['network']} --subnet={vpc['subnetwork']}"
+
+
 def write_gcloud_files(rendered: Rendered, out: Path) -> None:
-    """Per function: <f>.env.yaml, .secrets, .ingress, .timeout, .invokers, .url; and `functions`,
-    the functions this configuration deploys (one a line, in the spec's order)."""
+    """Per function: <f>.env.yaml, .secrets, .network, .ingress, .timeout, .invokers, .url; and
+    `functions`, the functions this configuration deploys (one a line, in the spec's order)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "functions").write_text("".join(f + "\n" for f, on in rendered.enabled.items() if on), encoding="utf-8")
     for function, env in rendered.env.items():
         (out / f"{function}.env.yaml").write_text(yaml_env_file(env), encoding="utf-8")
-        secrets = ",".join(f"{name}={sid}:{version}"
-                           for name, (sid, version) in sorted(rendered.secrets[function].items()))
-        (out / f"{function}.secrets").write_text(secrets, encoding="utf-8")
+        (out / f"{function}.secrets").write_text(gcloud_secrets(rendered, function), encoding="utf-8")
+        (out / f"{function}.network").write_text(gcloud_network_args(rendered, function), encoding="utf-8")
         (out / f"{function}.ingress").write_text(GCLOUD_INGRESS[rendered.ingress[function]], encoding="utf-8")
         (out / f"{function}.timeout").write_text(f"{rendered.timeout_s[function]}s", encoding="utf-8")
         (out / f"{function}.invokers").write_text("".join(m + "\n" for m in rendered.invokers[function]),
@@ -343,6 +441,87 @@ def index_plan(wanted: list[dict], existing: list[dict]) -> list[tuple[str, str]
     return plan
 
 
+# ------------------------------------------------------------------------ Cloud SQL instance
+def render_template(spec: dict, name: str, facts: Mapping[str, str]) -> str:
+    """One template from the facts it names (the gcloud path names the instance before it knows
+    every fact: the instance's private IP is one)."""
+    if name not in spec["templates"]:
+        raise SpecError(f"{name!r} is not a template of the spec")
+    return substitute(spec, spec["templates"][name], facts, f"templates.{name}")
+
+
+def sql_instance_problems(instance: Mapping[str, Any], network: str) -> list[str]:
+    """What makes a Cloud SQL instance (`gcloud sql instances describe --format=json`, the Admin API's
+    DatabaseInstance) unfit for the functions' DSN: PostgreSQL, IAM database authentication on, TLS
+    required, reachable on a private IP of `network`, open to no authorized network, backups with
+    point-in-time recovery, deletion protection."""
+    settings = instance.get("settings") or {}
+    flags = {f.get("name"): f.get("value") for f in settings.get("databaseFlags") or []}
+    ip = settings.get("ipConfiguration") or {}
+    backup = settings.get("backupConfiguration") or {}
+    problems = []
+    if not str(instance.get("databaseVersion", "")).startswith("POSTGRES_"):
+        problems.append(f"databaseVersion {instance.get('databaseVersion')!r} is not PostgreSQL")
+    if flags.get("cloudsql.iam_authentication") != "on":
+        problems.append("database flag cloudsql.iam_authentication is not on (IAM database users cannot log in)")
+    if ip.get("sslMode") != "ENCRYPTED_ONLY":
+        problems.append(f"sslMode is {ip.get('sslMode')!r}, not ENCRYPTED_ONLY")
+    if ip.get("authorizedNetworks"):
+        problems.append("authorized networks are set: only the private IP (and connectors) may reach it")
+    if str(ip.get("privateNetwork", "")).rsplit("/", 1)[-1] != network:
+        problems.append(f"private network {ip.get('privateNetwork')!r} is not {network!r}")
+    if not [a for a in instance.get("ipAddresses") or [] if a.get("type") == "PRIVATE" and a.get("ipAddress")]:
+        problems.append("no PRIVATE ip address")
+    if settings.get("deletionProtectionEnabled") is not True:
+        problems.append("deletion protection is off")
+    if not (backup.get("enabled") and backup.get("pointInTimeRecoveryEnabled")):
+        problems.append("backups with point-in-time recovery are off")
+    return problems
+
+
+def sql_instance_private_ip(instance: Mapping[str, Any], network: str) -> str:
+    problems = sql_instance_problems(instance, network)
+    if problems:
+        raise SpecError(f"Cloud SQL instance {instance.get('name')!r}: " + "; ".join(problems))
+    return next(a["ipAddress"] for a in instance["ipAddresses"] if a.get("type") == "PRIVATE")
+
+
+# ------------------------------------------------------------------------ PostgreSQL: the one-time SQL
+# Every function's IAM database user starts with no privilege, and PostgreSQL 15+ gives ordinary
+# users no CREATE on `public`. So the schema the store migrates into (search_path in every DSN)
+# belongs to one NOLOGIN role that every function's user is granted and becomes for its sessions
+# (`-c role=` in every DSN): whichever function migrates first, the tables are the role's, and every
+# function reads, writes and migrates them. Run once as the built-in `postgres` user, in database
+# safesend; again after adding functions (idempotent). cloudsql.tf renders the same text (output
+# postgres_setup_sql; tests/infra compare the two and run it on a real PostgreSQL).
+POSTGRES_OWNER_ROLE = "safesend_owner"
+POSTGRES_SCHEMA = "safesend"
+
+
+def postgres_setup_sql(users: list[str]) -> str:
+    """The SQL for these database users (in the order given: Terraform's is by function name)."""
+    return "\n".join([
+        f"DO $$ BEGIN CREATE ROLE {POSTGRES_OWNER_ROLE} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;",
+        f"GRANT {POSTGRES_OWNER_ROLE} TO CURRENT_USER;",
+        f"CREATE SCHEMA IF NOT EXISTS {POSTGRES_SCHEMA} AUTHORIZATION {POSTGRES_OWNER_ROLE};",
+        *(f'GRANT {POSTGRES_OWNER_ROLE} TO "{user}";' for user in users),
+    ])
+
+
+def postgres_users(spec: dict, facts: Mapping[str, str]) -> dict[str, str]:
+    """function -> its IAM database user (template pg_user_<function>), for the functions this
+    configuration deploys (deploy[function].enabled_by: a fact or a template), by function name."""
+    users = {}
+    for function, deploy in sorted(spec["deploy"].items()):
+        name = deploy["enabled_by"]
+        enabled = facts.get(name) if name in spec["facts"] else render_template(spec, name, facts)
+        if enabled is None:
+            raise SpecError(f"postgres-setup-sql needs the {name} fact")
+        if enabled == "true":
+            users[function] = render_template(spec, f"pg_user_{function}", facts)
+    return users
+
+
 # ------------------------------------------------------------------------ CLI
 def _facts(args_facts: list[str], environ: Mapping[str, str]) -> dict[str, str]:
     facts = {k[len(FACT_ENV_PREFIX):]: v for k, v in environ.items() if k.startswith(FACT_ENV_PREFIX)}
@@ -364,6 +543,14 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--indexes", type=Path, default=INDEXES_PATH)
     plan.add_argument("--existing", type=Path, required=True, help="gcloud ... composite list --format=json")
     plan.add_argument("--fact", action="append", default=[])
+    template = sub.add_parser("template", help="print one template rendered from the facts it needs")
+    template.add_argument("name")
+    template.add_argument("--fact", action="append", default=[])
+    sql = sub.add_parser("sql-instance", help="check the Cloud SQL instance, print its private IP")
+    sql.add_argument("--describe", type=Path, required=True, help="gcloud sql instances describe --format=json")
+    sql.add_argument("--fact", action="append", default=[])
+    setup = sub.add_parser("postgres-setup-sql", help="print the one-time SQL of the PostgreSQL job store")
+    setup.add_argument("--fact", action="append", default=[])
     sub.add_parser("check", help="validate the spec")
     args = parser.parse_args(argv)
     spec = load()
@@ -382,7 +569,18 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{function}: not deployed in this configuration")
                     continue
                 print(f"{function}: {len(env)} variables, secrets "
-                      f"{sorted(rendered.secrets[function]) or 'none'}, invokers {rendered.invokers[function]}")
+                      f"{sorted(rendered.secrets[function]) or 'none'}, files "
+                      f"{sorted(rendered.secret_files[function]) or 'none'}, invokers {rendered.invokers[function]}")
+            return 0
+        if args.command == "template":
+            print(render_template(spec, args.name, facts))
+            return 0
+        if args.command == "postgres-setup-sql":
+            print(postgres_setup_sql(list(postgres_users(spec, facts).values())))
+            return 0
+        if args.command == "sql-instance":
+            instance = json.loads(args.describe.read_text(encoding="utf-8") or "{}")
+            print(sql_instance_private_ip(instance, render_template(spec, "postgres_network", facts)))
             return 0
         if "jobs_collection" not in facts:
             raise SpecError("index-plan needs the jobs_collection fact")

@@ -65,6 +65,20 @@ WHEELS = [
 DISCOVERY_ENUMS = {
     ("google_artifact_registry_repository", "format"): ("artifactregistry.v1", "Repository", "format"),
     ("google_cloud_scheduler_job", "http_target.http_method"): ("cloudscheduler.v1", "HttpTarget", "httpMethod"),
+    ("google_compute_global_address", "purpose"): ("compute.v1", "Address", "purpose"),
+    ("google_sql_database_instance", "database_version"): ("sqladmin.v1", "DatabaseInstance", "databaseVersion"),
+    ("google_sql_database_instance", "settings.edition"): ("sqladmin.v1", "Settings", "edition"),
+    ("google_sql_database_instance", "settings.availability_type"): ("sqladmin.v1", "Settings", "availabilityType"),
+    ("google_sql_database_instance", "settings.disk_type"): ("sqladmin.v1", "Settings", "dataDiskType"),
+    ("google_sql_database_instance", "settings.ip_configuration.ssl_mode"):
+        ("sqladmin.v1", "IpConfiguration", "sslMode"),
+    ("google_sql_database_instance", "settings.ip_configuration.server_ca_mode"):
+        ("sqladmin.v1", "IpConfiguration", "serverCaMode"),
+    ("google_sql_database_instance", "settings.backup_configuration.backup_retention_settings.retention_unit"):
+        ("sqladmin.v1", "BackupRetentionSettings", "retentionUnit"),
+    ("google_sql_database_instance", "settings.maintenance_window.update_track"):
+        ("sqladmin.v1", "MaintenanceWindow", "updateTrack"),
+    ("google_sql_user", "type"): ("sqladmin.v1", "User", "type"),
 }
 
 LINK = re.compile(r"\{@link https://registry\.terraform\.io/providers/([\w-]+)/([\w-]+)/([\w.\-]+)/docs/"

@@ -547,6 +547,16 @@ def _call(name: str, args: list, scope: Scope, raw: tuple) -> Any:
         return _tostr(sep).join(_tostr(x) for x in items)
     if name == "split":
         return values[1].split(values[0])
+    if name == "trimsuffix":
+        return values[0][:-len(values[1])] if values[1] and values[0].endswith(values[1]) else values[0]
+    if name == "values":
+        if isinstance(values[0], dict):
+            return [values[0][k] for k in sorted(values[0])]
+        raise EvalError("values: a map or object is required")
+    if name == "sum":
+        if not values[0]:
+            raise EvalError("sum: cannot sum an empty list")
+        return sum(_tonum(v) for v in values[0])
     if name == "compact":
         return [x for x in values[0] if x not in (None, "")]
     if name == "concat":

@@ -6,18 +6,21 @@ scenario's variables (tfmodel / hcl_eval). gcloud side: cloudbuild-gcloud.yaml's
 upload-and-index and deploy-functions steps run against a stub gcloud (cloudbuild_sim), and what
 they pass to `gcloud functions deploy` / `add-invoker-policy-binding` is read back. Every
 variable, every secret (id and version), ingress, timeout, runtime account and invoker must be
-equal, in several scenarios covering every switch of env_spec.json."""
+equal, in several scenarios covering every switch of env_spec.json; with the PostgreSQL job store
+also every secret file and the Direct VPC egress settings, and the gcloud path's check of the Cloud
+SQL instance it reads the private IP from."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 
 import pytest
 
 from .cloudbuild_sim import Sim, flags, read_env_yaml
 from .support import FUNCTIONS, INFRA, MODULE, locals_of, reference, resources, top_level
-from .tfmodel import PROJECT_NUMBER, ModuleModel
+from .tfmodel import PROJECT_NUMBER, SQL_PRIVATE_IP, ModuleModel
 
 SPEC_MODULE = INFRA / "env_spec.py"
 
@@ -38,6 +41,8 @@ VARIABLE_TO_SUBSTITUTION = {
     "review_allowed_domains": "_REVIEW_ALLOWED_DOMAINS", "review_notify_timeout_seconds": "_REVIEW_NOTIFY_TIMEOUT_S",
     "notify_chat_webhook_version": "_NOTIFY_CHAT_WEBHOOK_VERSION",
     "notify_slack_webhook_version": "_NOTIFY_SLACK_WEBHOOK_VERSION", "review_csrf_version": "_REVIEW_CSRF_VERSION",
+    "job_store": "_JOB_STORE", "postgres_pool_max": "_POSTGRES_POOL_MAX",
+    "postgres_server_ca_version": "_POSTGRES_SERVER_CA_VERSION",
     # not facts of the spec, but settings of resources both paths create
     "review_iap_members": "_REVIEW_IAP_MEMBERS", "review_max_delivery_attempts": "_REVIEW_MAX_DELIVERY_ATTEMPTS",
 }
@@ -74,7 +79,42 @@ SCENARIOS = {
         "notify_chat_webhook_version": "4", "notify_slack_webhook_version": "6", "review_csrf_version": "2",
         "review_max_delivery_attempts": 12,
     },
+    "postgres": {"job_store": "postgres", "postgres_pool_max": 1, "postgres_server_ca_version": "3"},
+    "postgres-reviewers-everything": {
+        **REVIEWERS, "job_store": "postgres", "region": "europe-west1", "name_prefix": "ss-prod",
+        "gmail_delegated_user": "boss@example.com", "callback_allowed_hosts": ["n8n.example.com"],
+        "public_callers": True, "notify_chat_webhook": True, "notify_slack_webhook": True,
+        "notify_email_to": "reviewers@example.org", "review_allowed_domains": ["example.org"],
+    },
 }
+FILE_SECRET = re.compile(r"^(/[^=]+)=([^:]+):(.+)$")  # /dir/file=secret:version in --set-secrets
+
+
+def sql_instance_description(name_prefix: str, **changes) -> dict:
+    """What `gcloud sql instances describe --format=json` answers for the module's instance (Admin
+    API DatabaseInstance), with `changes` applied to settings / ipConfiguration / the top level."""
+    instance = {
+        "name": f"{name_prefix}-jobs", "databaseVersion": "POSTGRES_16",
+        "ipAddresses": [{"type": "PRIVATE", "ipAddress": SQL_PRIVATE_IP}],
+        "settings": {
+            "databaseFlags": [{"name": "cloudsql.iam_authentication", "value": "on"},
+                              {"name": "max_connections", "value": "100"}],
+            "ipConfiguration": {"ipv4Enabled": False, "sslMode": "ENCRYPTED_ONLY",
+                                "privateNetwork": f"projects/proj-1/global/networks/{name_prefix}-vpc"},
+            "backupConfiguration": {"enabled": True, "pointInTimeRecoveryEnabled": True},
+            "deletionProtectionEnabled": True,
+        },
+    }
+    for key, value in changes.items():
+        where, _, name = key.rpartition(".")
+        target = instance
+        for part in filter(None, where.split(".")):
+            target = target[part]
+        if value is None:
+            target.pop(name, None)
+        else:
+            target[name] = value
+    return instance
 
 
 def env_spec():
@@ -112,12 +152,31 @@ def terraform_config(overrides: dict) -> dict:
         dynamic = service.get("dynamic", [])
         assert not [k for k in service if k == "secret_environment_variables"], \
             f"{fn}: secrets must come from env_spec.json (a dynamic block over local.function_secrets.{fn})"
-        assert [list(d) for d in dynamic] == [["secret_environment_variables"]], fn
-        assert dynamic[0]["secret_environment_variables"]["for_each"] == f"${{local.function_secrets.{fn}}}", fn
+        assert sorted(k for d in dynamic for k in d) == \
+            ["direct_vpc_network_interface", "secret_environment_variables", "secret_volumes"], fn
+        for_each = {k: v["for_each"] for d in dynamic for k, v in d.items()}
+        assert for_each == {"secret_environment_variables": f"${{local.function_secrets.{fn}}}",
+                            "secret_volumes": f"${{local.function_secret_files.{fn}}}",
+                            "direct_vpc_network_interface": f"${{local.function_direct_vpc.{fn}}}"}, \
+            f"{fn}: secrets, secret files and Direct VPC must come from env_spec.json"
+        assert service["direct_vpc_egress"] == f"${{one(local.function_direct_vpc.{fn}[*].egress)}}", fn
         account_name = re.sub(r"\[0\]$", "", reference(service["service_account_email"]).split(".")[1])
         account = model.instances("google_service_account", account_name)[0]
+        evaluated = model.instances(fn_block.type, fn)[0]["service_config"][0]
+        files = {}
+        for volume in evaluated["secret_volumes"]:
+            (version,) = volume["versions"]
+            files[f"{volume['mount_path']}/{version['path']}"] = (volume["secret"], version["version"])
+        interfaces = evaluated["direct_vpc_network_interface"]
+        vpc = None
+        if interfaces:
+            (interface,) = interfaces
+            vpc = {"network": interface["network"], "subnetwork": interface["subnetwork"],
+                   "egress": evaluated["direct_vpc_egress"]}
+        else:
+            assert evaluated["direct_vpc_egress"] is None, fn
         out[fn] = {
-            "env": env[fn], "secrets": secrets[fn],
+            "env": env[fn], "secrets": secrets[fn], "secret_files": files, "vpc": vpc,
             "ingress": service["ingress_settings"], "timeout": service["timeout_seconds"],
             "runtime_account": account["email"], "entry_point": fn_block.first("build_config", "entry_point"),
             "invokers": set(),
@@ -168,7 +227,9 @@ def gcloud_config(tmp_path, overrides: dict) -> dict:
     for variable, value in overrides.items():
         subs[VARIABLE_TO_SUBSTITUTION[variable]] = as_substitution(value)
     sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, subs)
+    instance = json.dumps(sql_instance_description(sim.subs["_NAME_PREFIX"]))
     sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0),
+                   (rf"sql instances describe {re.escape(sim.subs['_NAME_PREFIX'])}-jobs --format=json", instance, 0),
                    (r"storage objects describe", "", 1),
                    (r"indexes composite list", "[]\n", 0),
                    (r"run services get-iam-policy", "\n", 0),
@@ -190,20 +251,30 @@ def gcloud_config(tmp_path, overrides: dict) -> dict:
         allowed = {"gen2", "quiet", "region", "runtime", "source", "entry-point", "trigger-http",
                    "no-allow-unauthenticated", "service-account", "build-service-account", "docker-repository",
                    "ingress-settings", "timeout", "env-vars-file", "set-secrets", "clear-secrets",
-                   "max-instances", "concurrency", "memory"}
+                   "max-instances", "concurrency", "memory", "network", "subnet"}
         assert set(f) <= allowed, \
             f"{fn}: gcloud deploy sets more than env_spec.json renders: {sorted(set(f) - allowed)}"
         assert f["env-vars-file"] == f"deploy-config/{fn}.env.yaml", fn
-        secrets = {}
+        secrets, files = {}, {}
         if "set-secrets" in f:
             for item in str(f["set-secrets"]).split(","):
+                mounted = FILE_SECRET.match(item)
+                if mounted:  # a secret volume: gcloud mounts the secret's directory, the file in it
+                    files[mounted.group(1)] = (mounted.group(2), mounted.group(3))
+                    continue
                 name, _, ref = item.partition("=")
                 sid, _, version = ref.partition(":")
                 secrets[name] = (sid, version)
         else:
             assert f.get("clear-secrets") is True, fn
+        vpc = None
+        if "network" in f or "subnet" in f:
+            # no egress flag: the Cloud Functions API's default, private ranges only
+            vpc = {"network": f.get("network"), "subnetwork": f.get("subnet"),
+                   "egress": "VPC_EGRESS_PRIVATE_RANGES_ONLY"}
         out[fn] = {
             "env": read_env_yaml(sim.workdir / str(f["env-vars-file"])), "secrets": secrets,
+            "secret_files": files, "vpc": vpc,
             "ingress": {"all": "ALLOW_ALL", "internal-only": "ALLOW_INTERNAL_ONLY",
                         "internal-and-gclb": "ALLOW_INTERNAL_AND_GCLB"}[f["ingress-settings"]],
             "timeout": int(str(f["timeout"]).rstrip("s")),
@@ -258,7 +329,8 @@ def test_both_deploy_paths_give_every_function_the_same_configuration(scenario, 
     if overrides.get("reviewers_enabled"):
         assert {"notify", "review"} <= set(terraform), scenario
     for fn in terraform:
-        for key in ("env", "secrets", "ingress", "timeout", "runtime_account", "entry_point", "invokers"):
+        for key in ("env", "secrets", "secret_files", "vpc", "ingress", "timeout", "runtime_account", "entry_point",
+                    "invokers"):
             tf, gc = terraform[fn][key], gcloud[fn][key]
             if key == "env":
                 differ = {name: (tf.get(name), gc.get(name))
@@ -278,6 +350,10 @@ def test_terraform_expressions_render_the_spec_exactly_as_env_spec_py(scenario):
     assert rendered.env == model.local("function_env")
     assert {fn: {k: (v["secret_id"], v["version"]) for k, v in m.items()}
             for fn, m in model.local("function_secrets").items()} == rendered.secrets
+    assert {fn: {path: (v["secret_id"], v["version"]) for path, v in m.items()}
+            for fn, m in model.local("function_secret_files").items()} == rendered.secret_files
+    assert {fn: (vpc[0] if vpc else None) for fn, vpc in model.local("function_direct_vpc").items()} == \
+        rendered.direct_vpc
 
 
 def test_gcloud_substitution_defaults_are_the_terraform_variable_defaults():
@@ -299,11 +375,17 @@ def test_every_fact_is_fed_by_a_variable_here_and_a_substitution_there():
     assert sorted(facts) == sorted(spec["facts"]), "local.env_facts must supply exactly the spec's facts"
     for name, expr in facts.items():
         plain = r"\$\{(var\.\w+|tostring\(var\.\w+\)|join\(\",\", var\.\w+\)|data\.google_project\.this\.number)\}"
+        if name == "postgres_host":  # what only the instance knows: its private IP (gcloud: describe)
+            assert expr == '${local.postgres ? google_sql_database_instance.jobs[0].private_ip_address : ""}', expr
+            continue
         assert re.fullmatch(plain, expr), f"env_facts.{name} = {expr}: keep facts plain references to variables"
     from .support import CLOUDBUILD_FILES, parsed_yaml
     render = {s["id"]: s for s in parsed_yaml(*CLOUDBUILD_FILES)["cloudbuild-gcloud.yaml"]["steps"]}["render-config"]
     fed = {item.split("=", 1)[0].removeprefix("SAFESEND_FACT_") for item in render["env"]}
-    assert fed | {"project_number"} == set(spec["facts"]), "render-config must feed every fact (project number: gcloud)"
+    assert fed | {"project_number", "postgres_host"} == set(spec["facts"]), \
+        "render-config must feed every fact (project number, the instance's private IP: read with gcloud)"
+    script = render["args"][-1]
+    assert "export SAFESEND_FACT_project_number" in script and "export SAFESEND_FACT_postgres_host" in script
 
 
 def test_spec_is_valid_and_names_what_the_module_creates():
@@ -338,9 +420,26 @@ def test_spec_is_valid_and_names_what_the_module_creates():
         assert rendered == model.local("secret_ids")[name] or model.local("secret_ids")[name] is None
         everything_on = ModuleModel({"gmail_delegated_user": "", "public_callers": True,
                                      "callback_allowed_hosts": ["n8n.example.com"], **REVIEWERS,
-                                     "notify_chat_webhook": True, "notify_slack_webhook": True})
+                                     "notify_chat_webhook": True, "notify_slack_webhook": True,
+                                     "job_store": "postgres"})
         assert everything_on.local("secret_ids")[name] == module.substitute(
             spec, template, everything_on.local("env_values"), name)
+    # the PostgreSQL job store: the spec's instance, network, subnet and users are the module's
+    postgres = ModuleModel({**REVIEWERS, "job_store": "postgres"})
+    pg = postgres.local("env_values")
+    assert pg["postgres"] == "true" and values["postgres"] == "false"
+    assert pg["postgres_instance"] == postgres.instances("google_sql_database_instance", "jobs")[0]["name"]
+    assert pg["postgres_network"] == postgres.instances("google_compute_network", "jobs")[0]["name"]
+    assert pg["postgres_subnet"] == postgres.instances("google_compute_subnetwork", "functions")[0]["name"]
+    users = {u.key: u["name"] for u in postgres.instances("google_sql_user", "functions")}
+    assert users == {fn: pg[f"pg_user_{fn}"] for fn in spec["functions"]}, "the spec's DSN users are the database users"
+    for fn, user in users.items():
+        assert user == postgres.local("postgres_accounts")[fn].removesuffix(".gserviceaccount.com"), fn
+    assert postgres.local("env_facts")["postgres_host"] == \
+        postgres.instances("google_sql_database_instance", "jobs")[0]["private_ip_address"]
+    dsn_files = {re.search(r"sslrootcert=(\S+)", pg[f"pg_dsn_{fn}"]).group(1) for fn in spec["functions"]}
+    assert dsn_files == set(spec["secret_files"]), "every DSN verifies the server with the mounted CA file"
+    assert spec["direct_vpc"]["enabled_by"] == "postgres" and spec["direct_vpc"]["functions"] == spec["functions"]
     # deploy settings of the spec are the functions' own
     for block in resources("google_cloudfunctions2_function"):
         service = block.blocks("service_config")[0]
@@ -429,3 +528,98 @@ def test_the_gcloud_path_refuses_an_iap_agent_it_did_not_render(tmp_path):
     proc = sim.run("deploy-functions")
     assert proc.returncode != 0 and "IAP service agent" in proc.stderr
     assert not [c for c in sim.calls() if c[:3] == ["gcloud", "functions", "add-invoker-policy-binding"]]
+
+
+def test_the_gcloud_path_uses_the_sql_instance_only_with_postgres(tmp_path):
+    """Firestore (default): no Cloud SQL call, no network flag, no secret file. Postgres: the instance
+    is described before anything is rendered, and every function gets its DSN host from it, the CA
+    file and Direct VPC egress on the module's network."""
+    calls = gcloud_config(tmp_path / "firestore", {})["_calls"]
+    assert not [c for c in calls if c[1:2] == ["sql"]]
+    assert not [c for c in calls if any(a.startswith(("--network", "--subnet")) for a in c)]
+    config = gcloud_config(tmp_path / "postgres", {"job_store": "postgres"})
+    calls = config.pop("_calls")
+    describe = next(i for i, c in enumerate(calls) if c[1:4] == ["sql", "instances", "describe"])
+    first_deploy = next(i for i, c in enumerate(calls) if c[1:3] == ["functions", "deploy"])
+    assert describe < first_deploy and calls[describe][4] == "safesend-jobs"
+    assert not [c for c in calls if c[1:2] == ["sql"] and c[2:4] != ["instances", "describe"]], \
+        "the gcloud path never changes the instance"
+    for fn in ("send", "reconcile", "sweep", "status"):
+        assert f"host={SQL_PRIVATE_IP} " in config[fn]["env"]["SAFESEND_POSTGRES_DSN"], fn
+        assert config[fn]["vpc"] == {"network": "safesend-vpc", "subnetwork": "safesend-functions",
+                                     "egress": "VPC_EGRESS_PRIVATE_RANGES_ONLY"}, fn
+        assert config[fn]["secret_files"] == {"/etc/secrets/cloudsql/server-ca.pem":
+                                              ("safesend-cloudsql-server-ca", "latest")}, fn
+
+
+UNFIT_INSTANCES = {
+    "no-iam-authentication": {"settings.databaseFlags": [{"name": "max_connections", "value": "100"}]},
+    "iam-authentication-off": {"settings.databaseFlags": [{"name": "cloudsql.iam_authentication", "value": "off"}]},
+    "unencrypted-allowed": {"settings.ipConfiguration.sslMode": "ALLOW_UNENCRYPTED_AND_ENCRYPTED"},
+    "authorized-network": {"settings.ipConfiguration.authorizedNetworks": [{"value": "0.0.0.0/0"}]},
+    "other-network": {"settings.ipConfiguration.privateNetwork": "projects/proj-1/global/networks/default"},
+    "no-private-ip": {"ipAddresses": [{"type": "PRIMARY", "ipAddress": "34.1.2.3"}]},
+    "no-deletion-protection": {"settings.deletionProtectionEnabled": False},
+    "no-point-in-time-recovery": {"settings.backupConfiguration": {"enabled": True}},
+    "mysql": {"databaseVersion": "MYSQL_8_0"},
+}
+
+
+@pytest.mark.parametrize("problem", UNFIT_INSTANCES, ids=list(UNFIT_INSTANCES))
+def test_the_gcloud_path_refuses_an_unfit_sql_instance(tmp_path, problem):
+    """The gcloud path does not create the instance; it refuses to deploy against one that lacks
+    what the DSN relies on (IAM database authentication, TLS only, its private network, ...)."""
+    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, {
+        "_SOURCE_BUCKET": "b", "_MESSAGE_ID_DOMAIN": "mail.example.com", "_DEFAULT_FROM": "S <s@example.com>",
+        "_JOB_STORE": "postgres"})
+    instance = json.dumps(sql_instance_description("safesend", **UNFIT_INSTANCES[problem]))
+    sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0),
+                   (r"sql instances describe safesend-jobs", instance, 0)]
+    proc = sim.run("render-config")
+    assert proc.returncode != 0 and "Cloud SQL instance" in proc.stderr, proc.stderr
+    assert not (sim.workdir / "deploy-config" / "send.env.yaml").exists()
+
+
+def test_the_gcloud_path_refuses_an_unknown_job_store(tmp_path):
+    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, {
+        "_SOURCE_BUCKET": "b", "_MESSAGE_ID_DOMAIN": "mail.example.com", "_DEFAULT_FROM": "S <s@example.com>",
+        "_JOB_STORE": "Postgres"})
+    sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0)]
+    proc = sim.run("render-config")
+    assert proc.returncode != 0 and "_JOB_STORE" in proc.stderr
+
+
+def test_gcloud_relies_on_the_api_default_egress_which_is_private_ranges_only():
+    """cloudbuild-gcloud.yaml passes --network/--subnet and no egress flag: the Cloud Functions v2
+    API documents private ranges only as the default, the one egress env_spec.py allows."""
+    from pathlib import Path
+
+    import googleapiclient
+    doc = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents" / "cloudfunctions.v2.json"
+    field = json.loads(doc.read_text())["schemas"]["ServiceConfig"]["properties"]["directVpcEgress"]
+    assert "defaults to VPC_EGRESS_PRIVATE_RANGES_ONLY" in field["description"]
+    assert env_spec().DIRECT_VPC_EGRESS == ("VPC_EGRESS_PRIVATE_RANGES_ONLY",)
+    assert env_spec().load()["direct_vpc"]["egress"] == "VPC_EGRESS_PRIVATE_RANGES_ONLY"
+
+
+@pytest.mark.parametrize("overrides", [{}, {"name_prefix": "ss-prod", "project_id": "acme-mail"}, REVIEWERS],
+                         ids=["default", "prefix-project", "reviewers"])
+def test_the_gcloud_path_renders_the_same_setup_sql_as_terraform(overrides):
+    """The one-time grants SQL: `env_spec.py postgres-setup-sql` (the gcloud path, infra/README.md)
+    prints exactly the module's output postgres_setup_sql, so it grants the very users
+    google_sql_user creates, and the role and schema every rendered DSN names."""
+    model = ModuleModel({"job_store": "postgres", **overrides})
+    values = model.local("env_values")
+    facts = {name: values[name] for name in ("name_prefix", "project_id", "reviewers")}
+    spec = env_spec()
+    users = spec.postgres_users(spec.load(), facts)
+    assert users == {u.key: u["name"] for u in model.instances("google_sql_user", "functions")}
+    assert spec.postgres_setup_sql(list(users.values())) == model.local("postgres_setup_sql")
+    dsn = model.local("function_env")["send"]["SAFESEND_POSTGRES_DSN"]
+    assert f"-c role={spec.POSTGRES_OWNER_ROLE}" in dsn and f"-c search_path={spec.POSTGRES_SCHEMA}" in dsn
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, str(SPEC_MODULE), "postgres-setup-sql",
+                          *[f"--fact={k}={v}" for k, v in facts.items()]],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out == model.local("postgres_setup_sql") + "\n"

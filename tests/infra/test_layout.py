@@ -15,7 +15,10 @@ NEEDED_OUTPUTS = {"send_url", "status_url", "review_topic", "review_subscription
                   "tasks_queue", "n8n_invoker_service_account_email",
                   # the reviewer side: where notify is, where reviewers go, the service IAP is switched on for
                   "notify_url", "review_url", "review_service", "review_iap_audience", "notify_push_subscription",
-                  "review_csrf_secret", "notify_chat_webhook_secret", "notify_slack_webhook_secret"}
+                  "review_csrf_secret", "notify_chat_webhook_secret", "notify_slack_webhook_secret",
+                  # the PostgreSQL job store: where it is, who logs in, the one manual step
+                  "postgres_instance", "postgres_connection_name", "postgres_private_ip", "postgres_users",
+                  "postgres_setup_sql"}
 
 
 @pytest.mark.parametrize("path", [MODULE] + [INFRA / "envs" / e for e in ENVS], ids=lambda p: p.name)

@@ -43,6 +43,10 @@ PARITY_TESTS = ("tests/infra/test_env_parity.py",)
 POLICY_TESTS = ("tests/infra/test_policy.py",)
 PIPELINE_TESTS = ("tests/infra/test_cloudbuild.py",)
 INDEX_TESTS = ("tests/infra/test_firestore_indexes.py",)
+SETUP_TESTS = ("tests/infra/test_postgres_setup.py",)
+DOCS_TESTS = ("tests/infra/test_postgres_docs.py",)
+SPEC = f"{M}/env_spec.json"
+TAIL = '"pg_dsn_tail": " sslmode=verify-ca sslrootcert=/etc/secrets/cloudsql/server-ca.pem options=\'-c search_path=safesend -c role=safesend_owner\'"'
 
 MUTATIONS = [
     # ---- issue 11, item 6: edits that passed the old checks
@@ -240,9 +244,132 @@ MUTATIONS = [
     Mutation("terraform-ci-no-iap", "the Terraform pipeline switches IAP on for an applied console",
              TF_PIPELINE, 'gcloud beta run services update "$$service" --region=${_REGION} --iap --quiet', "true",
              ("test_an_applied_review_console_is_put_behind_iap",), PIPELINE_TESTS),
+    # ---- issue 14: the PostgreSQL job store (job_store = "postgres")
+    Mutation("dsn-with-password", "no DSN carries a password (key/value form)",
+             SPEC, TAIL, TAIL.replace('" sslmode=', '" password=hunter2 sslmode='),
+             ("test_runtime_configuration_combinations_in_every_mode", "test_dsn_rules_are_also_a_plan_time_precondition"),
+             POLICY_TESTS),
+    Mutation("dsn-uri-with-password", "no DSN carries a password (URI user:secret@ form)",
+             SPEC, '"then": "host={postgres_host} port=5432 dbname=safesend user={pg_user_send}{pg_dsn_tail}"',
+             '"then": "postgresql://{name_prefix}-fn-send%40{project_id}.iam:hunter2@{postgres_host}:5432/safesend?sslmode=verify-ca&sslrootcert=/etc/secrets/cloudsql/server-ca.pem"',
+             ("test_runtime_configuration_combinations_in_every_mode", "test_dsn_rules_are_also_a_plan_time_precondition"),
+             POLICY_TESTS),
+    Mutation("sslmode-disable", "TLS is never turned off (sslmode=disable refused)",
+             SPEC, TAIL, TAIL.replace("sslmode=verify-ca", "sslmode=disable"),
+             ("test_runtime_configuration_combinations_in_every_mode", "test_dsn_rules_are_also_a_plan_time_precondition"),
+             POLICY_TESTS),
+    Mutation("iam-auth-off", "the store logs in with IAM database authentication",
+             SPEC, '"postgres_iam_auth": {"when": "job_store", "equals": "postgres", "then": "true"',
+             '"postgres_iam_auth": {"when": "job_store", "equals": "postgres", "then": "false"',
+             ("test_runtime_configuration_combinations_in_every_mode", "test_dsn_rules_are_also_a_plan_time_precondition"),
+             POLICY_TESTS),
+    Mutation("dsn-names-another-user", "each function's DSN names its own database user",
+             SPEC, "dbname=safesend user={pg_user_status}{pg_dsn_tail}", "dbname=safesend user={pg_user_send}{pg_dsn_tail}",
+             ("test_runtime_configuration_combinations_in_every_mode",), POLICY_TESTS),
+    Mutation("no-owner-role-in-dsn", "every session acts as safesend_owner, so any function can use and migrate the tables",
+             SPEC, TAIL, TAIL.replace(" -c role=safesend_owner", ""),
+             ("test_runtime_configuration_combinations_in_every_mode",
+              "test_the_setup_sql_lets_every_function_run_and_migrate_the_store_as_the_owner_role"),
+             POLICY_TESTS + SETUP_TESTS),
+    Mutation("ca-file-not-mounted", "the server's CA is mounted wherever the store is PostgreSQL",
+             SPEC, '"version": "postgres_server_ca_version", "enabled_by": "postgres"',
+             '"version": "postgres_server_ca_version", "enabled_by": "reviewers"',
+             ("test_runtime_configuration_combinations_in_every_mode",), POLICY_TESTS),
+    Mutation("setup-sql-without-grants", "the manual step lets every function's user act as the owner role",
+             f"{M}/cloudsql.tf", 'for fn, user in local.postgres_users : "GRANT safesend_owner TO \\"${user}\\";"',
+             'for fn, user in local.postgres_users : "SELECT 1;"',
+             ("test_the_setup_sql_creates_the_owner_role_and_schema_and_grants_every_user",
+              "test_the_setup_sql_lets_every_function_run_and_migrate_the_store_as_the_owner_role"),
+             POLICY_TESTS + SETUP_TESTS),
+    Mutation("instance-without-iam-flag", "the instance enables IAM database authentication",
+             f"{M}/cloudsql.tf", '      name  = "cloudsql.iam_authentication"\n      value = "on"',
+             '      name  = "cloudsql.iam_authentication"\n      value = "off"',
+             ("test_the_instance_has_iam_authentication_tls_private_ip_backups_and_deletion_protection",), POLICY_TESTS),
+    Mutation("instance-without-deletion-protection", "Terraform refuses to destroy the job store",
+             f"{M}/cloudsql.tf", "  deletion_protection = var.postgres_deletion_protection\n", "  deletion_protection = false\n",
+             ("test_the_instance_has_iam_authentication_tls_private_ip_backups_and_deletion_protection",
+              "test_deletion_protection_is_on_by_default_and_pinned_in_prod"), POLICY_TESTS),
+    Mutation("deletion-protection-default-off", "deletion protection is on unless an operator turns it off",
+             f"{M}/variables.tf", 'The prod root pins it to true."\n  type        = bool\n  default     = true',
+             'The prod root pins it to true."\n  type        = bool\n  default     = false',
+             ("test_the_instance_has_iam_authentication_tls_private_ip_backups_and_deletion_protection",
+              "test_deletion_protection_is_on_by_default_and_pinned_in_prod"), POLICY_TESTS),
+    Mutation("prod-deletion-protection-unpinned", "prod refuses to turn the job store's deletion protection off",
+             "infra/envs/prod/variables.tf", "    condition     = var.postgres_deletion_protection\n",
+             "    condition     = true\n", ("test_deletion_protection_is_on_by_default_and_pinned_in_prod",), POLICY_TESTS),
+    Mutation("no-cloudsql-client", "each function's account may connect to the instance (roles/cloudsql.client)",
+             f"{M}/cloudsql.tf", 'role    = "roles/cloudsql.client"', 'role    = "roles/cloudsql.viewer"',
+             ("test_every_function_logs_in_as_itself_on_this_instance_only",
+              "test_each_function_account_holds_exactly_what_its_entry_point_needs_in_every_mode"), POLICY_TESTS),
+    Mutation("cloudsql-client-any-instance", "the Cloud SQL roles are conditioned on this instance",
+             f"{M}/cloudsql.tf",
+             'description = "Connections to the safesend Cloud SQL instance, no other."\n    expression  = local.postgres_instance_condition',
+             'description = "Connections to the safesend Cloud SQL instance, no other."\n    expression  = "true"',
+             ("test_every_function_logs_in_as_itself_on_this_instance_only",
+              "test_the_documented_gcloud_commands_create_what_the_module_creates"), POLICY_TESTS + DOCS_TESTS),
+    Mutation("setup-sql-no-self-grant", "the admin running the setup SQL can create the schema for the owner role",
+             f"{M}/cloudsql.tf", '    "GRANT safesend_owner TO CURRENT_USER;",\n', "",
+             ("test_the_setup_sql_creates_the_owner_role_and_schema_and_grants_every_user",
+              "test_the_setup_sql_lets_every_function_run_and_migrate_the_store_as_the_owner_role",
+              "test_the_gcloud_path_renders_the_same_setup_sql_as_terraform",
+              "test_the_documented_sql_is_the_modules_for_the_defaults"),
+             POLICY_TESTS + SETUP_TESTS + PARITY_TESTS + DOCS_TESTS),
+    Mutation("gcloud-setup-sql-misses-a-user", "the gcloud path's setup SQL grants every user Terraform would create",
+             "infra/env_spec.py", """*(f'GRANT {POSTGRES_OWNER_ROLE} TO "{user}";' for user in users),""",
+             """*(f'GRANT {POSTGRES_OWNER_ROLE} TO "{user}";' for user in users[:-1]),""",
+             ("test_the_gcloud_path_renders_the_same_setup_sql_as_terraform",), PARITY_TESTS),
+    Mutation("readme-sql-misses-a-user", "the README's setup SQL is the module's",
+             "infra/README.md", 'GRANT safesend_owner TO "safesend-fn-sweep@P.iam";\n', "",
+             ("test_the_documented_sql_is_the_modules_for_the_defaults",), DOCS_TESTS),
+    Mutation("readme-instance-without-iam-flag", "the README's gcloud instance has IAM database authentication",
+             "infra/README.md", "--database-flags=cloudsql.iam_authentication=on,max_connections=100",
+             "--database-flags=max_connections=100",
+             ("test_the_documented_instance_is_one_the_gcloud_pipeline_accepts_and_the_module_would_create",), DOCS_TESTS),
+    Mutation("readme-without-client-role", "the README's gcloud commands grant both Cloud SQL roles",
+             "infra/README.md",
+             '  gcloud projects add-iam-policy-binding P --member="$(sa fn-$f)" --role=roles/cloudsql.client --condition="$cond"\n',
+             "", ("test_the_documented_gcloud_commands_create_what_the_module_creates",), DOCS_TESTS),
+    Mutation("readme-built-in-user", "the README's gcloud users are IAM service-account users",
+             "infra/README.md", "--type=cloud_iam_service_account", "--type=built_in",
+             ("test_the_documented_gcloud_commands_create_what_the_module_creates",), DOCS_TESTS),
+    Mutation("instance-unencrypted-allowed", "the instance accepts TLS connections only",
+             f"{M}/cloudsql.tf", 'ssl_mode       = "ENCRYPTED_ONLY"', 'ssl_mode       = "ALLOW_UNENCRYPTED_AND_ENCRYPTED"',
+             ("test_the_instance_has_iam_authentication_tls_private_ip_backups_and_deletion_protection",), POLICY_TESTS),
+    Mutation("ssl-mode-typo", "the API's enums are checked on the Cloud SQL instance too",
+             f"{M}/cloudsql.tf", 'ssl_mode       = "ENCRYPTED_ONLY"', 'ssl_mode       = "ENCRYPTED_ONY"',
+             ("match_the_provider_schema[google_sql_database_instance.jobs]",), SCHEMA_TESTS),
+    Mutation("instance-public-ip-always", "no public IP unless operators ask for proxy access",
+             f"{M}/cloudsql.tf", "ipv4_enabled    = var.postgres_proxy_public_ip", "ipv4_enabled    = true",
+             ("test_the_instance_has_iam_authentication_tls_private_ip_backups_and_deletion_protection",), POLICY_TESTS),
+    Mutation("sql-user-built-in", "database users are the functions' IAM accounts, never built-in users",
+             f"{M}/cloudsql.tf", 'type     = "CLOUD_IAM_SERVICE_ACCOUNT"', 'type     = "BUILT_IN"',
+             ("test_every_function_logs_in_as_itself_on_this_instance_only",
+              "test_runtime_configuration_combinations_in_every_mode"), POLICY_TESTS),
+    Mutation("sql-admin-instead-of-login", "the accounts may log in to the database, nothing more",
+             f"{M}/cloudsql.tf", 'role    = "roles/cloudsql.instanceUser"', 'role    = "roles/cloudsql.admin"',
+             ("test_every_function_logs_in_as_itself_on_this_instance_only",
+              "test_each_function_account_holds_exactly_what_its_entry_point_needs_in_every_mode"), POLICY_TESTS),
+    Mutation("datastore-with-postgres", "no Firestore role when the store is PostgreSQL",
+             f"{M}/iam.tf", 'resource "google_project_iam_member" "send_datastore_user" {\n  count = local.postgres ? 0 : 1\n',
+             'resource "google_project_iam_member" "send_datastore_user" {\n  count = 1\n',
+             ("test_each_function_account_holds_exactly_what_its_entry_point_needs_in_every_mode",), POLICY_TESTS),
+    Mutation("pool-budget-unchecked", "the plan refuses pools that do not fit max_connections",
+             f"{M}/cloudsql.tf", "condition     = local.postgres_connections_needed <= var.postgres_max_connections",
+             "condition     = true", ("test_every_pool_fits_the_instance_and_the_plan_refuses_otherwise",), POLICY_TESTS),
+    Mutation("postgres-on-by-default", "Firestore stays the default",
+             f"{M}/variables.tf", 'default     = "firestore"', 'default     = "postgres"',
+             ("test_firestore_is_the_default_and_creates_nothing_of_the_postgres_store",
+              "test_gcloud_substitution_defaults_are_the_terraform_variable_defaults"), POLICY_TESTS + PARITY_TESTS),
+    Mutation("gcloud-without-direct-vpc", "the gcloud path deploys the functions into the job store's network",
+             GCLOUD, '"$$secrets" "$${network[@]}"', '"$$secrets"',
+             ("test_both_deploy_paths_give_every_function_the_same_configuration[postgres]",), PARITY_TESTS),
+    Mutation("gcloud-instance-unchecked", "the gcloud path refuses an instance without IAM database authentication",
+             "infra/env_spec.py", 'if flags.get("cloudsql.iam_authentication") != "on":', "if False:",
+             ("test_the_gcloud_path_refuses_an_unfit_sql_instance[no-iam-authentication]",
+              "test_the_gcloud_path_refuses_an_unfit_sql_instance[iam-authentication-off]"), PARITY_TESTS),
 ]
 
-COPY = ["infra", "functions", "cloudbuild.yaml", "cloudbuild-gcloud.yaml", "README.md", "pytest.ini"]
+COPY = ["infra", "functions", "devstack", "cloudbuild.yaml", "cloudbuild-gcloud.yaml", "README.md", "pytest.ini"]
 FAILED = re.compile(r"^FAILED (\S+)", re.M)
 
 
@@ -308,7 +435,7 @@ def outcomes(tmp_path_factory) -> dict[str, tuple[set[str], str]]:
         return {**broken, **{name: future.result() for name, future in futures.items()}}
 
 
-# The first test pays for the module fixture: ~48 pytest runs in scratch copies (47 mutations + the baseline), 4 at a time.
+# The first test pays for the module fixture: ~78 pytest runs in scratch copies (77 mutations + the baseline), 4 at a time.
 @pytest.mark.timeout(1800)
 def test_the_unmutated_copy_passes_every_check_the_mutations_use(outcomes):
     failed, output = outcomes["baseline"]
@@ -330,6 +457,16 @@ def test_the_issue_10_mutations_are_all_here():
             "missing-dead-letter", "iap-agent-not-invoker", "no-accessor-grant", "iap-audience-as-url",
             "console-url-http", "csrf-not-mounted", "empty-allowlist-allowed", "notify-ingress-all",
             "notify-accepts-tasks"} <= names
+
+
+def test_the_issue_14_mutations_are_all_here():
+    names = {m.name for m in MUTATIONS}
+    assert {"dsn-with-password", "dsn-uri-with-password", "sslmode-disable", "iam-auth-off", "dsn-names-another-user",
+            "instance-without-iam-flag", "instance-without-deletion-protection", "postgres-on-by-default",
+            "gcloud-without-direct-vpc", "deletion-protection-default-off", "prod-deletion-protection-unpinned",
+            "no-cloudsql-client", "cloudsql-client-any-instance", "setup-sql-no-self-grant",
+            "gcloud-setup-sql-misses-a-user", "readme-sql-misses-a-user", "readme-instance-without-iam-flag",
+            "readme-without-client-role", "readme-built-in-user"} <= names
 
 
 def test_the_issue_11_mutations_are_all_here():

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from . import hcl_eval as H  # noqa: N812 - H reads like the HCL it evaluates
 from .support import (
     CLOUDBUILD_FILES,
     ENVS,
@@ -18,12 +19,14 @@ from .support import (
     entry_points,
     locals_of,
     parsed_hcl,
+    parsed_yaml,
     reference,
     resource,
     resources,
     tf_files,
+    top_level,
 )
-from .tfmodel import PROJECT_NUMBER, ModuleModel
+from .tfmodel import PROJECT_NUMBER, SQL_PRIVATE_IP, ModuleModel
 
 PRIMITIVE_ROLES = re.compile(r"roles/(owner|editor|viewer)\b")
 PUBLIC_MEMBERS = re.compile(r"\ballUsers\b|\ballAuthenticatedUsers\b")
@@ -38,6 +41,18 @@ WEBHOOK_SECRETS = ("SAFESEND_NOTIFY_CHAT_WEBHOOK_URL", "SAFESEND_NOTIFY_SLACK_WE
 OUTBOX_DELIVERERS = ("reconcile", "sweep", "notify", "review")
 SERVICE_REF = re.compile(r"google_cloudfunctions2_function\.(\w+)(\[0\])?\.service_config\[0\]\.service")
 IAM_TYPE = re.compile(r"^google_.*_iam_(member|binding|policy)$")
+# Everything the PostgreSQL job store adds; none of it exists with Firestore (the default).
+POSTGRES_RESOURCES = (("google_sql_database_instance", "jobs"), ("google_sql_database", "safesend"),
+                      ("google_sql_user", "functions"), ("google_project_iam_member", "cloudsql_instance_user"),
+                      ("google_compute_network", "jobs"), ("google_compute_subnetwork", "functions"),
+                      ("google_compute_firewall", "deny_ingress"), ("google_compute_global_address", "cloudsql_psa"),
+                      ("google_service_networking_connection", "cloudsql"),
+                      ("google_secret_manager_secret", "cloudsql_server_ca"),
+                      ("google_secret_manager_secret_version", "cloudsql_server_ca"),
+                      ("google_secret_manager_secret_iam_member", "cloudsql_server_ca"))
+POSTGRES_ENV = ("SAFESEND_STORE", "SAFESEND_POSTGRES_DSN", "SAFESEND_POSTGRES_IAM_AUTH", "SAFESEND_POSTGRES_POOL_MAX")
+POSTGRES_APIS = ("compute.googleapis.com", "servicenetworking.googleapis.com", "sqladmin.googleapis.com")
+CA_FILE = "/etc/secrets/cloudsql/server-ca.pem"
 
 
 def all_iam_blocks() -> list[Block]:
@@ -145,8 +160,8 @@ def test_every_function_runs_as_its_own_service_account():
     assert builder is not None and builder.split(".")[1] not in used, "the build account must not be a runtime account"
 
 
-MODES = [dict(zip(("keyless", "public", "callbacks", "n8n", "reviewers"), bits, strict=True))
-         for bits in __import__("itertools").product((False, True), repeat=5)]
+MODES = [dict(zip(("keyless", "public", "callbacks", "n8n", "reviewers", "postgres"), bits, strict=True))
+         for bits in __import__("itertools").product((False, True), repeat=6)]
 
 
 def mode_id(mode: dict) -> str:
@@ -169,6 +184,7 @@ def model_for(mode: dict) -> ModuleModel:
         "callback_allowed_hosts": ["n8n.example.com"] if mode["callbacks"] else [],
         "create_n8n_invoker_service_account": mode["n8n"],
         "extra_caller_service_accounts": [] if mode["n8n"] or mode["public"] else ["n8n@other.iam.gserviceaccount.com"],
+        "job_store": "postgres" if mode["postgres"] else "firestore",
         **reviewers,
     })
 
@@ -221,8 +237,9 @@ def grants_of(model: ModuleModel, account: str) -> set[tuple[str, str, str]]:
 
 
 DATASTORE = ("google_project_iam_member", "roles/datastore.user", "project")
-WORKER_GRANTS = {
-    DATASTORE,
+CLOUDSQL_LOGIN = ("google_project_iam_member", "roles/cloudsql.instanceUser", "project")
+CLOUDSQL_CLIENT = ("google_project_iam_member", "roles/cloudsql.client", "project")
+WORKERS = {  # what every function that sends holds, whatever the job store
     ("google_cloud_tasks_queue_iam_member", "roles/cloudtasks.enqueuer", "google_cloud_tasks_queue.reconcile"),
     ("google_service_account_iam_member", "roles/iam.serviceAccountUser", "google_service_account.tasks_invoker"),
     ("google_pubsub_topic_iam_member", "roles/pubsub.publisher", "google_pubsub_topic.review"),
@@ -244,14 +261,17 @@ def expected_grants(account: str, mode: dict) -> set[tuple[str, str, str]]:
         if mode["callbacks"]:
             gmail |= {accessor("callback_hmac")}
     callers = {accessor("webhook_hmac")} | ({accessor("api_keys")} if mode["public"] else set())
+    # the job store: Firestore's project-wide role, or (postgres) the login to and connection with
+    # the one Cloud SQL instance (conditioned project grants) and the server CA the DSN verifies it with
+    store = {CLOUDSQL_LOGIN, CLOUDSQL_CLIENT, accessor("cloudsql_server_ca")} if mode["postgres"] else {DATASTORE}
     # The functions that deliver the outbox read the webhook secrets (chat always in these modes, slack
     # with callbacks): notify, reconcile, sweep and review; never send or status.
     webhooks = ({accessor("notify_chat_webhook")} | ({accessor("notify_slack_webhook")} if mode["callbacks"] else set())
                 if mode["reviewers"] else set())
-    return {"send": WORKER_GRANTS | gmail | callers, "reconcile": WORKER_GRANTS | gmail | webhooks,
-            "sweep": WORKER_GRANTS | gmail | webhooks, "status": {DATASTORE} | callers,
-            "notify": WORKER_GRANTS | gmail | webhooks,
-            "review": WORKER_GRANTS | gmail | webhooks | {accessor("review_csrf")},
+    return {"send": WORKERS | store | gmail | callers, "reconcile": WORKERS | store | gmail | webhooks,
+            "sweep": WORKERS | store | gmail | webhooks, "status": store | callers,
+            "notify": WORKERS | store | gmail | webhooks,
+            "review": WORKERS | store | gmail | webhooks | {accessor("review_csrf")},
             # the push identity may invoke notify, and nothing else
             "notify_push": {("google_cloud_run_v2_service_iam_member", "roles/run.invoker",
                              "google_cloudfunctions2_function.notify")}}[account]
@@ -334,11 +354,82 @@ def test_runtime_configuration_combinations_in_every_mode(mode):
         assert ("SAFESEND_REVIEW_NOTIFY_TIMEOUT_S" in fn_env) == (publishes and mode["reviewers"]), fn
     if mode["reviewers"]:
         check_reviewer_configuration(model, env, secrets)
-    # every mounted secret exists in this mode (count), and every created one is mounted
-    mounted = {s["secret_id"] for m in secrets.values() for s in m.values()}
+    files = {fn: model.local("function_secret_files")[fn] for fn in live}
+    check_job_store(model, env, files, mode)
+    # every mounted secret (variable or file) exists in this mode (count), and every created one is mounted
+    mounted = {s["secret_id"] for m in [*secrets.values(), *files.values()] for s in m.values()}
     created = {i["secret_id"] for b in resources("google_secret_manager_secret")
                for i in model.instances(b.type, b.name)}
     assert mounted == created, mode_id(mode)
+
+
+def dsn_problems(dsn: str, own_user: str) -> list[str]:
+    """What is wrong with a function's SAFESEND_POSTGRES_DSN: any password (key/value `password=`,
+    a URI's `user:secret@`, a PGPASSWORD-style name), TLS that does not verify the server
+    (sslmode other than verify-ca / verify-full: disable, allow, prefer, require), no CA to verify
+    it with, or a database user other than the function's own. Parsed by libpq's rules (psycopg's
+    conninfo_to_dict, what the store's pool uses)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    problems = []
+    if re.search(r"pass(word)?\b|passfile", dsn, re.IGNORECASE):
+        problems.append("a password (or passfile) in the DSN")
+    if re.search(r"://[^/\s]*:[^/\s]*@", dsn):  # user:secret@ in a URI's authority (the user may hold an @)
+        problems.append("a password in the URI's user part")
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception as exc:  # noqa: BLE001 - any parse error is a finding
+        return [*problems, f"not a libpq DSN: {exc}"]
+    if parts.get("password") or parts.get("passfile"):
+        problems.append("password / passfile parameter")
+    if parts.get("sslmode") not in ("verify-ca", "verify-full"):
+        problems.append(f"sslmode {parts.get('sslmode')!r}: the server must be verified (verify-ca or verify-full)")
+    if not parts.get("sslrootcert"):
+        problems.append("no sslrootcert to verify the server with")
+    if parts.get("user") != own_user:
+        problems.append(f"user {parts.get('user')!r} is not the function's own database user {own_user!r}")
+    return problems
+
+
+def check_job_store(model: ModuleModel, env: dict, files: dict, mode: dict) -> None:
+    """Firestore: none of the PostgreSQL settings, files or networks. Postgres: every deployed
+    function on the store with IAM login, its own database user, no password, TLS verifying the
+    server with the mounted CA, a small pool, and Direct VPC egress to the instance's network."""
+    vpc = model.local("function_direct_vpc")
+    for fn, fn_env in env.items():
+        for name, value in fn_env.items():
+            assert "PASSWORD" not in name.upper() and "password=" not in value.lower(), (fn, name)
+        if not mode["postgres"]:
+            assert not set(POSTGRES_ENV) & set(fn_env), fn
+            assert not files[fn] and not vpc[fn], fn
+            continue
+        own = model.instances("google_service_account", fn)[0]["email"].removesuffix(".gserviceaccount.com")
+        assert fn_env["SAFESEND_STORE"] == "postgres", fn
+        assert fn_env["SAFESEND_POSTGRES_IAM_AUTH"] == "true", fn
+        assert fn_env["SAFESEND_POSTGRES_POOL_MAX"] == str(model.variables["postgres_pool_max"]), fn
+        assert "SAFESEND_POSTGRES_MIGRATE" not in fn_env, f"{fn}: the store migrates on first use (README)"
+        dsn = fn_env["SAFESEND_POSTGRES_DSN"]
+        assert not dsn_problems(dsn, own), (fn, dsn_problems(dsn, own))
+        from psycopg.conninfo import conninfo_to_dict
+        parts = conninfo_to_dict(dsn)
+        assert parts["host"] == SQL_PRIVATE_IP == model.instances("google_sql_database_instance", "jobs")[0][
+            "private_ip_address"], fn
+        assert parts["dbname"] == model.instances("google_sql_database", "safesend")[0]["name"], fn
+        assert set(files[fn]) == {CA_FILE} and parts["sslrootcert"] == CA_FILE, fn
+        assert files[fn][CA_FILE]["secret_id"] == \
+            model.instances("google_secret_manager_secret", "cloudsql_server_ca")[0]["secret_id"], fn
+        assert {"search_path=safesend", "role=safesend_owner"} <= set(parts["options"].split()), fn
+        assert vpc[fn] == [{"network": model.instances("google_compute_network", "jobs")[0]["name"],
+                            "subnetwork": model.instances("google_compute_subnetwork", "functions")[0]["name"],
+                            "egress": "VPC_EGRESS_PRIVATE_RANGES_ONLY"}], fn
+    users = {u.key: u for u in model.instances("google_sql_user", "functions")}
+    assert sorted(users) == (sorted(env) if mode["postgres"] else []), "one database user per function, no other"
+    for fn, user in users.items():
+        assert user["type"] == "CLOUD_IAM_SERVICE_ACCOUNT" and user["name"] in env[fn]["SAFESEND_POSTGRES_DSN"], fn
+    for tf_type, name in POSTGRES_RESOURCES:
+        assert bool(model.instances(tf_type, name)) == mode["postgres"], (tf_type, name)
+    apis = set(model.local("required_apis"))
+    assert (set(POSTGRES_APIS) <= apis) if mode["postgres"] else not (set(POSTGRES_APIS) & apis)
 
 
 def check_reviewer_configuration(model: ModuleModel, env: dict, secrets: dict) -> None:
@@ -588,3 +679,205 @@ def test_source_object_name_carries_the_content_hash():
         source = function.first("build_config", "source", "storage_source")
         assert source["object"] == "${local.source_object}", function.address
     assert locals_of(MODULE)["source_object"] == "${google_storage_bucket_object.functions_source.name}"
+
+
+# ---------------------------------------------------------------- the PostgreSQL job store
+def test_the_dsn_check_refuses_passwords_unverified_tls_and_other_users():
+    """dsn_problems can fail: each of these is refused (and the module's own DSN is not)."""
+    me = "safesend-fn-send@proj-1.iam"
+    good = (f"host=10.0.0.3 port=5432 dbname=safesend user={me} sslmode=verify-ca "
+            f"sslrootcert={CA_FILE} options='-c search_path=safesend'")
+    assert dsn_problems(good, me) == []
+    bad = {
+        "password=": good + " password=hunter2",
+        "PASSWORD= upper": good + " PASSWORD=hunter2",
+        "passfile": good + " passfile=/tmp/pgpass",
+        "uri :pass@": f"postgresql://{me.replace('@', '%40')}:hunter2@10.0.0.3:5432/safesend?sslmode=verify-ca"
+                      f"&sslrootcert={CA_FILE}",
+        "uri :pass@, user unencoded": f"postgresql://{me}:hunter2@10.0.0.3/safesend?sslmode=verify-ca"
+                                      f"&sslrootcert={CA_FILE}",
+        "sslmode=disable": good.replace("sslmode=verify-ca", "sslmode=disable"),
+        "sslmode=require": good.replace("sslmode=verify-ca", "sslmode=require"),
+        "sslmode=prefer": good.replace("sslmode=verify-ca", "sslmode=prefer"),
+        "no sslmode": good.replace("sslmode=verify-ca ", ""),
+        "no CA": good.replace(f"sslrootcert={CA_FILE} ", ""),
+        "another user": good.replace(me, "safesend-fn-review@proj-1.iam"),
+        "unparseable": good + " options='unterminated",
+    }
+    for name, dsn in bad.items():
+        assert dsn_problems(dsn, me), f"{name} was not refused: {dsn}"
+
+
+def test_firestore_is_the_default_and_creates_nothing_of_the_postgres_store():
+    """Off by default everywhere: the module's, both roots' and the gcloud path's default is Firestore,
+    and with it no Cloud SQL, network, secret, grant, API, setting or file of the PostgreSQL store."""
+    for path in (MODULE, INFRA / "envs" / "dev", INFRA / "envs" / "prod"):
+        assert top_level("variable", path)["job_store"]["default"] == "firestore", path
+    for env in ENVS:
+        example = (INFRA / "envs" / env / "terraform.tfvars.example").read_text()
+        assert re.search(r'(?m)^job_store\s*=\s*"firestore"', example), env
+    assert parsed_yaml(*CLOUDBUILD_FILES)["cloudbuild-gcloud.yaml"]["substitutions"]["_JOB_STORE"] == "firestore"
+    model = ModuleModel()
+    check_job_store(model, {fn: model.local("function_env")[fn] for fn in deployed(model)},
+                    {fn: model.local("function_secret_files")[fn] for fn in deployed(model)},
+                    {"postgres": False})
+    assert model.local("postgres_accounts") == {} and model.local("postgres_users") == {}
+    for fn in deployed(model):
+        service = model.instances(FUNCTION, fn)[0]["service_config"][0]
+        assert service["direct_vpc_egress"] is None and not service["direct_vpc_network_interface"], fn
+        assert not service["secret_volumes"], fn
+
+
+def postgres_instance(overrides: dict | None = None):
+    model = ModuleModel({"job_store": "postgres", **(overrides or {})})
+    (instance,) = model.instances("google_sql_database_instance", "jobs")
+    return model, instance
+
+
+def test_the_instance_has_iam_authentication_tls_private_ip_backups_and_deletion_protection():
+    model, instance = postgres_instance()
+    settings = instance["settings"][0]
+    flags = {f["name"]: f["value"] for f in settings["database_flags"]}
+    assert flags["cloudsql.iam_authentication"] == "on", "IAM database users cannot log in without the flag"
+    assert flags["max_connections"] == str(model.variables["postgres_max_connections"])
+    assert instance["deletion_protection"] is True, "Terraform must refuse to destroy the job store"
+    assert settings["deletion_protection_enabled"] is True, "Cloud SQL must refuse to delete the job store"
+    assert instance["database_version"] in ("POSTGRES_15", "POSTGRES_16")
+    assert settings["edition"] == "ENTERPRISE"  # PostgreSQL 16's default, Enterprise Plus, refuses db-custom tiers
+    ip = settings["ip_configuration"][0]
+    assert ip["ssl_mode"] == "ENCRYPTED_ONLY" and ip["server_ca_mode"] == "GOOGLE_MANAGED_INTERNAL_CA"
+    assert ip["ipv4_enabled"] is False, "no public IP unless postgres_proxy_public_ip"
+    assert ip["private_network"] == model.instances("google_compute_network", "jobs")[0]["id"]
+    backup = settings["backup_configuration"][0]
+    assert backup["enabled"] is True and backup["point_in_time_recovery_enabled"] is True
+    assert 1 <= backup["transaction_log_retention_days"] <= 7  # Enterprise edition's range
+    assert postgres_instance({"postgres_proxy_public_ip": True})[1]["settings"][0]["ip_configuration"][0][
+        "ipv4_enabled"] is True
+    block = resource("google_sql_database_instance", "jobs")
+    assert "authorized_networks" not in block.first("settings", "ip_configuration"), \
+        "no authorized network: the public IP (proxy only) admits IAM-authorized connectors alone"
+    assert "${google_service_networking_connection.cloudsql}" in block.body["depends_on"]
+    assert resource("google_sql_database", "safesend").body["deletion_policy"] == "ABANDON"
+
+
+def test_every_function_logs_in_as_itself_on_this_instance_only():
+    """A CLOUD_IAM_SERVICE_ACCOUNT user per function that touches the store (notify and review with
+    the reviewer side), named after its own runtime account; roles/cloudsql.instanceUser (the IAM
+    login) and roles/cloudsql.client (connect), both conditioned on this instance; no BUILT_IN user
+    and no password argument anywhere in infra/."""
+    for reviewers in (False, True):
+        extra = {"reviewers_enabled": True, "review_iap_members": ["group:r@example.com"],
+                 "review_allowed_emails": ["a@b.example"]} if reviewers else {}
+        model, instance = postgres_instance(extra)
+        live = deployed(model)
+        users = {u.key: u for u in model.instances("google_sql_user", "functions")}
+        assert sorted(users) == sorted(live)
+        for fn, user in users.items():
+            assert user["type"] == "CLOUD_IAM_SERVICE_ACCOUNT" and user["instance"] == instance["name"], fn
+            assert user["name"] == email_of(model, fn).removesuffix(".gserviceaccount.com"), fn
+        for name, role in (("cloudsql_instance_user", "roles/cloudsql.instanceUser"),
+                           ("cloudsql_client", "roles/cloudsql.client")):
+            grants = {g.key: g for g in model.instances("google_project_iam_member", name)}
+            assert sorted(grants) == sorted(live), name
+            for fn, grant in grants.items():
+                assert (grant["role"], grant["member"]) == (role, f"serviceAccount:{email_of(model, fn)}"), fn
+                assert grant["condition"][0]["expression"] == (
+                    f"resource.name == 'projects/proj-1/instances/{instance['name']}' "
+                    "&& resource.type == 'sqladmin.googleapis.com/Instance'"), (name, fn)
+    for file, parsed in parsed_hcl().items():
+        text = json.dumps(without_prose(parsed))
+        for argument in ('"password"', '"password_wo"', '"root_password"', '"root_password_wo"'):
+            assert argument not in text, f"{file}: {argument} (IAM database authentication only)"
+    roles = {g["role"] for b in resources("google_project_iam_member") for g in [b.body]
+             if "cloudsql" in str(g.get("role"))}
+    assert roles == {"roles/cloudsql.instanceUser", "roles/cloudsql.client"}, roles
+
+
+def test_deletion_protection_is_on_by_default_and_pinned_in_prod():
+    """Terraform's deletion_protection and Cloud SQL's deletion_protection_enabled both follow
+    postgres_deletion_protection: true by default in the module and both roots, and prod's
+    validation refuses false (removing the job store there is a deliberate code change)."""
+    _, instance = postgres_instance()
+    assert instance["deletion_protection"] is True and instance["settings"][0]["deletion_protection_enabled"] is True
+    _, off = postgres_instance({"postgres_deletion_protection": False})
+    assert off["deletion_protection"] is False and off["settings"][0]["deletion_protection_enabled"] is False
+    for path in (MODULE, INFRA / "envs" / "dev", INFRA / "envs" / "prod"):
+        assert top_level("variable", path)["postgres_deletion_protection"]["default"] is True, path
+    (validation,) = top_level("variable", INFRA / "envs" / "prod")["postgres_deletion_protection"]["validation"]
+    for value in (True, False):
+        scope = H.Scope(variables={"postgres_deletion_protection": value})
+        assert H.evaluate_value(validation["condition"], scope) is value, f"prod's validation of {value}"
+    assert "validation" not in top_level("variable", INFRA / "envs" / "dev")["postgres_deletion_protection"]
+
+
+def test_every_pool_fits_the_instance_and_the_plan_refuses_otherwise():
+    """max instances x pool size + 10 <= max_connections: the instance's precondition, evaluated; and
+    its per-function maxima are the functions' own max_instance_count."""
+    block = resource("google_sql_database_instance", "jobs")
+    (condition,) = [p["condition"] for lc in block.blocks("lifecycle") for p in lc.get("precondition", [])]
+    assert condition == "${local.postgres_connections_needed <= var.postgres_max_connections}"
+    reviewers = {"reviewers_enabled": True, "review_iap_members": ["group:r@example.com"],
+                 "review_allowed_emails": ["a@b.example"]}
+    for overrides, fits in (({}, True), (reviewers, True), ({"postgres_pool_max": 3}, False),
+                            ({**reviewers, "postgres_max_connections": 90}, False),
+                            ({"postgres_pool_max": 3, "postgres_max_connections": 200}, True)):
+        model = ModuleModel({"job_store": "postgres", **overrides})
+        assert H.evaluate_value(condition, model.scope) is fits, overrides
+        maxima = model.local("postgres_max_instances")
+        for fn in deployed(model):
+            assert maxima[fn] == model.instances(FUNCTION, fn)[0]["service_config"][0]["max_instance_count"], fn
+    for env in ENVS:  # each root's defaults fit, with the reviewer side too
+        variables = {k: v["default"] for k, v in top_level("variable", INFRA / "envs" / env).items()
+                     if "default" in v}
+        keep = {k: variables[k] for k in ("send_max_instances", "status_max_instances", "reconcile_max_instances",
+                                          "notify_max_instances", "review_max_instances", "postgres_pool_max",
+                                          "postgres_max_connections")}
+        assert H.evaluate_value(condition, ModuleModel({"job_store": "postgres", **reviewers, **keep}).scope), env
+
+
+def test_dsn_rules_are_also_a_plan_time_precondition():
+    conditions = " ".join(p["condition"] for lc in resource(FUNCTION, "send").blocks("lifecycle")
+                          for p in lc.get("precondition", []))
+    for needle in ("local.function_env", "SAFESEND_POSTGRES_DSN", "(?i)password", "sslmode=verify-(ca|full)",
+                   "SAFESEND_POSTGRES_IAM_AUTH"):
+        assert needle in conditions, f"send: a precondition must check {needle}"
+    rule = next(p["condition"] for lc in resource(FUNCTION, "send").blocks("lifecycle")
+                for p in lc.get("precondition", []) if "SAFESEND_POSTGRES_DSN" in p["condition"])
+    assert H.evaluate_value(rule, ModuleModel({"job_store": "postgres"}).scope) is True
+    assert H.evaluate_value(rule, ModuleModel().scope) is True
+
+
+def test_the_setup_sql_creates_the_owner_role_and_schema_and_grants_every_user():
+    """The one manual step, rendered by the module (output postgres_setup_sql): idempotent, the role
+    every DSN's options switch to, the schema in its search_path, one grant per database user."""
+    model = ModuleModel({"job_store": "postgres", "reviewers_enabled": True, "review_iap_members": ["group:r@e.x"],
+                         "review_allowed_emails": ["a@b.example"]})
+    sql = model.local("postgres_setup_sql").splitlines()
+    assert sql[:3] == [
+        "DO $$ BEGIN CREATE ROLE safesend_owner NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;",
+        "GRANT safesend_owner TO CURRENT_USER;",
+        "CREATE SCHEMA IF NOT EXISTS safesend AUTHORIZATION safesend_owner;"]
+    users = sorted(u["name"] for u in model.instances("google_sql_user", "functions"))
+    assert sql[3:] == [f'GRANT safesend_owner TO "{u}";' for u in users] and len(users) == 6
+    assert ModuleModel().local("postgres_setup_sql")  # rendered either way; the output is null with Firestore
+    outputs = top_level("output", MODULE)
+    assert outputs["postgres_setup_sql"]["value"] == "${local.postgres ? local.postgres_setup_sql : null}"
+
+
+def test_the_network_admits_nothing_and_reaches_the_instance_privately():
+    model = ModuleModel({"job_store": "postgres"})
+    (network,) = model.instances("google_compute_network", "jobs")
+    assert network["auto_create_subnetworks"] is False
+    (subnet,) = model.instances("google_compute_subnetwork", "functions")
+    assert subnet["network"] == network["id"] and subnet["region"] == model.variables["region"]
+    assert subnet["private_ip_google_access"] is True
+    (rule,) = model.instances("google_compute_firewall", "deny_ingress")
+    assert (rule["direction"], rule["source_ranges"]) == ("INGRESS", ["0.0.0.0/0"])
+    assert [d["protocol"] for d in nested(rule, "deny")] == ["all"] and not nested(rule, "allow")
+    (psa,) = model.instances("google_compute_global_address", "cloudsql_psa")
+    assert (psa["purpose"], psa["address_type"], psa["network"]) == ("VPC_PEERING", "INTERNAL", network["id"])
+    (peering,) = model.instances("google_service_networking_connection", "cloudsql")
+    assert peering["service"] == "servicenetworking.googleapis.com"
+    assert peering["reserved_peering_ranges"] == [psa["name"]]
+    for block in resources("google_compute_firewall"):
+        assert not block.blocks("allow"), f"{block.address}: the job store's network allows no ingress"

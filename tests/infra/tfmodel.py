@@ -15,6 +15,11 @@ from . import hcl_eval as H  # noqa: N812 - H reads like the HCL it evaluates
 from .support import MODULE, Block, blocks, body_items, is_block, locals_of, resources, top_level
 
 PROJECT_NUMBER = "123456789012"
+# Stand-ins for what only Cloud SQL knows after creating the instance (its private IP from the private
+# services access range, its per-instance server CA); the gcloud path reads the same from
+# `gcloud sql instances describe` (the parity tests' stub answers with these).
+SQL_PRIVATE_IP = "10.20.0.3"
+SQL_SERVER_CA = "-----BEGIN CERTIFICATE-----\nMIIB...stand-in...\n-----END CERTIFICATE-----\n"
 # The service agents google_project_service_identity answers with (Service Usage generateServiceIdentity).
 SERVICE_AGENTS = {
     "pubsub.googleapis.com": f"service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com",
@@ -37,6 +42,11 @@ DERIVED = {
     ("google_project_service_identity", "member"): lambda a, p:
         f"serviceAccount:{SERVICE_AGENTS[a['service']]}" if a.get("service") in SERVICE_AGENTS else H.UNKNOWN,
     ("google_project_service_identity", "email"): lambda a, p: SERVICE_AGENTS.get(a.get("service"), H.UNKNOWN),
+    ("google_compute_network", "id"): lambda a, p: f"projects/{p}/global/networks/{a['name']}",
+    ("google_compute_subnetwork", "id"): lambda a, p: f"projects/{p}/regions/{a['region']}/subnetworks/{a['name']}",
+    ("google_sql_database_instance", "connection_name"): lambda a, p: f"{p}:{a['region']}:{a['name']}",
+    ("google_sql_database_instance", "private_ip_address"): lambda a, p: SQL_PRIVATE_IP,
+    ("google_sql_database_instance", "server_ca_cert"): lambda a, p: [{"cert": SQL_SERVER_CA}],
 }
 
 

@@ -28,6 +28,19 @@ module "safesend" {
   firestore_delete_protection      = var.firestore_delete_protection
   jobs_collection                  = var.jobs_collection
 
+  job_store                    = var.job_store
+  postgres_tier                = var.postgres_tier
+  postgres_high_availability   = var.postgres_high_availability
+  postgres_disk_size_gb        = var.postgres_disk_size_gb
+  postgres_max_connections     = var.postgres_max_connections
+  postgres_pool_max            = var.postgres_pool_max
+  postgres_retained_backups    = var.postgres_retained_backups
+  postgres_subnet_cidr         = var.postgres_subnet_cidr
+  postgres_psa_prefix_length   = var.postgres_psa_prefix_length
+  postgres_proxy_public_ip     = var.postgres_proxy_public_ip
+  postgres_deletion_protection = var.postgres_deletion_protection
+  postgres_server_ca_version   = var.postgres_server_ca_version
+
   message_id_domain         = var.message_id_domain
   default_from              = var.default_from
   gmail_user                = var.gmail_user

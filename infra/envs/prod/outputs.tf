@@ -122,3 +122,28 @@ output "review_csrf_secret" {
   description = "Secret to hold the console's CSRF key, >= 32 bytes (null without reviewers_enabled)."
   value       = module.safesend.review_csrf_secret
 }
+
+output "postgres_instance" {
+  description = "Cloud SQL instance of the PostgreSQL job store (null with Firestore)."
+  value       = module.safesend.postgres_instance
+}
+
+output "postgres_connection_name" {
+  description = "Its connection name, for gcloud sql connect / the Cloud SQL Auth Proxy (null with Firestore)."
+  value       = module.safesend.postgres_connection_name
+}
+
+output "postgres_private_ip" {
+  description = "The private IP the functions connect to (null with Firestore)."
+  value       = module.safesend.postgres_private_ip
+}
+
+output "postgres_users" {
+  description = "Each function's IAM database user (empty with Firestore)."
+  value       = module.safesend.postgres_users
+}
+
+output "postgres_setup_sql" {
+  description = "The one-time setup SQL of the PostgreSQL job store, to run as postgres in database safesend (null with Firestore; infra/README.md)."
+  value       = module.safesend.postgres_setup_sql
+}

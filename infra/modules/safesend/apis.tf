@@ -2,7 +2,8 @@ locals {
   # Every API the stack uses. cloudresourcemanager (project IAM), iam and
   # iamcredentials (ID tokens for n8n and for Cloud Tasks/Scheduler OIDC) are
   # not called by the code but by Terraform and by the callers. iap only with
-  # the reviewer side (the console is behind Identity-Aware Proxy).
+  # the reviewer side (the console is behind Identity-Aware Proxy); Cloud SQL,
+  # the VPC network and private services access only with job_store = "postgres".
   required_apis = toset(concat([
     "artifactregistry.googleapis.com", # function images (our repository, see build.tf)
     "cloudbuild.googleapis.com",       # builds those images from the source zip
@@ -19,7 +20,11 @@ locals {
     "run.googleapis.com", # gen2 functions are Cloud Run services
     "secretmanager.googleapis.com",
     "storage.googleapis.com",
-  ], var.reviewers_enabled ? ["iap.googleapis.com"] : []))
+  ], var.reviewers_enabled ? ["iap.googleapis.com"] : [], local.postgres ? [
+    "compute.googleapis.com",           # the VPC network and subnet (network.tf)
+    "servicenetworking.googleapis.com", # private services access: the instance's private IP
+    "sqladmin.googleapis.com",          # the Cloud SQL instance, database and users
+  ] : []))
 }
 
 resource "google_project_service" "enabled" {

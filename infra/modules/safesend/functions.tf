@@ -59,6 +59,11 @@ locals {
     notify_chat_webhook_version  = var.notify_chat_webhook_version
     notify_slack_webhook_version = var.notify_slack_webhook_version
     review_csrf_version          = var.review_csrf_version
+
+    job_store                  = var.job_store
+    postgres_host              = local.postgres ? google_sql_database_instance.jobs[0].private_ip_address : ""
+    postgres_pool_max          = tostring(var.postgres_pool_max)
+    postgres_server_ca_version = var.postgres_server_ca_version
   }
 
   # "{name}" placeholders: regexall() yields literal text (lit) or a name (ref).
@@ -102,6 +107,32 @@ locals {
         version   = local.env_values[mount.version]
       } if contains(mount.functions, fn) && local.env_values[mount.enabled_by] == "true"
     }
+  }
+
+  # Secret files per function: {path => {mount_path, file, secret_id, version}}; the path is the
+  # mount directory (one secret each) and the file name.
+  function_secret_files = {
+    for fn in local.env_spec.functions : fn => {
+      for path, mount in local.env_spec.secret_files : path => {
+        mount_path = regex("^(.*)/([^/]+)$", path)[0]
+        file       = regex("^(.*)/([^/]+)$", path)[1]
+        secret_id  = local.secret_ids[mount.secret]
+        version    = local.env_values[mount.version]
+      } if contains(mount.functions, fn) && local.env_values[mount.enabled_by] == "true"
+    }
+  }
+
+  # Direct VPC egress per function: [] or [{network, subnetwork, egress}] (env_spec.json's
+  # direct_vpc says when; the network and subnet are network.tf's, whose names the spec renders
+  # for the gcloud path: tests/infra checks they are the same).
+  function_direct_vpc = {
+    for fn in local.env_spec.functions : fn => [
+      for vpc in [local.env_spec.direct_vpc] : {
+        network    = google_compute_network.jobs[0].name
+        subnetwork = google_compute_subnetwork.functions[0].name
+        egress     = vpc.egress
+      } if contains(vpc.functions, fn) && local.env_values[vpc.enabled_by] == "true"
+    ]
   }
 
   build_service_account = google_service_account.build.id
@@ -160,6 +191,29 @@ resource "google_cloudfunctions2_function" "send" {
         version    = secret_environment_variables.value.version
       }
     }
+
+    dynamic "secret_volumes" {
+      for_each = local.function_secret_files.send
+      content {
+        mount_path = secret_volumes.value.mount_path
+        project_id = var.project_id
+        secret     = secret_volumes.value.secret_id
+        versions {
+          path    = secret_volumes.value.file
+          version = secret_volumes.value.version
+        }
+      }
+    }
+
+    direct_vpc_egress = one(local.function_direct_vpc.send[*].egress)
+
+    dynamic "direct_vpc_network_interface" {
+      for_each = local.function_direct_vpc.send
+      content {
+        network    = direct_vpc_network_interface.value.network
+        subnetwork = direct_vpc_network_interface.value.subnetwork
+      }
+    }
   }
 
   lifecycle {
@@ -174,6 +228,15 @@ resource "google_cloudfunctions2_function" "send" {
     precondition {
       condition     = !var.public_callers || (local.function_env.send["SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM"] == "false" && local.function_env.send["SAFESEND_PUBLIC_INVOKER"] == "true" && contains(keys(local.function_secrets.send), "SAFESEND_AUTH_API_KEYS"))
       error_message = "public_callers: send must run with SAFESEND_PUBLIC_INVOKER=true, SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM=false and the API keys secret (see env_spec.json)."
+    }
+    # job_store = postgres: no function's DSN carries a password (IAM login: an access token is
+    # the password, supplied per connection by the app), and each logs in with IAM database
+    # authentication over TLS that verifies the server.
+    precondition {
+      condition = alltrue([
+        for fn, env in local.function_env : !can(regex("(?i)password|://[^/]*:[^/]*@", lookup(env, "SAFESEND_POSTGRES_DSN", ""))) && (lookup(env, "SAFESEND_STORE", "firestore") != "postgres" || (lookup(env, "SAFESEND_POSTGRES_IAM_AUTH", "") == "true" && can(regex("(^| )sslmode=verify-(ca|full)( |$)", lookup(env, "SAFESEND_POSTGRES_DSN", "")))))
+      ])
+      error_message = "job_store = postgres: every SAFESEND_POSTGRES_DSN must be without a password and with sslmode=verify-ca (or verify-full), and SAFESEND_POSTGRES_IAM_AUTH=true (env_spec.json)."
     }
   }
 
@@ -233,6 +296,29 @@ resource "google_cloudfunctions2_function" "reconcile" {
         version    = secret_environment_variables.value.version
       }
     }
+
+    dynamic "secret_volumes" {
+      for_each = local.function_secret_files.reconcile
+      content {
+        mount_path = secret_volumes.value.mount_path
+        project_id = var.project_id
+        secret     = secret_volumes.value.secret_id
+        versions {
+          path    = secret_volumes.value.file
+          version = secret_volumes.value.version
+        }
+      }
+    }
+
+    direct_vpc_egress = one(local.function_direct_vpc.reconcile[*].egress)
+
+    dynamic "direct_vpc_network_interface" {
+      for_each = local.function_direct_vpc.reconcile
+      content {
+        network    = direct_vpc_network_interface.value.network
+        subnetwork = direct_vpc_network_interface.value.subnetwork
+      }
+    }
   }
 
   depends_on = [time_sleep.iam_propagation]
@@ -286,6 +372,29 @@ resource "google_cloudfunctions2_function" "sweep" {
         version    = secret_environment_variables.value.version
       }
     }
+
+    dynamic "secret_volumes" {
+      for_each = local.function_secret_files.sweep
+      content {
+        mount_path = secret_volumes.value.mount_path
+        project_id = var.project_id
+        secret     = secret_volumes.value.secret_id
+        versions {
+          path    = secret_volumes.value.file
+          version = secret_volumes.value.version
+        }
+      }
+    }
+
+    direct_vpc_egress = one(local.function_direct_vpc.sweep[*].egress)
+
+    dynamic "direct_vpc_network_interface" {
+      for_each = local.function_direct_vpc.sweep
+      content {
+        network    = direct_vpc_network_interface.value.network
+        subnetwork = direct_vpc_network_interface.value.subnetwork
+      }
+    }
   }
 
   depends_on = [time_sleep.iam_propagation, google_firestore_index.jobs]
@@ -336,6 +445,29 @@ resource "google_cloudfunctions2_function" "status" {
         project_id = var.project_id
         secret     = secret_environment_variables.value.secret_id
         version    = secret_environment_variables.value.version
+      }
+    }
+
+    dynamic "secret_volumes" {
+      for_each = local.function_secret_files.status
+      content {
+        mount_path = secret_volumes.value.mount_path
+        project_id = var.project_id
+        secret     = secret_volumes.value.secret_id
+        versions {
+          path    = secret_volumes.value.file
+          version = secret_volumes.value.version
+        }
+      }
+    }
+
+    direct_vpc_egress = one(local.function_direct_vpc.status[*].egress)
+
+    dynamic "direct_vpc_network_interface" {
+      for_each = local.function_direct_vpc.status
+      content {
+        network    = direct_vpc_network_interface.value.network
+        subnetwork = direct_vpc_network_interface.value.subnetwork
       }
     }
   }
@@ -400,6 +532,29 @@ resource "google_cloudfunctions2_function" "notify" {
         project_id = var.project_id
         secret     = secret_environment_variables.value.secret_id
         version    = secret_environment_variables.value.version
+      }
+    }
+
+    dynamic "secret_volumes" {
+      for_each = local.function_secret_files.notify
+      content {
+        mount_path = secret_volumes.value.mount_path
+        project_id = var.project_id
+        secret     = secret_volumes.value.secret_id
+        versions {
+          path    = secret_volumes.value.file
+          version = secret_volumes.value.version
+        }
+      }
+    }
+
+    direct_vpc_egress = one(local.function_direct_vpc.notify[*].egress)
+
+    dynamic "direct_vpc_network_interface" {
+      for_each = local.function_direct_vpc.notify
+      content {
+        network    = direct_vpc_network_interface.value.network
+        subnetwork = direct_vpc_network_interface.value.subnetwork
       }
     }
   }
@@ -470,6 +625,29 @@ resource "google_cloudfunctions2_function" "review" {
         project_id = var.project_id
         secret     = secret_environment_variables.value.secret_id
         version    = secret_environment_variables.value.version
+      }
+    }
+
+    dynamic "secret_volumes" {
+      for_each = local.function_secret_files.review
+      content {
+        mount_path = secret_volumes.value.mount_path
+        project_id = var.project_id
+        secret     = secret_volumes.value.secret_id
+        versions {
+          path    = secret_volumes.value.file
+          version = secret_volumes.value.version
+        }
+      }
+    }
+
+    direct_vpc_egress = one(local.function_direct_vpc.review[*].egress)
+
+    dynamic "direct_vpc_network_interface" {
+      for_each = local.function_direct_vpc.review
+      content {
+        network    = direct_vpc_network_interface.value.network
+        subnetwork = direct_vpc_network_interface.value.subnetwork
       }
     }
   }

@@ -5,7 +5,9 @@
 # collections or documents and no narrower predefined role for reading and
 # writing documents (IAM conditions cannot narrow it to a collection either).
 # It covers every database of the project, so keep safesend in a project of
-# its own (or with databases you trust these functions with).
+# its own (or with databases you trust these functions with). With
+# job_store = "postgres" the functions never call Firestore: no datastore.user;
+# their Cloud SQL roles (cloudsql.instanceUser, cloudsql.client) are in cloudsql.tf.
 
 # --------------------------------------------------------------------- send
 # Claims/updates jobs, sends via Gmail, enqueues reconcile tasks (acting as the
@@ -13,6 +15,8 @@
 # n8n by ID token or by the webhook HMAC.
 
 resource "google_project_iam_member" "send_datastore_user" {
+  count = local.postgres ? 0 : 1
+
   project = var.project_id
   role    = "roles/datastore.user"
   member  = "serviceAccount:${google_service_account.send.email}"
@@ -91,6 +95,8 @@ resource "google_secret_manager_secret_iam_member" "send_api_keys" {
 # enqueues its own follow-up checks, publishes review items.
 
 resource "google_project_iam_member" "reconcile_datastore_user" {
+  count = local.postgres ? 0 : 1
+
   project = var.project_id
   role    = "roles/datastore.user"
   member  = "serviceAccount:${google_service_account.reconcile.email}"
@@ -152,6 +158,8 @@ resource "google_secret_manager_secret_iam_member" "reconcile_callback_hmac" {
 # republishes unpublished review items.
 
 resource "google_project_iam_member" "sweep_datastore_user" {
+  count = local.postgres ? 0 : 1
+
   project = var.project_id
   role    = "roles/datastore.user"
   member  = "serviceAccount:${google_service_account.sweep.email}"
@@ -212,6 +220,8 @@ resource "google_secret_manager_secret_iam_member" "sweep_callback_hmac" {
 # Reads jobs; authenticates n8n by ID token or by the webhook HMAC.
 
 resource "google_project_iam_member" "status_datastore_user" {
+  count = local.postgres ? 0 : 1
+
   project = var.project_id
   role    = "roles/datastore.user"
   member  = "serviceAccount:${google_service_account.status.email}"
@@ -240,7 +250,7 @@ resource "google_secret_manager_secret_iam_member" "status_api_keys" {
 # Only with reviewers_enabled (count), like the function itself.
 
 resource "google_project_iam_member" "notify_datastore_user" {
-  count = local.reviewers_enabled ? 1 : 0
+  count = local.reviewers_enabled && !local.postgres ? 1 : 0
 
   project = var.project_id
   role    = "roles/datastore.user"
@@ -338,7 +348,7 @@ resource "google_secret_manager_secret_iam_member" "notify_slack_webhook" {
 # Only with reviewers_enabled (count), like the function itself.
 
 resource "google_project_iam_member" "review_datastore_user" {
-  count = local.reviewers_enabled ? 1 : 0
+  count = local.reviewers_enabled && !local.postgres ? 1 : 0
 
   project = var.project_id
   role    = "roles/datastore.user"
@@ -408,6 +418,18 @@ resource "google_secret_manager_secret_iam_member" "review_csrf" {
   secret_id = google_secret_manager_secret.review_csrf[0].secret_id
   role      = "roles/secretmanager.secretAccessor"
   member    = "serviceAccount:${google_service_account.review[0].email}"
+}
+
+# ---------------------------------------------------------------- job store
+# job_store = "postgres": every function that touches the store reads the instance's server CA
+# (mounted as a file, sslmode=verify-ca; secrets.tf). Its Cloud SQL roles are in cloudsql.tf.
+resource "google_secret_manager_secret_iam_member" "cloudsql_server_ca" {
+  for_each = local.postgres_accounts
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.cloudsql_server_ca[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${each.value}"
 }
 
 # ------------------------------------------------------------- invocation
@@ -517,8 +539,9 @@ resource "google_service_account_iam_member" "n8n_self_id_token" {
 }
 
 # IAM is eventually consistent: a function deployed right after these grants
-# can fail on the build account, on secret access or (keyless delegation) on
-# its first signJwt. Wait once, on creation.
+# can fail on the build account, on secret access, (keyless delegation) on
+# its first signJwt or (postgres) on its first database login. Wait once, on
+# creation; the database users and the server CA's version exist by then too.
 resource "time_sleep" "iam_propagation" {
   create_duration = "60s"
 
@@ -555,5 +578,11 @@ resource "time_sleep" "iam_propagation" {
     google_secret_manager_secret_iam_member.review_csrf,
     google_service_account_iam_member.notify_signs_own_jwt,
     google_service_account_iam_member.review_signs_own_jwt,
+    google_project_iam_member.cloudsql_instance_user,
+    google_project_iam_member.cloudsql_client,
+    google_secret_manager_secret_iam_member.cloudsql_server_ca,
+    google_secret_manager_secret_version.cloudsql_server_ca,
+    google_sql_user.functions,
+    google_sql_database.safesend,
   ]
 }

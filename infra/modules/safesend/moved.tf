@@ -29,3 +29,25 @@ moved {
   from = google_firestore_index.jobs_due
   to   = google_firestore_index.jobs["state,next_check_at"]
 }
+
+# roles/datastore.user became conditional (none with job_store = "postgres"): the existing
+# grants of the four functions are instance [0].
+moved {
+  from = google_project_iam_member.send_datastore_user
+  to   = google_project_iam_member.send_datastore_user[0]
+}
+
+moved {
+  from = google_project_iam_member.reconcile_datastore_user
+  to   = google_project_iam_member.reconcile_datastore_user[0]
+}
+
+moved {
+  from = google_project_iam_member.sweep_datastore_user
+  to   = google_project_iam_member.sweep_datastore_user[0]
+}
+
+moved {
+  from = google_project_iam_member.status_datastore_user
+  to   = google_project_iam_member.status_datastore_user[0]
+}

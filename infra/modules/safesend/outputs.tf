@@ -178,3 +178,30 @@ output "functions_source_object" {
   description = "gs:// path of the deployed source zip (named by its SHA-256)."
   value       = "gs://${google_storage_bucket.functions_source.name}/${google_storage_bucket_object.functions_source.name}"
 }
+
+# ------------------------------------------------------------------ job store (job_store = "postgres")
+
+output "postgres_instance" {
+  description = "The Cloud SQL instance of the PostgreSQL job store; null with Firestore."
+  value       = one(google_sql_database_instance.jobs[*].name)
+}
+
+output "postgres_connection_name" {
+  description = "Its connection name (project:region:instance), for the Cloud SQL Auth Proxy / gcloud sql connect; null with Firestore."
+  value       = one(google_sql_database_instance.jobs[*].connection_name)
+}
+
+output "postgres_private_ip" {
+  description = "The private IP the functions connect to (in every SAFESEND_POSTGRES_DSN); null with Firestore."
+  value       = one(google_sql_database_instance.jobs[*].private_ip_address)
+}
+
+output "postgres_users" {
+  description = "Each function's IAM database user (its runtime account without .gserviceaccount.com); empty with Firestore."
+  value       = local.postgres_users
+}
+
+output "postgres_setup_sql" {
+  description = "The one manual step with job_store = postgres: run as \"postgres\" in database safesend once (and again after adding functions; idempotent). Creates the owner role and schema the store migrates into, and lets every function's user act as that role. null with Firestore."
+  value       = local.postgres ? local.postgres_setup_sql : null
+}

@@ -23,6 +23,8 @@ locals {
     notify_chat_webhook  = one(google_secret_manager_secret.notify_chat_webhook[*].secret_id)
     notify_slack_webhook = one(google_secret_manager_secret.notify_slack_webhook[*].secret_id)
     review_csrf          = one(google_secret_manager_secret.review_csrf[*].secret_id)
+
+    cloudsql_server_ca = one(google_secret_manager_secret.cloudsql_server_ca[*].secret_id)
   }
 }
 
@@ -133,4 +135,30 @@ resource "google_secret_manager_secret" "review_csrf" {
   }
 
   depends_on = [google_project_service.enabled]
+}
+
+# ------------------------------------------------------------------ job store
+# The Cloud SQL instance's server CA (job_store = "postgres"), which the functions verify the
+# server with (sslmode=verify-ca, sslrootcert = this secret mounted as a file, env_spec.json's
+# secret_files). Not a secret: a public certificate, and the one value Terraform writes into Secret
+# Manager (so into the state), because a secret volume is the only way to hand a function a file.
+# The instance's per-instance CA is valid for ten years; rotating it: infra/README.md.
+resource "google_secret_manager_secret" "cloudsql_server_ca" {
+  count = local.postgres ? 1 : 0
+
+  project   = var.project_id
+  secret_id = "${var.name_prefix}-cloudsql-server-ca"
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_secret_manager_secret_version" "cloudsql_server_ca" {
+  count = local.postgres ? 1 : 0
+
+  secret      = google_secret_manager_secret.cloudsql_server_ca[0].id
+  secret_data = google_sql_database_instance.jobs[0].server_ca_cert[0].cert
 }

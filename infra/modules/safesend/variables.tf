@@ -66,6 +66,124 @@ variable "jobs_collection" {
   default     = "ai_jobs"
 }
 
+# ----------------------------------------------------------------- job store
+# Firestore unless job_store = "postgres": then Cloud SQL for PostgreSQL on a private IP
+# (cloudsql.tf, network.tf), reached by every function through Direct VPC egress and IAM database
+# authentication; no password anywhere. Off by default (infra/README.md, "PostgreSQL job
+# store (Cloud SQL)").
+
+variable "job_store" {
+  description = "Where the functions keep their jobs (SAFESEND_STORE): \"firestore\" (default) or \"postgres\" (a Cloud SQL for PostgreSQL instance on a private IP, IAM database authentication, no password anywhere; creates the instance, its VPC network, the functions' database users and grants; one manual SQL step, see infra/README.md)."
+  type        = string
+  default     = "firestore"
+
+  validation {
+    condition     = contains(["firestore", "postgres"], var.job_store)
+    error_message = "job_store must be \"firestore\" or \"postgres\"."
+  }
+}
+
+variable "postgres_tier" {
+  description = "With job_store = \"postgres\": the Cloud SQL machine type (Enterprise edition: db-custom-<vCPUs>-<MiB>, or the shared-core db-f1-micro / db-g1-small for dev). Changing it restarts the instance."
+  type        = string
+  default     = "db-custom-1-3840"
+
+  validation {
+    condition     = can(regex("^db-(custom-[0-9]+-[0-9]+|f1-micro|g1-small)$", var.postgres_tier))
+    error_message = "postgres_tier must be an Enterprise-edition tier: db-custom-<vCPUs>-<MiB>, db-f1-micro or db-g1-small (db-perf-optimized-* needs Enterprise Plus)."
+  }
+}
+
+variable "postgres_high_availability" {
+  description = "With job_store = \"postgres\": a standby in a second zone with synchronous replication and automatic failover (REGIONAL; doubles the instance cost). false: one zone (ZONAL)."
+  type        = bool
+  default     = false
+}
+
+variable "postgres_disk_size_gb" {
+  description = "With job_store = \"postgres\": initial SSD size (GB, at least 10); it grows automatically."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.postgres_disk_size_gb >= 10
+    error_message = "postgres_disk_size_gb must be at least 10."
+  }
+}
+
+variable "postgres_max_connections" {
+  description = "With job_store = \"postgres\": the instance's max_connections flag. A plan is refused unless the functions' maximum instances x postgres_pool_max, plus 10 for administration, fit."
+  type        = number
+  default     = 100
+
+  validation {
+    condition     = var.postgres_max_connections >= 25
+    error_message = "postgres_max_connections must be at least 25."
+  }
+}
+
+variable "postgres_pool_max" {
+  description = "With job_store = \"postgres\": connections each function instance keeps at most (SAFESEND_POSTGRES_POOL_MAX). Each instance serves one request at a time, so 2 is plenty."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.postgres_pool_max >= 1 && var.postgres_pool_max <= 10
+    error_message = "postgres_pool_max must be between 1 and 10."
+  }
+}
+
+variable "postgres_retained_backups" {
+  description = "With job_store = \"postgres\": daily automated backups kept (point-in-time recovery covers the last 7 days)."
+  type        = number
+  default     = 7
+
+  validation {
+    condition     = var.postgres_retained_backups >= 1 && var.postgres_retained_backups <= 365
+    error_message = "postgres_retained_backups must be between 1 and 365."
+  }
+}
+
+variable "postgres_subnet_cidr" {
+  description = "With job_store = \"postgres\": IPv4 range of the <prefix>-functions subnet the functions send their database traffic from (Direct VPC egress takes its addresses here; a /24 serves the default maximum instances)."
+  type        = string
+  default     = "10.8.0.0/24"
+
+  validation {
+    condition     = can(regex("^([0-9]{1,3}\\.){3}[0-9]{1,3}/(1[6-9]|2[0-6])$", var.postgres_subnet_cidr))
+    error_message = "postgres_subnet_cidr must be an IPv4 range from /16 to /26, e.g. \"10.8.0.0/24\"."
+  }
+}
+
+variable "postgres_psa_prefix_length" {
+  description = "With job_store = \"postgres\": prefix length of the range reserved for Google's service producer network (private services access, where the instance's private IP comes from)."
+  type        = number
+  default     = 20
+
+  validation {
+    condition     = var.postgres_psa_prefix_length >= 16 && var.postgres_psa_prefix_length <= 24
+    error_message = "postgres_psa_prefix_length must be between 16 and 24."
+  }
+}
+
+variable "postgres_proxy_public_ip" {
+  description = "With job_store = \"postgres\": also give the instance a public IP with no authorized networks, so operators can reach it through the Cloud SQL Auth Proxy (gcloud sql connect) for the one-time setup SQL; only IAM-authorized, TLS connector connections can use it. The functions always use the private IP."
+  type        = bool
+  default     = false
+}
+
+variable "postgres_deletion_protection" {
+  description = "With job_store = \"postgres\": Terraform (deletion_protection) and Cloud SQL (deletion_protection_enabled) refuse to delete the instance, which holds every job. Set false, apply, and only then switch job_store back or destroy (infra/README.md). The prod root pins it to true."
+  type        = bool
+  default     = true
+}
+
+variable "postgres_server_ca_version" {
+  description = "With job_store = \"postgres\": version of the <prefix>-cloudsql-server-ca secret (the instance's server CA, which Terraform writes) the functions verify the server with (sslmode=verify-ca). Pin a number while rotating the server CA."
+  type        = string
+  default     = "latest"
+}
+
 # --------------------------------------------------------------------- app
 
 variable "message_id_domain" {
