@@ -57,8 +57,11 @@ FACT_ENV_PREFIX = "SAFESEND_FACT_"
 # The collection firestore.indexes.json is written for: the code's and the variables' default
 # (tests/infra/test_firestore_indexes.py checks all three agree).
 DEFAULT_JOBS_COLLECTION = "ai_jobs"
-GCLOUD_INGRESS = {"ALLOW_ALL": "all", "ALLOW_INTERNAL_ONLY": "internal-only",
-                  "ALLOW_INTERNAL_AND_GCLB": "internal-and-gclb"}
+GCLOUD_INGRESS = {
+    "ALLOW_ALL": "all",
+    "ALLOW_INTERNAL_ONLY": "internal-only",
+    "ALLOW_INTERNAL_AND_GCLB": "internal-and-gclb",
+}
 SECRET_FIELDS = {"secret", "version", "enabled_by", "functions"}
 # A secret volume: Cloud Functions mounts each secret in a directory of its own (the directory is
 # shadowed), never in these (Cloud Functions API, SecretVolume.mount_path).
@@ -140,9 +143,11 @@ def validate(spec: dict) -> list[str]:
             errors.append(str(exc))
             return
         if unknown:
-            errors.append(f"{where}: unknown names {unknown} (allowed here: facts"
-                          f"{', templates' if allowed - facts else ''}"
-                          f"{', switches' if set(switches) & allowed else ''})")
+            errors.append(
+                f"{where}: unknown names {unknown} (allowed here: facts"
+                f"{', templates' if allowed - facts else ''}"
+                f"{', switches' if set(switches) & allowed else ''})"
+            )
 
     clash = (facts & set(templates)) | (facts & set(switches)) | (set(templates) & set(switches))
     if clash:
@@ -205,8 +210,9 @@ def validate(spec: dict) -> list[str]:
         if any(directory == r or directory.startswith(r + "/") for r in RESTRICTED_MOUNTS):
             errors.append(f"secret_files.{path}: {directory} is a restricted mount path")
         if directory in mounts:
-            errors.append(f"secret_files.{path}: {directory} already holds {mounts[directory]} "
-                          "(one secret a directory)")
+            errors.append(
+                f"secret_files.{path}: {directory} already holds {mounts[directory]} (one secret a directory)"
+            )
         mounts[directory] = path
         if mount["secret"] not in secret_ids:
             errors.append(f"secret_files.{path}.secret: {mount['secret']!r} is not in secret_ids")
@@ -244,8 +250,9 @@ def validate(spec: dict) -> list[str]:
         if set(settings) != DEPLOY_FIELDS:
             errors.append(f"deploy.{function}: must have exactly {sorted(DEPLOY_FIELDS)}")
         if settings.get("enabled_by") not in everything:
-            errors.append(f"deploy.{function}.enabled_by: {settings.get('enabled_by')!r} "
-                          "is not a fact, template or switch")
+            errors.append(
+                f"deploy.{function}.enabled_by: {settings.get('enabled_by')!r} is not a fact, template or switch"
+            )
         if settings.get("ingress") not in GCLOUD_INGRESS:
             errors.append(f"deploy.{function}.ingress: {settings.get('ingress')!r}")
         if settings.get("invokers") not in INVOKER_KINDS:
@@ -306,15 +313,19 @@ def render(spec: dict, facts: Mapping[str, str]) -> Rendered:
             rendered[name] = value
         env[function] = rendered
         secrets[function] = {
-            name: (substitute(spec, spec["secret_ids"][s["secret"]], values, f"secret_ids.{s['secret']}"),
-                   values[s["version"]])
+            name: (
+                substitute(spec, spec["secret_ids"][s["secret"]], values, f"secret_ids.{s['secret']}"),
+                values[s["version"]],
+            )
             for name, s in spec["secrets"].items()
             if function in s["functions"] and values[s["enabled_by"]] == "true"
         }
     secret_files = {
         function: {
-            path: (substitute(spec, spec["secret_ids"][m["secret"]], values, f"secret_ids.{m['secret']}"),
-                   values[m["version"]])
+            path: (
+                substitute(spec, spec["secret_ids"][m["secret"]], values, f"secret_ids.{m['secret']}"),
+                values[m["version"]],
+            )
             for path, m in spec.get("secret_files", {}).items()
             if function in m["functions"] and values[m["enabled_by"]] == "true"
         }
@@ -325,26 +336,39 @@ def render(spec: dict, facts: Mapping[str, str]) -> Rendered:
     for function in spec["functions"]:
         direct_vpc[function] = None
         if vpc and function in vpc["functions"] and values[vpc["enabled_by"]] == "true":
-            direct_vpc[function] = {"network": substitute(spec, vpc["network"], values, "direct_vpc.network"),
-                                    "subnetwork": substitute(spec, vpc["subnetwork"], values, "direct_vpc.subnetwork"),
-                                    "egress": vpc["egress"]}
-    callers = [f"serviceAccount:{e}" for e in env[_caller_function(spec)].get(
-        "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS", "").split(",") if e]
+            direct_vpc[function] = {
+                "network": substitute(spec, vpc["network"], values, "direct_vpc.network"),
+                "subnetwork": substitute(spec, vpc["subnetwork"], values, "direct_vpc.subnetwork"),
+                "egress": vpc["egress"],
+            }
+    callers = [
+        f"serviceAccount:{e}"
+        for e in env[_caller_function(spec)].get("SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS", "").split(",")
+        if e
+    ]
     if values["caller_public_invoker"] == "true":
         callers.append("allUsers")
-    kinds = {"callers": callers,
-             "tasks": [f"serviceAccount:{values['sa_tasks_invoker']}"],
-             "scheduler": [f"serviceAccount:{values['sa_scheduler_invoker']}"],
-             "notify_push": [f"serviceAccount:{values['sa_notify_push']}"],
-             "iap_agent": [f"serviceAccount:{values['sa_iap_agent']}"]}
+    kinds = {
+        "callers": callers,
+        "tasks": [f"serviceAccount:{values['sa_tasks_invoker']}"],
+        "scheduler": [f"serviceAccount:{values['sa_scheduler_invoker']}"],
+        "notify_push": [f"serviceAccount:{values['sa_notify_push']}"],
+        "iap_agent": [f"serviceAccount:{values['sa_iap_agent']}"],
+    }
     invokers = {function: kinds[settings["invokers"]] for function, settings in spec["deploy"].items()}
-    return Rendered(values=values, env=env, secrets=secrets,
-                    ingress={f: s["ingress"] for f, s in spec["deploy"].items()},
-                    timeout_s={f: s["timeout_s"] for f, s in spec["deploy"].items()},
-                    invokers=invokers, jobs_collection=facts["jobs_collection"],
-                    enabled={f: values[s["enabled_by"]] == "true" for f, s in spec["deploy"].items()},
-                    urls={f: values[f"url_{f}"] for f in spec["functions"]},
-                    secret_files=secret_files, direct_vpc=direct_vpc)
+    return Rendered(
+        values=values,
+        env=env,
+        secrets=secrets,
+        ingress={f: s["ingress"] for f, s in spec["deploy"].items()},
+        timeout_s={f: s["timeout_s"] for f, s in spec["deploy"].items()},
+        invokers=invokers,
+        jobs_collection=facts["jobs_collection"],
+        enabled={f: values[s["enabled_by"]] == "true" for f, s in spec["deploy"].items()},
+        urls={f: values[f"url_{f}"] for f in spec["functions"]},
+        secret_files=secret_files,
+        direct_vpc=direct_vpc,
+    )
 
 
 def _caller_function(spec: dict) -> str:
@@ -387,8 +411,9 @@ def write_gcloud_files(rendered: Rendered, out: Path) -> None:
         (out / f"{function}.network").write_text(gcloud_network_args(rendered, function), encoding="utf-8")
         (out / f"{function}.ingress").write_text(GCLOUD_INGRESS[rendered.ingress[function]], encoding="utf-8")
         (out / f"{function}.timeout").write_text(f"{rendered.timeout_s[function]}s", encoding="utf-8")
-        (out / f"{function}.invokers").write_text("".join(m + "\n" for m in rendered.invokers[function]),
-                                                  encoding="utf-8")
+        (out / f"{function}.invokers").write_text(
+            "".join(m + "\n" for m in rendered.invokers[function]), encoding="utf-8"
+        )
         (out / f"{function}.url").write_text(rendered.urls[function], encoding="utf-8")
 
 
@@ -404,10 +429,17 @@ def wanted_indexes(jobs_collection: str, indexes_path: Path = INDEXES_PATH) -> l
     out = []
     for index in data["indexes"]:
         if index["collectionGroup"] != default:
-            raise SpecError(f"{indexes_path}: collectionGroup {index['collectionGroup']!r} is not the default "
-                            f"jobs collection {default!r}")
-        out.append({"collectionGroup": jobs_collection, "queryScope": index["queryScope"],
-                    "fields": [(f["fieldPath"], f["order"]) for f in index["fields"]]})
+            raise SpecError(
+                f"{indexes_path}: collectionGroup {index['collectionGroup']!r} is not the default "
+                f"jobs collection {default!r}"
+            )
+        out.append(
+            {
+                "collectionGroup": jobs_collection,
+                "queryScope": index["queryScope"],
+                "fields": [(f["fieldPath"], f["order"]) for f in index["fields"]],
+            }
+        )
     return out
 
 
@@ -419,10 +451,14 @@ def index_plan(wanted: list[dict], existing: list[dict]) -> list[tuple[str, str]
         matches = []
         for item in existing:
             group = item.get("name", "").split("/collectionGroups/", 1)[-1].split("/", 1)[0]
-            fields = [(f.get("fieldPath"), f.get("order")) for f in item.get("fields", [])
-                      if f.get("fieldPath") != "__name__"]
-            if group == index["collectionGroup"] and item.get("queryScope") == index["queryScope"] \
-                    and fields == index["fields"]:
+            fields = [
+                (f.get("fieldPath"), f.get("order")) for f in item.get("fields", []) if f.get("fieldPath") != "__name__"
+            ]
+            if (
+                group == index["collectionGroup"]
+                and item.get("queryScope") == index["queryScope"]
+                and fields == index["fields"]
+            ):
                 matches.append(item)
         if not matches:
             args = [f"--collection-group={index['collectionGroup']}", f"--query-scope={index['queryScope']}"]
@@ -436,8 +472,10 @@ def index_plan(wanted: list[dict], existing: list[dict]) -> list[tuple[str, str]
         elif state == "CREATING":
             plan.append(("wait", item["name"]))
         else:
-            raise SpecError(f"index {item.get('name')} is {state}: the sweeper's query would fail; "
-                            "delete and recreate it (gcloud firestore indexes composite delete ...)")
+            raise SpecError(
+                f"index {item.get('name')} is {state}: the sweeper's query would fail; "
+                "delete and recreate it (gcloud firestore indexes composite delete ...)"
+            )
     return plan
 
 
@@ -500,12 +538,15 @@ POSTGRES_SCHEMA = "safesend"
 
 def postgres_setup_sql(users: list[str]) -> str:
     """The SQL for these database users (in the order given: Terraform's is by function name)."""
-    return "\n".join([
-        f"DO $$ BEGIN CREATE ROLE {POSTGRES_OWNER_ROLE} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;",
-        f"GRANT {POSTGRES_OWNER_ROLE} TO CURRENT_USER;",
-        f"CREATE SCHEMA IF NOT EXISTS {POSTGRES_SCHEMA} AUTHORIZATION {POSTGRES_OWNER_ROLE};",
-        *(f'GRANT {POSTGRES_OWNER_ROLE} TO "{user}";' for user in users),
-    ])
+    return "\n".join(
+        [
+            f"DO $$ BEGIN CREATE ROLE {POSTGRES_OWNER_ROLE} NOLOGIN; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$;",
+            f"GRANT {POSTGRES_OWNER_ROLE} TO CURRENT_USER;",
+            f"CREATE SCHEMA IF NOT EXISTS {POSTGRES_SCHEMA} AUTHORIZATION {POSTGRES_OWNER_ROLE};",
+            *(f'GRANT {POSTGRES_OWNER_ROLE} TO "{user}";' for user in users),
+        ]
+    )
 
 
 def postgres_users(spec: dict, facts: Mapping[str, str]) -> dict[str, str]:
@@ -524,7 +565,7 @@ def postgres_users(spec: dict, facts: Mapping[str, str]) -> dict[str, str]:
 
 # ------------------------------------------------------------------------ CLI
 def _facts(args_facts: list[str], environ: Mapping[str, str]) -> dict[str, str]:
-    facts = {k[len(FACT_ENV_PREFIX):]: v for k, v in environ.items() if k.startswith(FACT_ENV_PREFIX)}
+    facts = {k[len(FACT_ENV_PREFIX) :]: v for k, v in environ.items() if k.startswith(FACT_ENV_PREFIX)}
     for item in args_facts or []:
         name, sep, value = item.partition("=")
         if not sep:
@@ -568,9 +609,11 @@ def main(argv: list[str] | None = None) -> int:
                 if not rendered.enabled[function]:
                     print(f"{function}: not deployed in this configuration")
                     continue
-                print(f"{function}: {len(env)} variables, secrets "
-                      f"{sorted(rendered.secrets[function]) or 'none'}, files "
-                      f"{sorted(rendered.secret_files[function]) or 'none'}, invokers {rendered.invokers[function]}")
+                print(
+                    f"{function}: {len(env)} variables, secrets "
+                    f"{sorted(rendered.secrets[function]) or 'none'}, files "
+                    f"{sorted(rendered.secret_files[function]) or 'none'}, invokers {rendered.invokers[function]}"
+                )
             return 0
         if args.command == "template":
             print(render_template(spec, args.name, facts))

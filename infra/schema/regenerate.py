@@ -70,19 +70,33 @@ DISCOVERY_ENUMS = {
     ("google_sql_database_instance", "settings.edition"): ("sqladmin.v1", "Settings", "edition"),
     ("google_sql_database_instance", "settings.availability_type"): ("sqladmin.v1", "Settings", "availabilityType"),
     ("google_sql_database_instance", "settings.disk_type"): ("sqladmin.v1", "Settings", "dataDiskType"),
-    ("google_sql_database_instance", "settings.ip_configuration.ssl_mode"):
-        ("sqladmin.v1", "IpConfiguration", "sslMode"),
-    ("google_sql_database_instance", "settings.ip_configuration.server_ca_mode"):
-        ("sqladmin.v1", "IpConfiguration", "serverCaMode"),
-    ("google_sql_database_instance", "settings.backup_configuration.backup_retention_settings.retention_unit"):
-        ("sqladmin.v1", "BackupRetentionSettings", "retentionUnit"),
-    ("google_sql_database_instance", "settings.maintenance_window.update_track"):
-        ("sqladmin.v1", "MaintenanceWindow", "updateTrack"),
+    ("google_sql_database_instance", "settings.ip_configuration.ssl_mode"): (
+        "sqladmin.v1",
+        "IpConfiguration",
+        "sslMode",
+    ),
+    ("google_sql_database_instance", "settings.ip_configuration.server_ca_mode"): (
+        "sqladmin.v1",
+        "IpConfiguration",
+        "serverCaMode",
+    ),
+    ("google_sql_database_instance", "settings.backup_configuration.backup_retention_settings.retention_unit"): (
+        "sqladmin.v1",
+        "BackupRetentionSettings",
+        "retentionUnit",
+    ),
+    ("google_sql_database_instance", "settings.maintenance_window.update_track"): (
+        "sqladmin.v1",
+        "MaintenanceWindow",
+        "updateTrack",
+    ),
     ("google_sql_user", "type"): ("sqladmin.v1", "User", "type"),
 }
 
-LINK = re.compile(r"\{@link https://registry\.terraform\.io/providers/([\w-]+)/([\w-]+)/([\w.\-]+)/docs/"
-                  r"(resources|data-sources)/(\w+) (\w+)\}")
+LINK = re.compile(
+    r"\{@link https://registry\.terraform\.io/providers/([\w-]+)/([\w-]+)/([\w.\-]+)/docs/"
+    r"(resources|data-sources)/(\w+) (\w+)\}"
+)
 ANCHOR = re.compile(r"\{@link https://registry\.terraform\.io/providers/[^ #]+#(\w+) ")
 POSSIBLE = re.compile(r"Possible values: \[([^\]]*)\]")
 SKIP_GETTERS = {"tfResourceType", "internalValue", "fqn", "terraformResourceType", "terraformGeneratorMetadata"}
@@ -108,7 +122,7 @@ def _blocks_of(text: str):
             elif ch == "}":
                 depth -= 1
             i += 1
-        yield match.group(1), match.group(2), text[match.end():i]
+        yield match.group(1), match.group(2), text[match.end() : i]
 
 
 def used_types() -> dict[str, dict[str, set[str]]]:
@@ -162,17 +176,29 @@ def struct_ref(type_ref: dict, types: dict) -> tuple[str, str] | None:
     return None
 
 
-MAP_CLASSES = {"cdktn.StringMap": "map(string)", "cdktn.NumberMap": "map(number)",
-               "cdktn.BooleanMap": "map(bool)", "cdktn.AnyMap": "map(any)",
-               "cdktn.StringMapList": "list(map(string))", "cdktn.NumberMapList": "list(map(number))",
-               "cdktn.BooleanMapList": "list(map(bool))", "cdktn.AnyMapList": "list(map(any))"}
+MAP_CLASSES = {
+    "cdktn.StringMap": "map(string)",
+    "cdktn.NumberMap": "map(number)",
+    "cdktn.BooleanMap": "map(bool)",
+    "cdktn.AnyMap": "map(any)",
+    "cdktn.StringMapList": "list(map(string))",
+    "cdktn.NumberMapList": "list(map(number))",
+    "cdktn.BooleanMapList": "list(map(bool))",
+    "cdktn.AnyMapList": "list(map(any))",
+}
 
 
 def value_type(type_ref: dict) -> str:
     """Terraform type of a primitive-ish jsii type ("any" when only IResolvable says it)."""
     if "primitive" in type_ref:
-        return {"string": "string", "number": "number", "boolean": "bool", "any": "any",
-                "date": "string", "json": "any"}[type_ref["primitive"]]
+        return {
+            "string": "string",
+            "number": "number",
+            "boolean": "bool",
+            "any": "any",
+            "date": "string",
+            "json": "any",
+        }[type_ref["primitive"]]
     if "collection" in type_ref:
         inner = value_type(type_ref["collection"]["elementtype"])
         return f"{'list' if type_ref['collection']['kind'] == 'array' else 'map'}({inner})"
@@ -236,8 +262,11 @@ def describe(fqn: str, readable: dict[str, dict], types: dict, depth: int = 0) -
         ref = struct_ref(prop["type"], types)
         if ref:
             nested = readable.get(name, {}).get("object", {})
-            blocks[name] = {"nesting": ref[1], "required": not prop.get("optional"),
-                            **describe(ref[0], nested, types, depth + 1)}
+            blocks[name] = {
+                "nesting": ref[1],
+                "required": not prop.get("optional"),
+                **describe(ref[0], nested, types, depth + 1),
+            }
         else:
             spec = {"type": value_type(prop["type"]), "required": not prop.get("optional")}
             values = enum_of(docs)
@@ -245,16 +274,25 @@ def describe(fqn: str, readable: dict[str, dict], types: dict, depth: int = 0) -
                 spec["enum"] = values
                 spec["enum_source"] = "provider"
             arguments[name] = spec
-    attributes = {name: (value if "object" not in value else {"nesting": value["nesting"],
-                                                              "attributes": _flatten(value["object"])})
-                  for name, value in readable.items() if name not in arguments and name not in blocks}
-    return {"arguments": dict(sorted(arguments.items())), "attributes": dict(sorted(attributes.items())),
-            "blocks": dict(sorted(blocks.items()))}
+    attributes = {
+        name: (
+            value if "object" not in value else {"nesting": value["nesting"], "attributes": _flatten(value["object"])}
+        )
+        for name, value in readable.items()
+        if name not in arguments and name not in blocks
+    }
+    return {
+        "arguments": dict(sorted(arguments.items())),
+        "attributes": dict(sorted(attributes.items())),
+        "blocks": dict(sorted(blocks.items())),
+    }
 
 
 def _flatten(obj: dict) -> dict:
-    return {k: (v if "object" not in v else {"nesting": v["nesting"], "attributes": _flatten(v["object"])})
-            for k, v in sorted(obj.items())}
+    return {
+        k: (v if "object" not in v else {"nesting": v["nesting"], "attributes": _flatten(v["object"])})
+        for k, v in sorted(obj.items())
+    }
 
 
 # ------------------------------------------------------------------ discovery enums
@@ -319,8 +357,12 @@ def snapshot(wheel: Path, provider_name: str, wanted: dict[str, set[str]]) -> di
     package_version = wheel.name.split("-")[1]
     return {
         "generated_by": "infra/schema/regenerate.py (do not edit by hand)",
-        "source": {"wheel": wheel.name, "assembly": member, "package_version": package_version,
-                   "discovery_documents": dict(sorted(discovery_used.items()))},
+        "source": {
+            "wheel": wheel.name,
+            "assembly": member,
+            "package_version": package_version,
+            "discovery_documents": dict(sorted(discovery_used.items())),
+        },
         "provider": provider,
         # Types infra/ uses that this provider version does not have (the test fails on them).
         "unknown_types": missing,
@@ -331,8 +373,21 @@ def snapshot(wheel: Path, provider_name: str, wanted: dict[str, set[str]]) -> di
 
 def download(requirement: str, into: Path) -> Path:
     subprocess.run(  # noqa: S603 - fixed argv, pinned requirement
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-         "--disable-pip-version-check", "-d", str(into), requirement], check=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-d",
+            str(into),
+            requirement,
+        ],
+        check=True,
+    )
     return find_wheel(requirement, into)
 
 
@@ -350,8 +405,9 @@ def main() -> int:
     parser.add_argument("--wheel-dir", type=Path, help="directory that already holds the pinned wheels")
     args = parser.parse_args()
     wanted = used_types()
-    unknown_providers = sorted(p for p in wanted if p not in {name for _, name, _ in WHEELS}
-                               and (wanted[p]["resource"] or wanted[p]["data"]))
+    unknown_providers = sorted(
+        p for p in wanted if p not in {name for _, name, _ in WHEELS} and (wanted[p]["resource"] or wanted[p]["data"])
+    )
     if unknown_providers:
         raise SystemExit(f"infra/ uses providers without a pinned wheel: {unknown_providers}")
     stale = []
@@ -365,9 +421,11 @@ def main() -> int:
             data = snapshot(wheel, provider_name, wanted[provider_name])
             text = json.dumps(data, indent=1, sort_keys=False) + "\n"
             target = SCHEMA_DIR / filename
-            print(f"{filename}: {data['provider']['source']} {data['provider']['version']} "
-                  f"({len(data['resources'])} resources, {len(data['data_sources'])} data sources"
-                  f"{', UNKNOWN: ' + ', '.join(data['unknown_types']) if data['unknown_types'] else ''})")
+            print(
+                f"{filename}: {data['provider']['source']} {data['provider']['version']} "
+                f"({len(data['resources'])} resources, {len(data['data_sources'])} data sources"
+                f"{', UNKNOWN: ' + ', '.join(data['unknown_types']) if data['unknown_types'] else ''})"
+            )
             if args.check:
                 if not target.exists() or target.read_text(encoding="utf-8") != text:
                     stale.append(filename)

@@ -21,7 +21,7 @@ from .support import ROOT, parsed_yaml
 
 SUBSTITUTION = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
-STUB = r'''#!{python}
+STUB = r"""#!{python}
 import json, os, re, sys
 argv = sys.argv[1:]
 name = os.path.basename(sys.argv[0])
@@ -38,11 +38,12 @@ for pattern, out, code, *write_to in answers:
             sys.stdout.write(out)
         sys.exit(code)
 sys.exit(0)
-'''
+"""
 
 
 def substitute(text: str, subs: dict[str, str]) -> str:
     """Cloud Build: $$ is a literal $, ${NAME} and $NAME are substitutions (unknown ones refused)."""
+
     def one(match: re.Match) -> str:
         if match.group(0) == "$$":
             return "$"
@@ -50,6 +51,7 @@ def substitute(text: str, subs: dict[str, str]) -> str:
         if name not in subs:
             raise KeyError(f"substitution {name} has no value")
         return subs[name]
+
     return SUBSTITUTION.sub(one, text)
 
 
@@ -61,11 +63,13 @@ class Sim:
     answers: list[tuple] = field(default_factory=list)  # (regex, output, exit code[, file to write])
 
     @classmethod
-    def create(cls, config_name: str, tmp: Path, overrides: dict[str, str] | None = None,
-               config_path: Path | None = None) -> Sim:
+    def create(
+        cls, config_name: str, tmp: Path, overrides: dict[str, str] | None = None, config_path: Path | None = None
+    ) -> Sim:
         work = tmp / "workspace"
-        shutil.copytree(ROOT / "infra", work / "infra",
-                        ignore=shutil.ignore_patterns(".terraform", "__pycache__", "*.tfstate*"))
+        shutil.copytree(
+            ROOT / "infra", work / "infra", ignore=shutil.ignore_patterns(".terraform", "__pycache__", "*.tfstate*")
+        )
         config = _load(config_path or ROOT / config_name)
         subs = {k: str(v) for k, v in (config.get("substitutions") or {}).items()}
         subs.update(PROJECT_ID="proj-1", BUILD_ID="build-123", LOCATION="global", PROJECT_NUMBER="123456789012")
@@ -102,8 +106,9 @@ class Sim:
             env[key] = value
         answers = self.workdir.parent / "answers.json"
         answers.write_text(json.dumps(self.answers))
-        env.update(PATH=f"{self.stubs}{os.pathsep}{env.get('PATH', '')}", STUB_LOG=str(self.log),
-                   STUB_ANSWERS=str(answers))
+        env.update(
+            PATH=f"{self.stubs}{os.pathsep}{env.get('PATH', '')}", STUB_LOG=str(self.log), STUB_ANSWERS=str(answers)
+        )
         cwd = self.workdir / substitute(step["dir"], self.subs) if "dir" in step else self.workdir
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -117,6 +122,7 @@ def _load(path: Path) -> dict[str, Any]:
     if path.parent == ROOT:
         return parsed_yaml(ROOT / "cloudbuild.yaml", ROOT / "cloudbuild-gcloud.yaml")[path.name]
     from .support import infra_bin, run_tool
+
     proc = run_tool([str(infra_bin("python")), "-I", str(Path(__file__).with_name("infra_tool.py")), "yaml", str(path)])
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)[str(path)]

@@ -46,7 +46,7 @@ def interpolations(template: str) -> list[str]:
         if start < 0:
             return out
         end = _match_brace(template, start + 2)
-        out.append(template[start + 2:end])
+        out.append(template[start + 2 : end])
         i = end + 1
 
 
@@ -96,12 +96,15 @@ def _skip_string(text: str, i: int) -> int:
     raise EvalError(f"unterminated string in {text!r}")
 
 
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<ws>\s+)
   | (?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_-]*)
   | (?P<op>\.\.\.|==|!=|<=|>=|&&|\|\||=>|[?:!<>+\-*/%().,\[\]{}=])
-""", re.X)
+""",
+    re.X,
+)
 
 
 @dataclass
@@ -116,12 +119,12 @@ def tokenize(src: str) -> list[Tok]:
     while i < len(src):
         if src[i] == '"':
             end = _skip_string(src, i)
-            toks.append(Tok("string", src[i:end], _template_parts(src[i + 1:end - 1])))
+            toks.append(Tok("string", src[i:end], _template_parts(src[i + 1 : end - 1])))
             i = end
             continue
         m = _TOKEN.match(src, i)
         if not m:
-            raise Unsupported(f"cannot tokenize {src[i:i + 20]!r} in {src!r}")
+            raise Unsupported(f"cannot tokenize {src[i : i + 20]!r} in {src!r}")
         i = m.end()
         if m.lastgroup != "ws":
             toks.append(Tok(m.lastgroup, m.group()))
@@ -136,14 +139,14 @@ def _unescape(text: str) -> str:
         if ch == "\\" and i + 1 < len(text):
             nxt = text[i + 1]
             if nxt == "u":
-                out.append(chr(int(text[i + 2:i + 6], 16)))
+                out.append(chr(int(text[i + 2 : i + 6], 16)))
                 i += 6
                 continue
             out.append({"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}.get(nxt, "\\" + nxt))
             i += 2
             continue
         if text.startswith("$${", i) or text.startswith("%%{", i):
-            out.append(text[i + 1:i + 3])
+            out.append(text[i + 1 : i + 3])
             i += 3
             continue
         out.append(ch)
@@ -162,7 +165,7 @@ def _template_parts(body: str) -> list:
             return [p for p in parts if p != ""]
         parts.append(_unescape(body[i:start]))
         end = _match_brace(body, start + 2)
-        parts.append(parse(body[start + 2:end]))
+        parts.append(parse(body[start + 2 : end]))
         i = end + 1
 
 
@@ -409,6 +412,7 @@ def expressions_in(value: Any) -> list[str]:
 class Scope:
     """What names mean: variables, locals (python-hcl2 values, evaluated lazily), path.module,
     a resolver for resources/data/module references, and iteration variables."""
+
     variables: dict[str, Any] = field(default_factory=dict)
     locals: dict[str, Any] = field(default_factory=dict)
     module_dir: Path | None = None
@@ -418,8 +422,15 @@ class Scope:
     _evaluating: set[str] = field(default_factory=set)
 
     def child(self, **bindings: Any) -> Scope:
-        return Scope(self.variables, self.locals, self.module_dir, self.resolve, {**self.bindings, **bindings},
-                     self._local_values, self._evaluating)
+        return Scope(
+            self.variables,
+            self.locals,
+            self.module_dir,
+            self.resolve,
+            {**self.bindings, **bindings},
+            self._local_values,
+            self._evaluating,
+        )
 
     def local(self, name: str) -> Any:
         if name not in self._local_values:
@@ -548,7 +559,7 @@ def _call(name: str, args: list, scope: Scope, raw: tuple) -> Any:
     if name == "split":
         return values[1].split(values[0])
     if name == "trimsuffix":
-        return values[0][:-len(values[1])] if values[1] and values[0].endswith(values[1]) else values[0]
+        return values[0][: -len(values[1])] if values[1] and values[0].endswith(values[1]) else values[0]
     if name == "values":
         if isinstance(values[0], dict):
             return [values[0][k] for k in sorted(values[0])]
@@ -712,9 +723,17 @@ def evaluate(node: Node, scope: Scope) -> Any:
         if op in ("&&", "||"):
             return (_tobool(a) and _tobool(b)) if op == "&&" else (_tobool(a) or _tobool(b))
         x, y = _tonum(a), _tonum(b)
-        return {"<": lambda: x < y, ">": lambda: x > y, "<=": lambda: x <= y, ">=": lambda: x >= y,
-                "+": lambda: x + y, "-": lambda: x - y, "*": lambda: x * y,
-                "/": lambda: x / y, "%": lambda: x % y}[op]()
+        return {
+            "<": lambda: x < y,
+            ">": lambda: x > y,
+            "<=": lambda: x <= y,
+            ">=": lambda: x >= y,
+            "+": lambda: x + y,
+            "-": lambda: x - y,
+            "*": lambda: x * y,
+            "/": lambda: x / y,
+            "%": lambda: x % y,
+        }[op]()
     if kind == "tuple":
         return [evaluate(a, scope) for a in args]
     if kind == "object":
@@ -768,8 +787,14 @@ def _traverse(node: Node, scope: Scope) -> Any:
     if root == "path" and _step_name(steps[0]) in ("module", "root") and scope.module_dir is not None:
         return _apply(str(scope.module_dir), steps[1:], scope)
     if scope.resolve is not None:
-        accessors = [("attr", s.args[1]) if s.kind == "attr" else
-                     ("index", evaluate(s.args[1], scope)) if s.kind == "index" else ("splat",) for s in steps]
+        accessors = [
+            ("attr", s.args[1])
+            if s.kind == "attr"
+            else ("index", evaluate(s.args[1], scope))
+            if s.kind == "index"
+            else ("splat",)
+            for s in steps
+        ]
         return scope.resolve(root, accessors)
     raise Unsupported(f"reference {root}.…")
 
@@ -790,5 +815,5 @@ def _apply(value: Any, steps: list, scope: Scope) -> Any:
             if value is UNKNOWN:
                 return UNKNOWN
             items = [] if value is None else (value if isinstance(value, list) else [value])
-            return [_apply(item, steps[pos + 1:], scope) for item in items]
+            return [_apply(item, steps[pos + 1 :], scope) for item in items]
     return value

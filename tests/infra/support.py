@@ -35,14 +35,18 @@ META_ARGUMENTS = {"count", "for_each", "depends_on", "provider", "lifecycle", "p
 def infra_bin(name: str) -> Path:
     path = VENV_INFRA / "bin" / name
     if not path.exists():
-        pytest.fail(f"{path.relative_to(ROOT)} is missing: run `bash scripts/bootstrap.sh` "
-                    f"(it installs requirements-infra.txt into .venv-infra)", pytrace=False)
+        pytest.fail(
+            f"{path.relative_to(ROOT)} is missing: run `bash scripts/bootstrap.sh` "
+            f"(it installs requirements-infra.txt into .venv-infra)",
+            pytrace=False,
+        )
     return path
 
 
 def run_tool(args: list[str], timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        args, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
 def tf_files() -> list[Path]:
@@ -156,7 +160,7 @@ REF = re.compile(r"^\$\{([\w.\[\]\"-]+)\}$")
 
 
 def reference(value: Any) -> str | None:
-    """"${google_service_account.send.email}" -> "google_service_account.send.email"."""
+    """ "${google_service_account.send.email}" -> "google_service_account.send.email"."""
     match = REF.match(value) if isinstance(value, str) else None
     return match.group(1) if match else None
 
@@ -169,7 +173,11 @@ def entry_points() -> set[str]:
         if isinstance(node, ast.FunctionDef):
             for decorator in node.decorator_list:
                 target = decorator.func if isinstance(decorator, ast.Call) else decorator
-                if isinstance(target, ast.Attribute) and target.attr == "http" \
-                        and isinstance(target.value, ast.Name) and target.value.id == "functions_framework":
+                if (
+                    isinstance(target, ast.Attribute)
+                    and target.attr == "http"
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "functions_framework"
+                ):
                     found.add(node.name)
     return found

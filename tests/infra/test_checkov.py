@@ -12,8 +12,20 @@ INLINE_SKIP = re.compile(r"#\s*checkov:skip=([A-Z0-9_]+)(?::(.*))?")
 
 
 def run_checkov() -> dict:
-    proc = run_tool([str(infra_bin("checkov")), "-d", str(INFRA.relative_to(ROOT)), "--framework", "terraform",
-                     "--skip-download", "--output", "json"], timeout=240, env={"LOG_LEVEL": "ERROR"})
+    proc = run_tool(
+        [
+            str(infra_bin("checkov")),
+            "-d",
+            str(INFRA.relative_to(ROOT)),
+            "--framework",
+            "terraform",
+            "--skip-download",
+            "--output",
+            "json",
+        ],
+        timeout=240,
+        env={"LOG_LEVEL": "ERROR"},
+    )
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     reports = report if isinstance(report, list) else [report]
@@ -24,8 +36,10 @@ def run_checkov() -> dict:
 def test_checkov_finds_no_failures_and_every_skip_has_a_reason():
     report = run_checkov()
     summary = report["summary"]
-    failed = [f"{c['check_id']} {c['resource']} ({c['file_path']}:{c['file_line_range']}): {c['check_name']}"
-              for c in report["results"]["failed_checks"]]
+    failed = [
+        f"{c['check_id']} {c['resource']} ({c['file_path']}:{c['file_line_range']}): {c['check_name']}"
+        for c in report["results"]["failed_checks"]
+    ]
     assert not failed, "checkov failures (fix them, or skip inline with a reason):\n" + "\n".join(failed)
     assert summary["parsing_errors"] == 0
     assert summary["passed"] >= 30, summary

@@ -13,17 +13,32 @@ from .cloudbuild_sim import Sim
 from .support import CLOUDBUILD_FILES, ROOT, infra_bin, parsed_yaml, run_tool
 
 # Cloud Build's built-in substitutions (cloud.google.com/build/docs/configuring-builds/substitute-variable-values).
-BUILT_INS = {"PROJECT_ID", "PROJECT_NUMBER", "BUILD_ID", "LOCATION", "TRIGGER_NAME", "COMMIT_SHA", "SHORT_SHA",
-             "REVISION_ID", "REPO_NAME", "REPO_FULL_NAME", "BRANCH_NAME", "TAG_NAME", "REF_NAME",
-             "TRIGGER_BUILD_CONFIG_PATH", "SERVICE_ACCOUNT_EMAIL", "SERVICE_ACCOUNT"}
+BUILT_INS = {
+    "PROJECT_ID",
+    "PROJECT_NUMBER",
+    "BUILD_ID",
+    "LOCATION",
+    "TRIGGER_NAME",
+    "COMMIT_SHA",
+    "SHORT_SHA",
+    "REVISION_ID",
+    "REPO_NAME",
+    "REPO_FULL_NAME",
+    "BRANCH_NAME",
+    "TAG_NAME",
+    "REF_NAME",
+    "TRIGGER_BUILD_CONFIG_PATH",
+    "SERVICE_ACCOUNT_EMAIL",
+    "SERVICE_ACCOUNT",
+}
 # $$ is a literal $ (for bash); $NAME / ${NAME} is a substitution.
 SUBSTITUTION = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-LOCK = '''provider "registry.terraform.io/hashicorp/google" {
+LOCK = """provider "registry.terraform.io/hashicorp/google" {
   version     = "8.7.0"
   constraints = "8.7.0"
   hashes      = ["h1:abc="]
 }
-'''
+"""
 
 
 def used_substitutions(text: str) -> set[str]:
@@ -31,16 +46,24 @@ def used_substitutions(text: str) -> set[str]:
 
 
 def test_configs_validate_against_the_cloud_build_schema():
-    proc = run_tool([str(infra_bin("check-jsonschema")), "--builtin-schema", "vendor.cloudbuild",
-                     *[str(p.relative_to(ROOT)) for p in CLOUDBUILD_FILES]], timeout=60)
+    proc = run_tool(
+        [
+            str(infra_bin("check-jsonschema")),
+            "--builtin-schema",
+            "vendor.cloudbuild",
+            *[str(p.relative_to(ROOT)) for p in CLOUDBUILD_FILES],
+        ],
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_schema_check_would_catch_a_broken_config(tmp_path):
     broken = tmp_path / "cloudbuild.yaml"
     broken.write_text("steps:\n  - nam: python\n    args: 3\n")
-    proc = run_tool([str(infra_bin("check-jsonschema")), "--builtin-schema", "vendor.cloudbuild", str(broken)],
-                    timeout=60)
+    proc = run_tool(
+        [str(infra_bin("check-jsonschema")), "--builtin-schema", "vendor.cloudbuild", str(broken)], timeout=60
+    )
     assert proc.returncode != 0
 
 
@@ -71,14 +94,20 @@ def test_terraform_pipeline_defaults_to_a_plan_and_orders_its_steps():
     steps = {s["id"]: s for s in config["steps"]}
     order = list(steps)
     assert order[0] == "unit-tests" and "pytest tests/unit" in steps["unit-tests"]["args"][-1]
-    assert order.index("lock-providers") < order.index("terraform-init") < order.index("terraform-plan") \
-        < order.index("apply-gate") < order.index("terraform-apply")
+    assert (
+        order.index("lock-providers")
+        < order.index("terraform-init")
+        < order.index("terraform-plan")
+        < order.index("apply-gate")
+        < order.index("terraform-apply")
+    )
     init = steps["terraform-init"]["args"]
     assert "-lockfile=readonly" in init and "-chdir=infra/envs/${_ENV}" in init
     assert "-backend-config=bucket=${_TF_STATE_BUCKET}" in init
     assert "apply -input=false tfplan" in steps["terraform-apply"]["args"][-1]
-    assert "terraform apply" not in " ".join(str(a) for s in config["steps"] if s["id"] != "terraform-apply"
-                                               for a in s.get("args", []))
+    assert "terraform apply" not in " ".join(
+        str(a) for s in config["steps"] if s["id"] != "terraform-apply" for a in s.get("args", [])
+    )
 
 
 def run_pipeline(tmp_path, subs: dict, lock: bool, approval: str = "") -> tuple[Sim, dict]:
@@ -89,8 +118,10 @@ def run_pipeline(tmp_path, subs: dict, lock: bool, approval: str = "") -> tuple[
         lock_path.write_text(LOCK)
     elif lock_path.exists():
         lock_path.unlink()
-    sim.answers = [(r"^terraform -chdir=\S+ providers lock", LOCK, 0, str(lock_path)),
-                   (r"^gcloud builds describe build-123 --region=global", approval + "\n", 0)]
+    sim.answers = [
+        (r"^terraform -chdir=\S+ providers lock", LOCK, 0, str(lock_path)),
+        (r"^gcloud builds describe build-123 --region=global", approval + "\n", 0),
+    ]
     results = {}
     for step in ("lock-providers", "terraform-init", "terraform-plan", "publish-lock", "apply-gate", "terraform-apply"):
         proc = sim.run(step)
@@ -151,8 +182,11 @@ def test_an_applied_review_console_is_put_behind_iap(tmp_path, output, enabled):
     proc = sim.run("review-iap")
     assert proc.returncode == 0, proc.stderr
     updates = [c for c in sim.calls() if c[:5] == ["gcloud", "beta", "run", "services", "update"]]
-    assert updates == ([["gcloud", "beta", "run", "services", "update", "safesend-review", "--region=us-central1",
-                         "--iap", "--quiet"]] if enabled else [])
+    assert updates == (
+        [["gcloud", "beta", "run", "services", "update", "safesend-review", "--region=us-central1", "--iap", "--quiet"]]
+        if enabled
+        else []
+    )
 
 
 def test_a_plan_only_build_puts_nothing_behind_iap(tmp_path):

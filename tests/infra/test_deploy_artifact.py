@@ -43,18 +43,34 @@ def test_packager_uses_exactly_the_terraform_exclude_rules():
     assert block.body["output_file_mode"] == "0644"
     assert block.body["excludes"] == package_module().EXCLUDES
     assert block.body["source_dir"] == "${local.functions_source_dir}"
-    assert resource("google_storage_bucket_object", "functions_source").body["source"] == \
-        "${data.archive_file.functions_source.output_path}"
+    assert (
+        resource("google_storage_bucket_object", "functions_source").body["source"]
+        == "${data.archive_file.functions_source.output_path}"
+    )
 
 
 def test_exclude_matching_follows_doublestar_rules():
     pkg = package_module()
     patterns = [pkg.pattern_regex(p) for p in pkg.EXCLUDES]
-    for path in ("__pycache__", "safesend/__pycache__", "a/b/c.pyc", "x.pyc", "tests", "safesend/tests",
-                 ".venv", "pkg.egg-info"):
+    for path in (
+        "__pycache__",
+        "safesend/__pycache__",
+        "a/b/c.pyc",
+        "x.pyc",
+        "tests",
+        "safesend/tests",
+        ".venv",
+        "pkg.egg-info",
+    ):
         assert pkg.excluded(path, patterns), path
-    for path in ("main.py", "requirements.txt", "channels.toml", "safesend/adapters/cloud_tasks.py",
-                 "testsuite.py", "safesend/pyc.py"):
+    for path in (
+        "main.py",
+        "requirements.txt",
+        "channels.toml",
+        "safesend/adapters/cloud_tasks.py",
+        "testsuite.py",
+        "safesend/pyc.py",
+    ):
         assert not pkg.excluded(path, patterns), path
 
 
@@ -66,8 +82,11 @@ def test_zip_is_deterministic_and_holds_what_the_runtime_needs(tmp_path):
     assert {"main.py", "requirements.txt", "channels.toml", "safesend/__init__.py"} <= set(names)
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or "/tests/" in n]
     patterns = [pkg.pattern_regex(p) for p in pkg.EXCLUDES]  # local caches (.mypy_cache...) stay out
-    expected = sorted(rel for rel in (p.relative_to(FUNCTIONS).as_posix() for p in FUNCTIONS.rglob("*") if p.is_file())
-                      if not any(pkg.excluded(prefix, patterns) for prefix in _prefixes(rel)))
+    expected = sorted(
+        rel
+        for rel in (p.relative_to(FUNCTIONS).as_posix() for p in FUNCTIONS.rglob("*") if p.is_file())
+        if not any(pkg.excluded(prefix, patterns) for prefix in _prefixes(rel))
+    )
     assert sorted(names) == expected
 
 
@@ -81,9 +100,11 @@ def runtime_python() -> str:
     runtime = resource("google_cloudfunctions2_function", "send").first("build_config", "runtime")
     assert runtime == "${var.runtime}"
     want = "3.12"
-    candidates = [shutil.which(f"python{want}"),
-                  *sorted(glob.glob(f"/root/.pyenv/versions/{want}*/bin/python{want}")),
-                  *sorted(glob.glob(str(Path.home() / f".pyenv/versions/{want}*/bin/python{want}")))]
+    candidates = [
+        shutil.which(f"python{want}"),
+        *sorted(glob.glob(f"/root/.pyenv/versions/{want}*/bin/python{want}")),
+        *sorted(glob.glob(str(Path.home() / f".pyenv/versions/{want}*/bin/python{want}"))),
+    ]
     for candidate in filter(None, candidates):
         probe = subprocess.run([candidate, "-c", "import venv, ensurepip"], capture_output=True, timeout=30)
         if probe.returncode == 0:
@@ -93,18 +114,26 @@ def runtime_python() -> str:
 
 # Every switch on (reviewer side, webhooks, email, callbacks, public callers), so every variable and
 # secret the spec can render reaches the import-time checks. Secret values are dummies of the right shape.
-ALL_ON = {"message_id_domain": "notifications.mail.example-shop.com", "default_from": "Shop <shop@example-shop.com>",
-          "public_callers": True, "callback_allowed_hosts": ["n8n.example-shop.com"], "reviewers_enabled": True,
-          "review_iap_members": ["group:mail-reviewers@example-shop.com"],
-          "review_allowed_emails": ["ann@example-shop.com"],
-          "review_allowed_domains": ["example-shop.com"], "notify_chat_webhook": True, "notify_slack_webhook": True,
-          "notify_email_to": "mail-reviewers@example-shop.com"}
+ALL_ON = {
+    "message_id_domain": "notifications.mail.example-shop.com",
+    "default_from": "Shop <shop@example-shop.com>",
+    "public_callers": True,
+    "callback_allowed_hosts": ["n8n.example-shop.com"],
+    "reviewers_enabled": True,
+    "review_iap_members": ["group:mail-reviewers@example-shop.com"],
+    "review_allowed_emails": ["ann@example-shop.com"],
+    "review_allowed_domains": ["example-shop.com"],
+    "notify_chat_webhook": True,
+    "notify_slack_webhook": True,
+    "notify_email_to": "mail-reviewers@example-shop.com",
+}
 SECRET_VALUES = {
     "SAFESEND_AUTH_HMAC_SECRET": "0123456789abcdef0123456789abcdef",
     "SAFESEND_AUTH_API_KEYS": "n8n:" + "ab" * 32,
     "SAFESEND_CALLBACK_HMAC_SECRET": "fedcba9876543210fedcba9876543210",
-    "SAFESEND_GMAIL_CREDENTIALS_JSON": ('{"type": "authorized_user", "client_id": "c", "client_secret": "s", '
-                                        '"refresh_token": "r"}'),
+    "SAFESEND_GMAIL_CREDENTIALS_JSON": (
+        '{"type": "authorized_user", "client_id": "c", "client_secret": "s", "refresh_token": "r"}'
+    ),
     "SAFESEND_NOTIFY_CHAT_WEBHOOK_URL": "https://chat.googleapis.com/v1/spaces/AAA/messages?key=k&token=t",
     "SAFESEND_NOTIFY_SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T/B/X",
     "SAFESEND_REVIEW_CSRF_SECRET": "0123456789abcdef0123456789abcdef0123456789abcdef",
@@ -118,6 +147,7 @@ def deployed_env(function: str, overrides: dict | None = None) -> dict[str, str]
     for name in model.local("function_secrets")[function]:
         env[name] = SECRET_VALUES[name]
     return {"PATH": "/usr/bin:/bin", **env, "FUNCTION_TARGET": function, "K_SERVICE": f"safesend-{function}"}
+
 
 CHECK = """
 import sys
@@ -149,36 +179,62 @@ def test_artifact_installs_in_a_fresh_venv_and_exposes_every_entry_point(tmp_pat
     started = time.monotonic()
     subprocess.run([runtime_python(), "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                              "-r", "requirements.txt"], cwd=app_dir, capture_output=True, text=True, timeout=600)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", "requirements.txt"],
+        cwd=app_dir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     # The deployed entry points (env_spec.json); the others are listed there as not deployed yet
     # (test_policy.py), and may need settings of their own (e.g. the review console's).
     deployed = json.loads((INFRA / "modules" / "safesend" / "env_spec.json").read_text())["functions"]
     assert set(deployed) <= entry_points()
     # -I: only the venv and the unpacked artifact, nothing from this checkout or PYTHONPATH.
-    command = lambda name: [str(python), "-I", "-c",  # noqa: E731
-                            f"import sys; sys.path.insert(0, '.'); exec({CHECK!r})", name]
+
+    def command(name: str) -> list[str]:
+        return [str(python), "-I", "-c", f"import sys; sys.path.insert(0, '.'); exec({CHECK!r})", name]
+
     for name in sorted(deployed):
-        run = subprocess.run(command(name), cwd=app_dir, capture_output=True, text=True, timeout=120,
-                             env=deployed_env(name))
+        run = subprocess.run(
+            command(name), cwd=app_dir, capture_output=True, text=True, timeout=120, env=deployed_env(name)
+        )
         assert run.returncode == 0, f"{name}: " + run.stdout[-3000:] + run.stderr[-3000:]
         assert "entry points ok" in run.stdout
     # The PostgreSQL job store: each function starts with the module's postgres settings (its DSN
     # parsed as libpq does, the pool opening in the background towards the stand-in private IP).
     for name in sorted(deployed):
-        run = subprocess.run(command(name), cwd=app_dir, capture_output=True, text=True, timeout=120,
-                             env=deployed_env(name, {"job_store": "postgres"}))
+        run = subprocess.run(
+            command(name),
+            cwd=app_dir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=deployed_env(name, {"job_store": "postgres"}),
+        )
         assert run.returncode == 0, f"{name} (postgres): " + run.stdout[-3000:] + run.stderr[-3000:]
         assert "entry points ok" in run.stdout
     # The import-time gate: a Message-ID domain that cannot make a valid message stops the revision,
     # and the console refuses a development identity on Cloud Run.
-    broken = subprocess.run(command("send"), cwd=app_dir, capture_output=True, text=True, timeout=120,
-                            env={**deployed_env("send"), "SAFESEND_MESSAGE_ID_DOMAIN": "no_underscores.example.com"})
+    broken = subprocess.run(
+        command("send"),
+        cwd=app_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**deployed_env("send"), "SAFESEND_MESSAGE_ID_DOMAIN": "no_underscores.example.com"},
+    )
     assert broken.returncode != 0 and "refusing to start" in broken.stdout, broken.stdout[-2000:]
     review = deployed_env("review")
     review.pop("SAFESEND_REVIEW_IAP_AUDIENCE")
-    broken = subprocess.run(command("review"), cwd=app_dir, capture_output=True, text=True, timeout=120,
-                            env={**review, "SAFESEND_REVIEW_DEV_IDENTITY": "dev@localhost"})
+    broken = subprocess.run(
+        command("review"),
+        cwd=app_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**review, "SAFESEND_REVIEW_DEV_IDENTITY": "dev@localhost"},
+    )
     assert broken.returncode != 0 and "refusing to start" in broken.stdout, broken.stdout[-2000:]
     print(run.stdout.strip(), f"(venv + install + import: {time.monotonic() - started:.0f} s)")

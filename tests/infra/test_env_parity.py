@@ -26,65 +26,116 @@ SPEC_MODULE = INFRA / "env_spec.py"
 
 # Terraform module variable -> Cloud Build substitution of cloudbuild-gcloud.yaml feeding the same fact.
 VARIABLE_TO_SUBSTITUTION = {
-    "region": "_REGION", "name_prefix": "_NAME_PREFIX", "jobs_collection": "_JOBS_COLLECTION",
-    "message_id_domain": "_MESSAGE_ID_DOMAIN", "default_from": "_DEFAULT_FROM", "log_level": "_LOG_LEVEL",
-    "gmail_user": "_GMAIL_USER", "gmail_delegated_user": "_GMAIL_DELEGATED_USER",
-    "index_lag_seconds": "_INDEX_LAG_S", "unknown_window_seconds": "_UNKNOWN_WINDOW_S",
-    "verify_horizon_seconds": "_VERIFY_HORIZON_S", "retry_horizon_seconds": "_RETRY_HORIZON_S",
-    "create_n8n_invoker_service_account": "_CREATE_N8N_INVOKER", "extra_caller_service_accounts": "_EXTRA_CALLERS",
-    "public_callers": "_PUBLIC_CALLERS", "callback_allowed_hosts": "_CALLBACK_ALLOWED_HOSTS",
-    "gmail_credentials_version": "_GMAIL_CREDENTIALS_VERSION", "webhook_hmac_version": "_WEBHOOK_HMAC_VERSION",
-    "api_keys_version": "_API_KEYS_VERSION", "callback_hmac_version": "_CALLBACK_HMAC_VERSION",
-    "reviewers_enabled": "_REVIEWERS", "notify_chat_webhook": "_NOTIFY_CHAT_WEBHOOK",
-    "notify_slack_webhook": "_NOTIFY_SLACK_WEBHOOK", "notify_email_to": "_NOTIFY_EMAIL_TO",
-    "notify_email_channel": "_NOTIFY_EMAIL_CHANNEL", "review_allowed_emails": "_REVIEW_ALLOWED_EMAILS",
-    "review_allowed_domains": "_REVIEW_ALLOWED_DOMAINS", "review_notify_timeout_seconds": "_REVIEW_NOTIFY_TIMEOUT_S",
+    "region": "_REGION",
+    "name_prefix": "_NAME_PREFIX",
+    "jobs_collection": "_JOBS_COLLECTION",
+    "message_id_domain": "_MESSAGE_ID_DOMAIN",
+    "default_from": "_DEFAULT_FROM",
+    "log_level": "_LOG_LEVEL",
+    "gmail_user": "_GMAIL_USER",
+    "gmail_delegated_user": "_GMAIL_DELEGATED_USER",
+    "index_lag_seconds": "_INDEX_LAG_S",
+    "unknown_window_seconds": "_UNKNOWN_WINDOW_S",
+    "verify_horizon_seconds": "_VERIFY_HORIZON_S",
+    "retry_horizon_seconds": "_RETRY_HORIZON_S",
+    "create_n8n_invoker_service_account": "_CREATE_N8N_INVOKER",
+    "extra_caller_service_accounts": "_EXTRA_CALLERS",
+    "public_callers": "_PUBLIC_CALLERS",
+    "callback_allowed_hosts": "_CALLBACK_ALLOWED_HOSTS",
+    "gmail_credentials_version": "_GMAIL_CREDENTIALS_VERSION",
+    "webhook_hmac_version": "_WEBHOOK_HMAC_VERSION",
+    "api_keys_version": "_API_KEYS_VERSION",
+    "callback_hmac_version": "_CALLBACK_HMAC_VERSION",
+    "reviewers_enabled": "_REVIEWERS",
+    "notify_chat_webhook": "_NOTIFY_CHAT_WEBHOOK",
+    "notify_slack_webhook": "_NOTIFY_SLACK_WEBHOOK",
+    "notify_email_to": "_NOTIFY_EMAIL_TO",
+    "notify_email_channel": "_NOTIFY_EMAIL_CHANNEL",
+    "review_allowed_emails": "_REVIEW_ALLOWED_EMAILS",
+    "review_allowed_domains": "_REVIEW_ALLOWED_DOMAINS",
+    "review_notify_timeout_seconds": "_REVIEW_NOTIFY_TIMEOUT_S",
     "notify_chat_webhook_version": "_NOTIFY_CHAT_WEBHOOK_VERSION",
-    "notify_slack_webhook_version": "_NOTIFY_SLACK_WEBHOOK_VERSION", "review_csrf_version": "_REVIEW_CSRF_VERSION",
-    "job_store": "_JOB_STORE", "postgres_pool_max": "_POSTGRES_POOL_MAX",
+    "notify_slack_webhook_version": "_NOTIFY_SLACK_WEBHOOK_VERSION",
+    "review_csrf_version": "_REVIEW_CSRF_VERSION",
+    "job_store": "_JOB_STORE",
+    "postgres_pool_max": "_POSTGRES_POOL_MAX",
     "postgres_server_ca_version": "_POSTGRES_SERVER_CA_VERSION",
     # not facts of the spec, but settings of resources both paths create
-    "review_iap_members": "_REVIEW_IAP_MEMBERS", "review_max_delivery_attempts": "_REVIEW_MAX_DELIVERY_ATTEMPTS",
+    "review_iap_members": "_REVIEW_IAP_MEMBERS",
+    "review_max_delivery_attempts": "_REVIEW_MAX_DELIVERY_ATTEMPTS",
 }
-REVIEWERS = {"reviewers_enabled": True, "review_iap_members": ["group:mail-reviewers@example.com"],
-             "review_allowed_emails": ["ann@example.com"]}
+REVIEWERS = {
+    "reviewers_enabled": True,
+    "review_iap_members": ["group:mail-reviewers@example.com"],
+    "review_allowed_emails": ["ann@example.com"],
+}
 
 SCENARIOS = {
     "defaults": {},
     "keyless-public-callbacks": {
-        "gmail_delegated_user": "boss@example.com", "public_callers": True,
+        "gmail_delegated_user": "boss@example.com",
+        "public_callers": True,
         "callback_allowed_hosts": ["n8n.example.com", "*.hooks.example.com"],
     },
     "everything-changed": {
-        "region": "europe-west1", "name_prefix": "ss-prod", "jobs_collection": "mail_jobs",
-        "message_id_domain": "mx.example.org", "default_from": "\"Shop, Inc\" <shop@example.org>",
-        "log_level": "DEBUG", "gmail_user": "shop@example.org", "gmail_delegated_user": "",
-        "index_lag_seconds": 120, "unknown_window_seconds": 600, "verify_horizon_seconds": 2400,
-        "retry_horizon_seconds": 7200, "create_n8n_invoker_service_account": False,
+        "region": "europe-west1",
+        "name_prefix": "ss-prod",
+        "jobs_collection": "mail_jobs",
+        "message_id_domain": "mx.example.org",
+        "default_from": '"Shop, Inc" <shop@example.org>',
+        "log_level": "DEBUG",
+        "gmail_user": "shop@example.org",
+        "gmail_delegated_user": "",
+        "index_lag_seconds": 120,
+        "unknown_window_seconds": 600,
+        "verify_horizon_seconds": 2400,
+        "retry_horizon_seconds": 7200,
+        "create_n8n_invoker_service_account": False,
         "extra_caller_service_accounts": ["n8n@other-proj.iam.gserviceaccount.com", "b@p2.iam.gserviceaccount.com"],
-        "gmail_credentials_version": "7", "webhook_hmac_version": "3",
+        "gmail_credentials_version": "7",
+        "webhook_hmac_version": "3",
     },
     "public-with-versions": {
-        "public_callers": True, "create_n8n_invoker_service_account": False, "api_keys_version": "2",
-        "callback_allowed_hosts": ["n8n.example.com"], "callback_hmac_version": "5",
+        "public_callers": True,
+        "create_n8n_invoker_service_account": False,
+        "api_keys_version": "2",
+        "callback_allowed_hosts": ["n8n.example.com"],
+        "callback_hmac_version": "5",
     },
     "reviewers": {**REVIEWERS},
     "reviewers-everything": {
-        **REVIEWERS, "region": "europe-west1", "name_prefix": "ss-prod", "gmail_delegated_user": "boss@example.com",
-        "callback_allowed_hosts": ["n8n.example.com"], "public_callers": True,
+        **REVIEWERS,
+        "region": "europe-west1",
+        "name_prefix": "ss-prod",
+        "gmail_delegated_user": "boss@example.com",
+        "callback_allowed_hosts": ["n8n.example.com"],
+        "public_callers": True,
         "review_iap_members": ["group:mail-reviewers@example.com", "user:ann@example.com", "domain:example.org"],
-        "review_allowed_emails": ["ann@example.com", "bob@example.org"], "review_allowed_domains": ["example.org"],
-        "notify_chat_webhook": True, "notify_slack_webhook": True, "notify_email_to": "reviewers@example.org",
-        "notify_email_channel": "notifications", "review_notify_timeout_seconds": 900,
-        "notify_chat_webhook_version": "4", "notify_slack_webhook_version": "6", "review_csrf_version": "2",
+        "review_allowed_emails": ["ann@example.com", "bob@example.org"],
+        "review_allowed_domains": ["example.org"],
+        "notify_chat_webhook": True,
+        "notify_slack_webhook": True,
+        "notify_email_to": "reviewers@example.org",
+        "notify_email_channel": "notifications",
+        "review_notify_timeout_seconds": 900,
+        "notify_chat_webhook_version": "4",
+        "notify_slack_webhook_version": "6",
+        "review_csrf_version": "2",
         "review_max_delivery_attempts": 12,
     },
     "postgres": {"job_store": "postgres", "postgres_pool_max": 1, "postgres_server_ca_version": "3"},
     "postgres-reviewers-everything": {
-        **REVIEWERS, "job_store": "postgres", "region": "europe-west1", "name_prefix": "ss-prod",
-        "gmail_delegated_user": "boss@example.com", "callback_allowed_hosts": ["n8n.example.com"],
-        "public_callers": True, "notify_chat_webhook": True, "notify_slack_webhook": True,
-        "notify_email_to": "reviewers@example.org", "review_allowed_domains": ["example.org"],
+        **REVIEWERS,
+        "job_store": "postgres",
+        "region": "europe-west1",
+        "name_prefix": "ss-prod",
+        "gmail_delegated_user": "boss@example.com",
+        "callback_allowed_hosts": ["n8n.example.com"],
+        "public_callers": True,
+        "notify_chat_webhook": True,
+        "notify_slack_webhook": True,
+        "notify_email_to": "reviewers@example.org",
+        "review_allowed_domains": ["example.org"],
     },
 }
 FILE_SECRET = re.compile(r"^(/[^=]+)=([^:]+):(.+)$")  # /dir/file=secret:version in --set-secrets
@@ -94,13 +145,19 @@ def sql_instance_description(name_prefix: str, **changes) -> dict:
     """What `gcloud sql instances describe --format=json` answers for the module's instance (Admin
     API DatabaseInstance), with `changes` applied to settings / ipConfiguration / the top level."""
     instance = {
-        "name": f"{name_prefix}-jobs", "databaseVersion": "POSTGRES_16",
+        "name": f"{name_prefix}-jobs",
+        "databaseVersion": "POSTGRES_16",
         "ipAddresses": [{"type": "PRIVATE", "ipAddress": SQL_PRIVATE_IP}],
         "settings": {
-            "databaseFlags": [{"name": "cloudsql.iam_authentication", "value": "on"},
-                              {"name": "max_connections", "value": "100"}],
-            "ipConfiguration": {"ipv4Enabled": False, "sslMode": "ENCRYPTED_ONLY",
-                                "privateNetwork": f"projects/proj-1/global/networks/{name_prefix}-vpc"},
+            "databaseFlags": [
+                {"name": "cloudsql.iam_authentication", "value": "on"},
+                {"name": "max_connections", "value": "100"},
+            ],
+            "ipConfiguration": {
+                "ipv4Enabled": False,
+                "sslMode": "ENCRYPTED_ONLY",
+                "privateNetwork": f"projects/proj-1/global/networks/{name_prefix}-vpc",
+            },
             "backupConfiguration": {"enabled": True, "pointInTimeRecoveryEnabled": True},
             "deletionProtectionEnabled": True,
         },
@@ -120,6 +177,7 @@ def sql_instance_description(name_prefix: str, **changes) -> dict:
 def env_spec():
     """infra/env_spec.py, the renderer cloudbuild-gcloud.yaml runs (loaded from this checkout)."""
     import sys
+
     name = f"safesend_env_spec_{abs(hash(str(SPEC_MODULE)))}"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, SPEC_MODULE)
@@ -141,8 +199,10 @@ def as_substitution(value) -> str:
 def terraform_config(overrides: dict) -> dict:
     model = ModuleModel(overrides)
     env = model.local("function_env")
-    secrets = {fn: {k: (v["secret_id"], v["version"]) for k, v in m.items()}
-               for fn, m in model.local("function_secrets").items()}
+    secrets = {
+        fn: {k: (v["secret_id"], v["version"]) for k, v in m.items()}
+        for fn, m in model.local("function_secrets").items()
+    }
     out = {}
     for fn_block in resources("google_cloudfunctions2_function"):
         fn = fn_block.name
@@ -150,15 +210,20 @@ def terraform_config(overrides: dict) -> dict:
             continue  # not deployed in this configuration (count = 0)
         service = fn_block.blocks("service_config")[0]
         dynamic = service.get("dynamic", [])
-        assert not [k for k in service if k == "secret_environment_variables"], \
+        assert not [k for k in service if k == "secret_environment_variables"], (
             f"{fn}: secrets must come from env_spec.json (a dynamic block over local.function_secrets.{fn})"
-        assert sorted(k for d in dynamic for k in d) == \
-            ["direct_vpc_network_interface", "secret_environment_variables", "secret_volumes"], fn
+        )
+        assert sorted(k for d in dynamic for k in d) == [
+            "direct_vpc_network_interface",
+            "secret_environment_variables",
+            "secret_volumes",
+        ], fn
         for_each = {k: v["for_each"] for d in dynamic for k, v in d.items()}
-        assert for_each == {"secret_environment_variables": f"${{local.function_secrets.{fn}}}",
-                            "secret_volumes": f"${{local.function_secret_files.{fn}}}",
-                            "direct_vpc_network_interface": f"${{local.function_direct_vpc.{fn}}}"}, \
-            f"{fn}: secrets, secret files and Direct VPC must come from env_spec.json"
+        assert for_each == {
+            "secret_environment_variables": f"${{local.function_secrets.{fn}}}",
+            "secret_volumes": f"${{local.function_secret_files.{fn}}}",
+            "direct_vpc_network_interface": f"${{local.function_direct_vpc.{fn}}}",
+        }, f"{fn}: secrets, secret files and Direct VPC must come from env_spec.json"
         assert service["direct_vpc_egress"] == f"${{one(local.function_direct_vpc.{fn}[*].egress)}}", fn
         account_name = re.sub(r"\[0\]$", "", reference(service["service_account_email"]).split(".")[1])
         account = model.instances("google_service_account", account_name)[0]
@@ -171,21 +236,32 @@ def terraform_config(overrides: dict) -> dict:
         vpc = None
         if interfaces:
             (interface,) = interfaces
-            vpc = {"network": interface["network"], "subnetwork": interface["subnetwork"],
-                   "egress": evaluated["direct_vpc_egress"]}
+            vpc = {
+                "network": interface["network"],
+                "subnetwork": interface["subnetwork"],
+                "egress": evaluated["direct_vpc_egress"],
+            }
         else:
             assert evaluated["direct_vpc_egress"] is None, fn
         out[fn] = {
-            "env": env[fn], "secrets": secrets[fn], "secret_files": files, "vpc": vpc,
-            "ingress": service["ingress_settings"], "timeout": service["timeout_seconds"],
-            "runtime_account": account["email"], "entry_point": fn_block.first("build_config", "entry_point"),
+            "env": env[fn],
+            "secrets": secrets[fn],
+            "secret_files": files,
+            "vpc": vpc,
+            "ingress": service["ingress_settings"],
+            "timeout": service["timeout_seconds"],
+            "runtime_account": account["email"],
+            "entry_point": fn_block.first("build_config", "entry_point"),
             "invokers": set(),
         }
-        assert service["environment_variables"] == f"${{local.function_env.{fn}}}", \
+        assert service["environment_variables"] == f"${{local.function_env.{fn}}}", (
             f"{fn}: environment_variables must be local.function_env.{fn} (env_spec.json)"
+        )
     for block in resources("google_cloud_run_v2_service_iam_member"):
-        match = re.fullmatch(r"google_cloudfunctions2_function\.(\w+)(\[0\])?\.service_config\[0\]\.service",
-                             reference(block.body["name"]) or "")
+        match = re.fullmatch(
+            r"google_cloudfunctions2_function\.(\w+)(\[0\])?\.service_config\[0\]\.service",
+            reference(block.body["name"]) or "",
+        )
         assert match and block.body["role"] == "roles/run.invoker", block.address
         for instance in model.instances(block.type, block.name):
             out[match.group(1)]["invokers"].add(instance["member"])
@@ -196,7 +272,9 @@ def terraform_config(overrides: dict) -> dict:
         dead = blocks(sub["dead_letter_policy"])
         retry = blocks(sub["retry_policy"])
         out["_push"] = {
-            "name": sub["name"], "topic": sub["topic"], "endpoint": sub["push_config"][0]["push_endpoint"],
+            "name": sub["name"],
+            "topic": sub["topic"],
+            "endpoint": sub["push_config"][0]["push_endpoint"],
             "oidc_account": oidc[0]["service_account_email"] if oidc else None,
             "audience": oidc[0]["audience"] if oidc else None,
             "ack_deadline_s": sub["ack_deadline_seconds"],
@@ -204,12 +282,16 @@ def terraform_config(overrides: dict) -> dict:
             "max_backoff": retry[0]["maximum_backoff"] if retry else None,
             "dead_letter_topic": dead[0]["dead_letter_topic"] if dead else None,
             "max_delivery_attempts": str(dead[0]["max_delivery_attempts"]) if dead else None,
-            "dead_letter_forwarder": [g["member"] for g in model.instances(
-                "google_pubsub_subscription_iam_member", "dead_letter_notify_push_subscriber")],
+            "dead_letter_forwarder": [
+                g["member"]
+                for g in model.instances("google_pubsub_subscription_iam_member", "dead_letter_notify_push_subscriber")
+            ],
         }
     accessors = model.instances("google_iap_web_cloud_run_service_iam_member", "review_accessors")
-    out["_iap"] = {"enabled": bool(model.instances("google_cloudfunctions2_function", "review")),
-                   "accessors": sorted((a["member"], a["role"]) for a in accessors)}
+    out["_iap"] = {
+        "enabled": bool(model.instances("google_cloudfunctions2_function", "review")),
+        "accessors": sorted((a["member"], a["role"]) for a in accessors),
+    }
     return out
 
 
@@ -222,22 +304,33 @@ def seconds(duration: str) -> str:
 # ---------------------------------------------------------------- gcloud side
 def gcloud_config(tmp_path, overrides: dict) -> dict:
     tmp_path.mkdir(parents=True, exist_ok=True)
-    subs = {"_SOURCE_BUCKET": "proj-1-safesend-fn-src", "_MESSAGE_ID_DOMAIN": "mail.example.com",
-            "_DEFAULT_FROM": "Support <support@example.com>"}
+    subs = {
+        "_SOURCE_BUCKET": "proj-1-safesend-fn-src",
+        "_MESSAGE_ID_DOMAIN": "mail.example.com",
+        "_DEFAULT_FROM": "Support <support@example.com>",
+    }
     for variable, value in overrides.items():
         subs[VARIABLE_TO_SUBSTITUTION[variable]] = as_substitution(value)
     sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, subs)
     instance = json.dumps(sql_instance_description(sim.subs["_NAME_PREFIX"]))
-    sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0),
-                   (rf"sql instances describe {re.escape(sim.subs['_NAME_PREFIX'])}-jobs --format=json", instance, 0),
-                   (r"storage objects describe", "", 1),
-                   (r"indexes composite list", "[]\n", 0),
-                   (r"run services get-iam-policy", "\n", 0),
-                   (r"services identity create --service=iap\.googleapis\.com",
-                    f"service-{PROJECT_NUMBER}@gcp-sa-iap.iam.gserviceaccount.com\n", 0),
-                   (r"services identity create --service=pubsub\.googleapis\.com",
-                    f"service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com\n", 0),
-                   (r"pubsub subscriptions describe", "", 1)]
+    sim.answers = [
+        (r"projects describe", PROJECT_NUMBER + "\n", 0),
+        (rf"sql instances describe {re.escape(sim.subs['_NAME_PREFIX'])}-jobs --format=json", instance, 0),
+        (r"storage objects describe", "", 1),
+        (r"indexes composite list", "[]\n", 0),
+        (r"run services get-iam-policy", "\n", 0),
+        (
+            r"services identity create --service=iap\.googleapis\.com",
+            f"service-{PROJECT_NUMBER}@gcp-sa-iap.iam.gserviceaccount.com\n",
+            0,
+        ),
+        (
+            r"services identity create --service=pubsub\.googleapis\.com",
+            f"service-{PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com\n",
+            0,
+        ),
+        (r"pubsub subscriptions describe", "", 1),
+    ]
     (sim.workdir / "functions-source.sha256").write_text("abc123 functions-source.zip\n")
     (sim.workdir / "functions-source.zip").write_bytes(b"PK")
     for step in ("render-config", "upload-and-index", "deploy-functions"):
@@ -248,12 +341,32 @@ def gcloud_config(tmp_path, overrides: dict) -> dict:
     for call in deploys:
         fn = call[3].split("-")[-1]
         f = flags(call)
-        allowed = {"gen2", "quiet", "region", "runtime", "source", "entry-point", "trigger-http",
-                   "no-allow-unauthenticated", "service-account", "build-service-account", "docker-repository",
-                   "ingress-settings", "timeout", "env-vars-file", "set-secrets", "clear-secrets",
-                   "max-instances", "concurrency", "memory", "network", "subnet"}
-        assert set(f) <= allowed, \
+        allowed = {
+            "gen2",
+            "quiet",
+            "region",
+            "runtime",
+            "source",
+            "entry-point",
+            "trigger-http",
+            "no-allow-unauthenticated",
+            "service-account",
+            "build-service-account",
+            "docker-repository",
+            "ingress-settings",
+            "timeout",
+            "env-vars-file",
+            "set-secrets",
+            "clear-secrets",
+            "max-instances",
+            "concurrency",
+            "memory",
+            "network",
+            "subnet",
+        }
+        assert set(f) <= allowed, (
             f"{fn}: gcloud deploy sets more than env_spec.json renders: {sorted(set(f) - allowed)}"
+        )
         assert f["env-vars-file"] == f"deploy-config/{fn}.env.yaml", fn
         secrets, files = {}, {}
         if "set-secrets" in f:
@@ -270,15 +383,25 @@ def gcloud_config(tmp_path, overrides: dict) -> dict:
         vpc = None
         if "network" in f or "subnet" in f:
             # no egress flag: the Cloud Functions API's default, private ranges only
-            vpc = {"network": f.get("network"), "subnetwork": f.get("subnet"),
-                   "egress": "VPC_EGRESS_PRIVATE_RANGES_ONLY"}
+            vpc = {
+                "network": f.get("network"),
+                "subnetwork": f.get("subnet"),
+                "egress": "VPC_EGRESS_PRIVATE_RANGES_ONLY",
+            }
         out[fn] = {
-            "env": read_env_yaml(sim.workdir / str(f["env-vars-file"])), "secrets": secrets,
-            "secret_files": files, "vpc": vpc,
-            "ingress": {"all": "ALLOW_ALL", "internal-only": "ALLOW_INTERNAL_ONLY",
-                        "internal-and-gclb": "ALLOW_INTERNAL_AND_GCLB"}[f["ingress-settings"]],
+            "env": read_env_yaml(sim.workdir / str(f["env-vars-file"])),
+            "secrets": secrets,
+            "secret_files": files,
+            "vpc": vpc,
+            "ingress": {
+                "all": "ALLOW_ALL",
+                "internal-only": "ALLOW_INTERNAL_ONLY",
+                "internal-and-gclb": "ALLOW_INTERNAL_AND_GCLB",
+            }[f["ingress-settings"]],
             "timeout": int(str(f["timeout"]).rstrip("s")),
-            "runtime_account": f["service-account"], "entry_point": f["entry-point"], "invokers": set(),
+            "runtime_account": f["service-account"],
+            "entry_point": f["entry-point"],
+            "invokers": set(),
         }
     for call in sim.calls():
         if call[:3] == ["gcloud", "functions", "add-invoker-policy-binding"]:
@@ -288,26 +411,50 @@ def gcloud_config(tmp_path, overrides: dict) -> dict:
     assert len(creates) <= 1
     for call in creates:
         f = flags(call)
-        allowed = {"topic", "push-endpoint", "push-auth-service-account", "push-auth-token-audience", "ack-deadline",
-                   "min-retry-delay", "max-retry-delay", "dead-letter-topic", "max-delivery-attempts",
-                   "expiration-period", "message-retention-duration"}
+        allowed = {
+            "topic",
+            "push-endpoint",
+            "push-auth-service-account",
+            "push-auth-token-audience",
+            "ack-deadline",
+            "min-retry-delay",
+            "max-retry-delay",
+            "dead-letter-topic",
+            "max-delivery-attempts",
+            "expiration-period",
+            "message-retention-duration",
+        }
         assert set(f) <= allowed, sorted(set(f) - allowed)
         out["_push"] = {
-            "name": call[4], "topic": f.get("topic"), "endpoint": f.get("push-endpoint"),
-            "oidc_account": f.get("push-auth-service-account"), "audience": f.get("push-auth-token-audience"),
+            "name": call[4],
+            "topic": f.get("topic"),
+            "endpoint": f.get("push-endpoint"),
+            "oidc_account": f.get("push-auth-service-account"),
+            "audience": f.get("push-auth-token-audience"),
             "ack_deadline_s": int(f["ack-deadline"]) if "ack-deadline" in f else None,
-            "min_backoff": f.get("min-retry-delay"), "max_backoff": f.get("max-retry-delay"),
-            "dead_letter_topic": f.get("dead-letter-topic"), "max_delivery_attempts": f.get("max-delivery-attempts"),
-            "dead_letter_forwarder": [flags(c)["member"] for c in sim.calls()
-                                      if c[:4] == ["gcloud", "pubsub", "subscriptions", "add-iam-policy-binding"]
-                                      and c[4] == call[4] and flags(c).get("role") == "roles/pubsub.subscriber"],
+            "min_backoff": f.get("min-retry-delay"),
+            "max_backoff": f.get("max-retry-delay"),
+            "dead_letter_topic": f.get("dead-letter-topic"),
+            "max_delivery_attempts": f.get("max-delivery-attempts"),
+            "dead_letter_forwarder": [
+                flags(c)["member"]
+                for c in sim.calls()
+                if c[:4] == ["gcloud", "pubsub", "subscriptions", "add-iam-policy-binding"]
+                and c[4] == call[4]
+                and flags(c).get("role") == "roles/pubsub.subscriber"
+            ],
         }
         assert f.get("expiration-period") == "never" and seconds(f["message-retention-duration"]) == "604800s"
     enabled = [c for c in sim.calls() if c[:5] == ["gcloud", "beta", "run", "services", "update"] and "--iap" in c]
-    out["_iap"] = {"enabled": bool(enabled),
-                   "accessors": sorted((flags(c)["member"], flags(c)["role"]) for c in sim.calls()
-                                       if c[:4] == ["gcloud", "iap", "web", "add-iam-policy-binding"]
-                                       and flags(c).get("resource-type") == "cloud-run")}
+    out["_iap"] = {
+        "enabled": bool(enabled),
+        "accessors": sorted(
+            (flags(c)["member"], flags(c)["role"])
+            for c in sim.calls()
+            if c[:4] == ["gcloud", "iap", "web", "add-iam-policy-binding"]
+            and flags(c).get("resource-type") == "cloud-run"
+        ),
+    }
     out["_calls"] = sim.calls()
     return out
 
@@ -322,19 +469,32 @@ def test_both_deploy_paths_give_every_function_the_same_configuration(scenario, 
         tf, gc = terraform.pop(key), gcloud.pop(key)
         if key == "_push" and tf is not None and gc is not None:
             tf = {**tf, "min_backoff": seconds(tf["min_backoff"]), "max_backoff": seconds(tf["max_backoff"])}
-            gc = {**gc, "min_backoff": seconds(gc["min_backoff"] or "0s"),
-                  "max_backoff": seconds(gc["max_backoff"] or "0s")}
+            gc = {
+                **gc,
+                "min_backoff": seconds(gc["min_backoff"] or "0s"),
+                "max_backoff": seconds(gc["max_backoff"] or "0s"),
+            }
         assert tf == gc, f"{scenario}: {key} differs: terraform {tf!r}, gcloud {gc!r}"
     assert sorted(gcloud) == sorted(terraform), "both paths deploy the same functions"
     if overrides.get("reviewers_enabled"):
         assert {"notify", "review"} <= set(terraform), scenario
     for fn in terraform:
-        for key in ("env", "secrets", "secret_files", "vpc", "ingress", "timeout", "runtime_account", "entry_point",
-                    "invokers"):
+        for key in (
+            "env",
+            "secrets",
+            "secret_files",
+            "vpc",
+            "ingress",
+            "timeout",
+            "runtime_account",
+            "entry_point",
+            "invokers",
+        ):
             tf, gc = terraform[fn][key], gcloud[fn][key]
             if key == "env":
-                differ = {name: (tf.get(name), gc.get(name))
-                          for name in set(tf) | set(gc) if tf.get(name) != gc.get(name)}
+                differ = {
+                    name: (tf.get(name), gc.get(name)) for name in set(tf) | set(gc) if tf.get(name) != gc.get(name)
+                }
                 assert not differ, f"{scenario}/{fn}: variables differ (terraform, gcloud): {differ}"
             assert tf == gc, f"{scenario}/{fn}: {key} differs: terraform {tf!r}, gcloud {gc!r}"
 
@@ -348,25 +508,32 @@ def test_terraform_expressions_render_the_spec_exactly_as_env_spec_py(scenario):
     module = env_spec()
     rendered = module.render(module.load(), facts)
     assert rendered.env == model.local("function_env")
-    assert {fn: {k: (v["secret_id"], v["version"]) for k, v in m.items()}
-            for fn, m in model.local("function_secrets").items()} == rendered.secrets
-    assert {fn: {path: (v["secret_id"], v["version"]) for path, v in m.items()}
-            for fn, m in model.local("function_secret_files").items()} == rendered.secret_files
-    assert {fn: (vpc[0] if vpc else None) for fn, vpc in model.local("function_direct_vpc").items()} == \
-        rendered.direct_vpc
+    assert {
+        fn: {k: (v["secret_id"], v["version"]) for k, v in m.items()}
+        for fn, m in model.local("function_secrets").items()
+    } == rendered.secrets
+    assert {
+        fn: {path: (v["secret_id"], v["version"]) for path, v in m.items()}
+        for fn, m in model.local("function_secret_files").items()
+    } == rendered.secret_files
+    assert {
+        fn: (vpc[0] if vpc else None) for fn, vpc in model.local("function_direct_vpc").items()
+    } == rendered.direct_vpc
 
 
 def test_gcloud_substitution_defaults_are_the_terraform_variable_defaults():
     from .support import CLOUDBUILD_FILES, parsed_yaml
+
     subs = parsed_yaml(*CLOUDBUILD_FILES)["cloudbuild-gcloud.yaml"]["substitutions"]
     variables = top_level("variable", MODULE)
     for variable, substitution in VARIABLE_TO_SUBSTITUTION.items():
         assert "default" in variables[variable] or substitution in ("_MESSAGE_ID_DOMAIN", "_DEFAULT_FROM")
         if "default" not in variables[variable]:
             continue
-        assert str(subs[substitution]) == as_substitution(variables[variable]["default"]), \
-            f"{substitution} default {subs[substitution]!r} vs var.{variable} default " \
+        assert str(subs[substitution]) == as_substitution(variables[variable]["default"]), (
+            f"{substitution} default {subs[substitution]!r} vs var.{variable} default "
             f"{variables[variable]['default']!r}"
+        )
 
 
 def test_every_fact_is_fed_by_a_variable_here_and_a_substitution_there():
@@ -380,10 +547,12 @@ def test_every_fact_is_fed_by_a_variable_here_and_a_substitution_there():
             continue
         assert re.fullmatch(plain, expr), f"env_facts.{name} = {expr}: keep facts plain references to variables"
     from .support import CLOUDBUILD_FILES, parsed_yaml
+
     render = {s["id"]: s for s in parsed_yaml(*CLOUDBUILD_FILES)["cloudbuild-gcloud.yaml"]["steps"]}["render-config"]
     fed = {item.split("=", 1)[0].removeprefix("SAFESEND_FACT_") for item in render["env"]}
-    assert fed | {"project_number", "postgres_host"} == set(spec["facts"]), \
+    assert fed | {"project_number", "postgres_host"} == set(spec["facts"]), (
         "render-config must feed every fact (project number, the instance's private IP: read with gcloud)"
+    )
     script = render["args"][-1]
     assert "export SAFESEND_FACT_project_number" in script and "export SAFESEND_FACT_postgres_host" in script
 
@@ -399,8 +568,10 @@ def test_spec_is_valid_and_names_what_the_module_creates():
     assert values["review_topic"] == model.instances("google_pubsub_topic", "review")[0]["id"]
     assert values["sa_tasks_invoker"] == model.instances("google_service_account", "tasks_invoker")[0]["email"]
     assert values["sa_scheduler_invoker"] == model.instances("google_service_account", "scheduler_invoker")[0]["email"]
-    assert ModuleModel({"create_n8n_invoker_service_account": True}).local("env_values")["n8n_invoker_email"] == \
-        model.instances("google_service_account", "n8n_invoker")[0]["email"]
+    assert (
+        ModuleModel({"create_n8n_invoker_service_account": True}).local("env_values")["n8n_invoker_email"]
+        == model.instances("google_service_account", "n8n_invoker")[0]["email"]
+    )
     for fn in spec["functions"]:
         assert values[f"url_{fn}"] == model.local("function_urls")[fn]
     reviewers = ModuleModel(REVIEWERS)
@@ -418,12 +589,20 @@ def test_spec_is_valid_and_names_what_the_module_creates():
         assert any(b.name == name for b in block), f"no google_secret_manager_secret.{name}"
         rendered = module.substitute(spec, template, values, name)
         assert rendered == model.local("secret_ids")[name] or model.local("secret_ids")[name] is None
-        everything_on = ModuleModel({"gmail_delegated_user": "", "public_callers": True,
-                                     "callback_allowed_hosts": ["n8n.example.com"], **REVIEWERS,
-                                     "notify_chat_webhook": True, "notify_slack_webhook": True,
-                                     "job_store": "postgres"})
+        everything_on = ModuleModel(
+            {
+                "gmail_delegated_user": "",
+                "public_callers": True,
+                "callback_allowed_hosts": ["n8n.example.com"],
+                **REVIEWERS,
+                "notify_chat_webhook": True,
+                "notify_slack_webhook": True,
+                "job_store": "postgres",
+            }
+        )
         assert everything_on.local("secret_ids")[name] == module.substitute(
-            spec, template, everything_on.local("env_values"), name)
+            spec, template, everything_on.local("env_values"), name
+        )
     # the PostgreSQL job store: the spec's instance, network, subnet and users are the module's
     postgres = ModuleModel({**REVIEWERS, "job_store": "postgres"})
     pg = postgres.local("env_values")
@@ -435,8 +614,10 @@ def test_spec_is_valid_and_names_what_the_module_creates():
     assert users == {fn: pg[f"pg_user_{fn}"] for fn in spec["functions"]}, "the spec's DSN users are the database users"
     for fn, user in users.items():
         assert user == postgres.local("postgres_accounts")[fn].removesuffix(".gserviceaccount.com"), fn
-    assert postgres.local("env_facts")["postgres_host"] == \
-        postgres.instances("google_sql_database_instance", "jobs")[0]["private_ip_address"]
+    assert (
+        postgres.local("env_facts")["postgres_host"]
+        == postgres.instances("google_sql_database_instance", "jobs")[0]["private_ip_address"]
+    )
     dsn_files = {re.search(r"sslrootcert=(\S+)", pg[f"pg_dsn_{fn}"]).group(1) for fn in spec["functions"]}
     assert dsn_files == set(spec["secret_files"]), "every DSN verifies the server with the mounted CA file"
     assert spec["direct_vpc"]["enabled_by"] == "postgres" and spec["direct_vpc"]["functions"] == spec["functions"]
@@ -449,11 +630,15 @@ def test_spec_is_valid_and_names_what_the_module_creates():
 
 def code_env_names() -> set[str]:
     import ast
+
     names = set()
     for source in FUNCTIONS.rglob("*.py"):
         for node in ast.walk(ast.parse(source.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                    and re.fullmatch(r"SAFESEND_\w+", node.value):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and re.fullmatch(r"SAFESEND_\w+", node.value)
+            ):
                 names.add(node.value)
     return names | {"GOOGLE_CLOUD_PROJECT"}
 
@@ -462,8 +647,12 @@ def test_the_spec_sets_only_variables_the_code_reads():
     spec = env_spec().load()
     unknown = (set(spec["env"]) | set(spec["secrets"])) - code_env_names()
     assert not unknown, f"env_spec.json sets variables the code in functions/ does not read: {sorted(unknown)}"
-    for name in ("SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS", "SAFESEND_AUTH_INTERNAL_INVOKERS", "SAFESEND_AUTH_AUDIENCES",
-                 "SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM"):
+    for name in (
+        "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS",
+        "SAFESEND_AUTH_INTERNAL_INVOKERS",
+        "SAFESEND_AUTH_AUDIENCES",
+        "SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM",
+    ):
         assert set(spec["env"][name]) == set(spec["functions"]), f"{name} must reach every function"
 
 
@@ -475,8 +664,9 @@ def test_the_gcloud_path_is_checked_by_running_it(tmp_path):
     create = next(i for i, c in enumerate(order) if c.startswith("firestore indexes composite"))
     first_deploy = next(i for i, c in enumerate(order) if c.startswith("functions deploy"))
     assert create < first_deploy
-    assert sorted(c[3] for c in calls if c[:3] == ["gcloud", "functions", "deploy"]) == \
-        sorted(f"safesend-{fn}" for fn in ("send", "reconcile", "sweep", "status"))
+    assert sorted(c[3] for c in calls if c[:3] == ["gcloud", "functions", "deploy"]) == sorted(
+        f"safesend-{fn}" for fn in ("send", "reconcile", "sweep", "status")
+    )
     assert not [c for c in calls if "pubsub" in c or "iap" in " ".join(c)]
 
 
@@ -494,16 +684,34 @@ def test_the_gcloud_reviewer_side_deploys_then_wires_push_and_iap(tmp_path):
     assert not [c for c in text if "allUsers" in c]
 
 
-@pytest.mark.parametrize("members", ["", "allUsers", "group:ok@example.com,allAuthenticatedUsers",
-                                     "serviceAccount:x@p.iam.gserviceaccount.com"])
+@pytest.mark.parametrize(
+    "members",
+    ["", "allUsers", "group:ok@example.com,allAuthenticatedUsers", "serviceAccount:x@p.iam.gserviceaccount.com"],
+)
 def test_the_gcloud_console_needs_people_to_let_through_and_never_the_public(tmp_path, members):
-    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, {
-        "_SOURCE_BUCKET": "b", "_MESSAGE_ID_DOMAIN": "mail.example.com", "_DEFAULT_FROM": "S <s@example.com>",
-        "_REVIEWERS": "true", "_REVIEW_ALLOWED_EMAILS": "ann@example.com", "_REVIEW_IAP_MEMBERS": members})
-    sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0), (r"storage objects describe", "", 1),
-                   (r"indexes composite list", "[]\n", 0), (r"run services get-iam-policy", "\n", 0),
-                   (r"services identity create --service=iap",
-                    f"service-{PROJECT_NUMBER}@gcp-sa-iap.iam.gserviceaccount.com\n", 0)]
+    sim = Sim.create(
+        "cloudbuild-gcloud.yaml",
+        tmp_path,
+        {
+            "_SOURCE_BUCKET": "b",
+            "_MESSAGE_ID_DOMAIN": "mail.example.com",
+            "_DEFAULT_FROM": "S <s@example.com>",
+            "_REVIEWERS": "true",
+            "_REVIEW_ALLOWED_EMAILS": "ann@example.com",
+            "_REVIEW_IAP_MEMBERS": members,
+        },
+    )
+    sim.answers = [
+        (r"projects describe", PROJECT_NUMBER + "\n", 0),
+        (r"storage objects describe", "", 1),
+        (r"indexes composite list", "[]\n", 0),
+        (r"run services get-iam-policy", "\n", 0),
+        (
+            r"services identity create --service=iap",
+            f"service-{PROJECT_NUMBER}@gcp-sa-iap.iam.gserviceaccount.com\n",
+            0,
+        ),
+    ]
     (sim.workdir / "functions-source.sha256").write_text("abc123 functions-source.zip\n")
     (sim.workdir / "functions-source.zip").write_bytes(b"PK")
     for step in ("render-config", "upload-and-index"):
@@ -514,13 +722,25 @@ def test_the_gcloud_console_needs_people_to_let_through_and_never_the_public(tmp
 
 
 def test_the_gcloud_path_refuses_an_iap_agent_it_did_not_render(tmp_path):
-    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, {
-        "_SOURCE_BUCKET": "b", "_MESSAGE_ID_DOMAIN": "mail.example.com", "_DEFAULT_FROM": "S <s@example.com>",
-        "_REVIEWERS": "true", "_REVIEW_ALLOWED_EMAILS": "ann@example.com",
-        "_REVIEW_IAP_MEMBERS": "group:r@example.com"})
-    sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0), (r"storage objects describe", "", 1),
-                   (r"indexes composite list", "[]\n", 0), (r"run services get-iam-policy", "\n", 0),
-                   (r"services identity create --service=iap", "service-999@gcp-sa-iap.iam.gserviceaccount.com\n", 0)]
+    sim = Sim.create(
+        "cloudbuild-gcloud.yaml",
+        tmp_path,
+        {
+            "_SOURCE_BUCKET": "b",
+            "_MESSAGE_ID_DOMAIN": "mail.example.com",
+            "_DEFAULT_FROM": "S <s@example.com>",
+            "_REVIEWERS": "true",
+            "_REVIEW_ALLOWED_EMAILS": "ann@example.com",
+            "_REVIEW_IAP_MEMBERS": "group:r@example.com",
+        },
+    )
+    sim.answers = [
+        (r"projects describe", PROJECT_NUMBER + "\n", 0),
+        (r"storage objects describe", "", 1),
+        (r"indexes composite list", "[]\n", 0),
+        (r"run services get-iam-policy", "\n", 0),
+        (r"services identity create --service=iap", "service-999@gcp-sa-iap.iam.gserviceaccount.com\n", 0),
+    ]
     (sim.workdir / "functions-source.sha256").write_text("abc123 functions-source.zip\n")
     (sim.workdir / "functions-source.zip").write_bytes(b"PK")
     for step in ("render-config", "upload-and-index"):
@@ -542,14 +762,19 @@ def test_the_gcloud_path_uses_the_sql_instance_only_with_postgres(tmp_path):
     describe = next(i for i, c in enumerate(calls) if c[1:4] == ["sql", "instances", "describe"])
     first_deploy = next(i for i, c in enumerate(calls) if c[1:3] == ["functions", "deploy"])
     assert describe < first_deploy and calls[describe][4] == "safesend-jobs"
-    assert not [c for c in calls if c[1:2] == ["sql"] and c[2:4] != ["instances", "describe"]], \
+    assert not [c for c in calls if c[1:2] == ["sql"] and c[2:4] != ["instances", "describe"]], (
         "the gcloud path never changes the instance"
+    )
     for fn in ("send", "reconcile", "sweep", "status"):
         assert f"host={SQL_PRIVATE_IP} " in config[fn]["env"]["SAFESEND_POSTGRES_DSN"], fn
-        assert config[fn]["vpc"] == {"network": "safesend-vpc", "subnetwork": "safesend-functions",
-                                     "egress": "VPC_EGRESS_PRIVATE_RANGES_ONLY"}, fn
-        assert config[fn]["secret_files"] == {"/etc/secrets/cloudsql/server-ca.pem":
-                                              ("safesend-cloudsql-server-ca", "latest")}, fn
+        assert config[fn]["vpc"] == {
+            "network": "safesend-vpc",
+            "subnetwork": "safesend-functions",
+            "egress": "VPC_EGRESS_PRIVATE_RANGES_ONLY",
+        }, fn
+        assert config[fn]["secret_files"] == {
+            "/etc/secrets/cloudsql/server-ca.pem": ("safesend-cloudsql-server-ca", "latest")
+        }, fn
 
 
 UNFIT_INSTANCES = {
@@ -569,21 +794,37 @@ UNFIT_INSTANCES = {
 def test_the_gcloud_path_refuses_an_unfit_sql_instance(tmp_path, problem):
     """The gcloud path does not create the instance; it refuses to deploy against one that lacks
     what the DSN relies on (IAM database authentication, TLS only, its private network, ...)."""
-    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, {
-        "_SOURCE_BUCKET": "b", "_MESSAGE_ID_DOMAIN": "mail.example.com", "_DEFAULT_FROM": "S <s@example.com>",
-        "_JOB_STORE": "postgres"})
+    sim = Sim.create(
+        "cloudbuild-gcloud.yaml",
+        tmp_path,
+        {
+            "_SOURCE_BUCKET": "b",
+            "_MESSAGE_ID_DOMAIN": "mail.example.com",
+            "_DEFAULT_FROM": "S <s@example.com>",
+            "_JOB_STORE": "postgres",
+        },
+    )
     instance = json.dumps(sql_instance_description("safesend", **UNFIT_INSTANCES[problem]))
-    sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0),
-                   (r"sql instances describe safesend-jobs", instance, 0)]
+    sim.answers = [
+        (r"projects describe", PROJECT_NUMBER + "\n", 0),
+        (r"sql instances describe safesend-jobs", instance, 0),
+    ]
     proc = sim.run("render-config")
     assert proc.returncode != 0 and "Cloud SQL instance" in proc.stderr, proc.stderr
     assert not (sim.workdir / "deploy-config" / "send.env.yaml").exists()
 
 
 def test_the_gcloud_path_refuses_an_unknown_job_store(tmp_path):
-    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, {
-        "_SOURCE_BUCKET": "b", "_MESSAGE_ID_DOMAIN": "mail.example.com", "_DEFAULT_FROM": "S <s@example.com>",
-        "_JOB_STORE": "Postgres"})
+    sim = Sim.create(
+        "cloudbuild-gcloud.yaml",
+        tmp_path,
+        {
+            "_SOURCE_BUCKET": "b",
+            "_MESSAGE_ID_DOMAIN": "mail.example.com",
+            "_DEFAULT_FROM": "S <s@example.com>",
+            "_JOB_STORE": "Postgres",
+        },
+    )
     sim.answers = [(r"projects describe", PROJECT_NUMBER + "\n", 0)]
     proc = sim.run("render-config")
     assert proc.returncode != 0 and "_JOB_STORE" in proc.stderr
@@ -595,6 +836,7 @@ def test_gcloud_relies_on_the_api_default_egress_which_is_private_ranges_only():
     from pathlib import Path
 
     import googleapiclient
+
     doc = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents" / "cloudfunctions.v2.json"
     field = json.loads(doc.read_text())["schemas"]["ServiceConfig"]["properties"]["directVpcEgress"]
     assert "defaults to VPC_EGRESS_PRIVATE_RANGES_ONLY" in field["description"]
@@ -602,8 +844,11 @@ def test_gcloud_relies_on_the_api_default_egress_which_is_private_ranges_only():
     assert env_spec().load()["direct_vpc"]["egress"] == "VPC_EGRESS_PRIVATE_RANGES_ONLY"
 
 
-@pytest.mark.parametrize("overrides", [{}, {"name_prefix": "ss-prod", "project_id": "acme-mail"}, REVIEWERS],
-                         ids=["default", "prefix-project", "reviewers"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"name_prefix": "ss-prod", "project_id": "acme-mail"}, REVIEWERS],
+    ids=["default", "prefix-project", "reviewers"],
+)
 def test_the_gcloud_path_renders_the_same_setup_sql_as_terraform(overrides):
     """The one-time grants SQL: `env_spec.py postgres-setup-sql` (the gcloud path, infra/README.md)
     prints exactly the module's output postgres_setup_sql, so it grants the very users
@@ -619,7 +864,12 @@ def test_the_gcloud_path_renders_the_same_setup_sql_as_terraform(overrides):
     assert f"-c role={spec.POSTGRES_OWNER_ROLE}" in dsn and f"-c search_path={spec.POSTGRES_SCHEMA}" in dsn
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, str(SPEC_MODULE), "postgres-setup-sql",
-                          *[f"--fact={k}={v}" for k, v in facts.items()]],
-                         capture_output=True, text=True, check=True, timeout=60).stdout
+
+    out = subprocess.run(
+        [sys.executable, str(SPEC_MODULE), "postgres-setup-sql", *[f"--fact={k}={v}" for k, v in facts.items()]],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     assert out == model.local("postgres_setup_sql") + "\n"

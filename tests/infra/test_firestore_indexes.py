@@ -71,7 +71,7 @@ def required_index(query: dict) -> list[tuple[str, str]] | None:
 def default_collection() -> str:
     init = next(n for n in _store_class().body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     args = init.args
-    defaults = dict(zip([a.arg for a in args.args][-len(args.defaults):], args.defaults, strict=False))
+    defaults = dict(zip([a.arg for a in args.args][-len(args.defaults) :], args.defaults, strict=False))
     return ast.literal_eval(defaults["collection"])
 
 
@@ -98,12 +98,17 @@ def test_terraform_declares_exactly_the_needed_indexes_on_the_jobs_collection():
     assert sorted(declared) == sorted(expected())
     import importlib.util
     import sys
+
     spec = importlib.util.spec_from_file_location("env_spec_for_index", INFRA / "env_spec.py")
     env_spec = importlib.util.module_from_spec(spec)
     sys.modules["env_spec_for_index"] = env_spec
     spec.loader.exec_module(env_spec)
-    assert top_level("variable", MODULE)["jobs_collection"]["default"] == default_collection() \
-        == env_spec.DEFAULT_JOBS_COLLECTION == "ai_jobs"
+    assert (
+        top_level("variable", MODULE)["jobs_collection"]["default"]
+        == default_collection()
+        == env_spec.DEFAULT_JOBS_COLLECTION
+        == "ai_jobs"
+    )
 
 
 def test_terraform_indexes_the_collection_the_functions_use():
@@ -145,8 +150,7 @@ def test_no_ttl_policy_because_the_code_sets_no_expiry_field():
 
 
 def run_index_step(tmp_path, listing: str, extra: list | None = None, collection: str = "mail_jobs"):
-    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, {"_JOBS_COLLECTION": collection,
-                                                           "_SOURCE_BUCKET": "b"})
+    sim = Sim.create("cloudbuild-gcloud.yaml", tmp_path, {"_JOBS_COLLECTION": collection, "_SOURCE_BUCKET": "b"})
     (sim.workdir / "deploy-config").mkdir()
     (sim.workdir / "functions-source.sha256").write_text("abc functions-source.zip\n")
     sim.answers = [*(extra or []), (r"storage objects describe", "", 0), (r"indexes composite list", listing, 0)]
@@ -154,11 +158,20 @@ def run_index_step(tmp_path, listing: str, extra: list | None = None, collection
 
 
 def index_json(collection: str, state: str) -> str:
-    return json.dumps([{"name": f"projects/p/databases/(default)/collectionGroups/{collection}/indexes/IDX",
-                        "queryScope": "COLLECTION", "state": state,
-                        "fields": [{"fieldPath": "state", "order": "ASCENDING"},
-                                   {"fieldPath": "next_check_at", "order": "ASCENDING"},
-                                   {"fieldPath": "__name__", "order": "ASCENDING"}]}])
+    return json.dumps(
+        [
+            {
+                "name": f"projects/p/databases/(default)/collectionGroups/{collection}/indexes/IDX",
+                "queryScope": "COLLECTION",
+                "state": state,
+                "fields": [
+                    {"fieldPath": "state", "order": "ASCENDING"},
+                    {"fieldPath": "next_check_at", "order": "ASCENDING"},
+                    {"fieldPath": "__name__", "order": "ASCENDING"},
+                ],
+            }
+        ]
+    )
 
 
 def creates(sim: Sim) -> list[list[str]]:
@@ -172,8 +185,10 @@ def test_gcloud_creates_the_index_on_the_configured_collection_and_waits_for_it(
     assert len(calls) == len(expected())
     for call in calls:
         assert "--collection-group=mail_jobs" in call and "--async" not in call
-    assert ["--field-config=field-path=state,order=ascending",
-            "--field-config=field-path=next_check_at,order=ascending"] in [c[-2:] for c in calls]
+    assert [
+        "--field-config=field-path=state,order=ascending",
+        "--field-config=field-path=next_check_at,order=ascending",
+    ] in [c[-2:] for c in calls]
 
 
 def test_gcloud_leaves_a_ready_index_alone(tmp_path):
@@ -188,8 +203,9 @@ def test_an_index_on_another_collection_does_not_count(tmp_path):
 
 
 def test_gcloud_waits_for_an_index_being_built(tmp_path):
-    sim, proc = run_index_step(tmp_path, index_json("mail_jobs", "CREATING"),
-                               [(r"indexes composite describe", "READY\n", 0)])
+    sim, proc = run_index_step(
+        tmp_path, index_json("mail_jobs", "CREATING"), [(r"indexes composite describe", "READY\n", 0)]
+    )
     assert proc.returncode == 0 and len(creates(sim)) == len(expected()) - 1
     assert any(c[1:5] == ["firestore", "indexes", "composite", "describe"] for c in sim.calls())
 

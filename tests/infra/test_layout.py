@@ -11,14 +11,30 @@ import pytest
 from .support import ENVS, INFRA, MODULE, parsed_hcl, top_level
 
 REQUIRED_INPUTS = {"project_id", "message_id_domain", "default_from"}
-NEEDED_OUTPUTS = {"send_url", "status_url", "review_topic", "review_subscription", "review_dead_letter_topic",
-                  "tasks_queue", "n8n_invoker_service_account_email",
-                  # the reviewer side: where notify is, where reviewers go, the service IAP is switched on for
-                  "notify_url", "review_url", "review_service", "review_iap_audience", "notify_push_subscription",
-                  "review_csrf_secret", "notify_chat_webhook_secret", "notify_slack_webhook_secret",
-                  # the PostgreSQL job store: where it is, who logs in, the one manual step
-                  "postgres_instance", "postgres_connection_name", "postgres_private_ip", "postgres_users",
-                  "postgres_setup_sql"}
+NEEDED_OUTPUTS = {
+    "send_url",
+    "status_url",
+    "review_topic",
+    "review_subscription",
+    "review_dead_letter_topic",
+    "tasks_queue",
+    "n8n_invoker_service_account_email",
+    # the reviewer side: where notify is, where reviewers go, the service IAP is switched on for
+    "notify_url",
+    "review_url",
+    "review_service",
+    "review_iap_audience",
+    "notify_push_subscription",
+    "review_csrf_secret",
+    "notify_chat_webhook_secret",
+    "notify_slack_webhook_secret",
+    # the PostgreSQL job store: where it is, who logs in, the one manual step
+    "postgres_instance",
+    "postgres_connection_name",
+    "postgres_private_ip",
+    "postgres_users",
+    "postgres_setup_sql",
+}
 
 
 @pytest.mark.parametrize("path", [MODULE] + [INFRA / "envs" / e for e in ENVS], ids=lambda p: p.name)
@@ -52,11 +68,13 @@ def test_environment_passes_every_variable_to_the_module_and_nothing_unknown(env
     assert arguments <= module_variables, f"{env}: unknown module arguments {arguments - module_variables}"
     assert all(call[a] == f"${{var.{a}}}" for a in arguments), f"{env}: pass variables through unchanged"
     used_elsewhere = {"environment", "labels"}  # provider block
-    assert variables == arguments | used_elsewhere, f"{env}: unused {variables - arguments - used_elsewhere}, " \
-                                                     f"undeclared {arguments - variables}"
+    assert variables == arguments | used_elsewhere, (
+        f"{env}: unused {variables - arguments - used_elsewhere}, undeclared {arguments - variables}"
+    )
     for name in module_variables - arguments:
-        assert "default" in top_level("variable", MODULE)[name], \
+        assert "default" in top_level("variable", MODULE)[name], (
             f"{env}: module input {name} is neither passed nor defaulted"
+        )
 
 
 @pytest.mark.parametrize("env", ENVS)

@@ -31,8 +31,14 @@ from .tfmodel import PROJECT_NUMBER, SQL_PRIVATE_IP, ModuleModel
 PRIMITIVE_ROLES = re.compile(r"roles/(owner|editor|viewer)\b")
 PUBLIC_MEMBERS = re.compile(r"\ballUsers\b|\ballAuthenticatedUsers\b")
 # Settings of local stacks and tests only (config.py / reviewer_auth.py): never in deployed configuration.
-FORBIDDEN_ENV = ("SAFESEND_AUTH_DISABLED", "SAFESEND_ENABLE_FAULT_INJECTION", "SAFESEND_REVIEW_DEV_IDENTITY",
-                 "SAFESEND_AUTH_INTERNAL_API_KEYS", "SAFESEND_TASKS_API_KEY", "SAFESEND_CALLBACK_ALLOW_HTTP")
+FORBIDDEN_ENV = (
+    "SAFESEND_AUTH_DISABLED",
+    "SAFESEND_ENABLE_FAULT_INJECTION",
+    "SAFESEND_REVIEW_DEV_IDENTITY",
+    "SAFESEND_AUTH_INTERNAL_API_KEYS",
+    "SAFESEND_TASKS_API_KEY",
+    "SAFESEND_CALLBACK_ALLOW_HTTP",
+)
 FUNCTION = "google_cloudfunctions2_function"
 INTERNAL = {"reconcile", "sweep", "notify"}
 REVIEWER_FUNCTIONS = ("notify", "review")
@@ -42,14 +48,20 @@ OUTBOX_DELIVERERS = ("reconcile", "sweep", "notify", "review")
 SERVICE_REF = re.compile(r"google_cloudfunctions2_function\.(\w+)(\[0\])?\.service_config\[0\]\.service")
 IAM_TYPE = re.compile(r"^google_.*_iam_(member|binding|policy)$")
 # Everything the PostgreSQL job store adds; none of it exists with Firestore (the default).
-POSTGRES_RESOURCES = (("google_sql_database_instance", "jobs"), ("google_sql_database", "safesend"),
-                      ("google_sql_user", "functions"), ("google_project_iam_member", "cloudsql_instance_user"),
-                      ("google_compute_network", "jobs"), ("google_compute_subnetwork", "functions"),
-                      ("google_compute_firewall", "deny_ingress"), ("google_compute_global_address", "cloudsql_psa"),
-                      ("google_service_networking_connection", "cloudsql"),
-                      ("google_secret_manager_secret", "cloudsql_server_ca"),
-                      ("google_secret_manager_secret_version", "cloudsql_server_ca"),
-                      ("google_secret_manager_secret_iam_member", "cloudsql_server_ca"))
+POSTGRES_RESOURCES = (
+    ("google_sql_database_instance", "jobs"),
+    ("google_sql_database", "safesend"),
+    ("google_sql_user", "functions"),
+    ("google_project_iam_member", "cloudsql_instance_user"),
+    ("google_compute_network", "jobs"),
+    ("google_compute_subnetwork", "functions"),
+    ("google_compute_firewall", "deny_ingress"),
+    ("google_compute_global_address", "cloudsql_psa"),
+    ("google_service_networking_connection", "cloudsql"),
+    ("google_secret_manager_secret", "cloudsql_server_ca"),
+    ("google_secret_manager_secret_version", "cloudsql_server_ca"),
+    ("google_secret_manager_secret_iam_member", "cloudsql_server_ca"),
+)
 POSTGRES_ENV = ("SAFESEND_STORE", "SAFESEND_POSTGRES_DSN", "SAFESEND_POSTGRES_IAM_AUTH", "SAFESEND_POSTGRES_POOL_MAX")
 POSTGRES_APIS = ("compute.googleapis.com", "servicenetworking.googleapis.com", "sqladmin.googleapis.com")
 CA_FILE = "/etc/secrets/cloudsql/server-ca.pem"
@@ -74,7 +86,7 @@ def test_every_tf_file_parses():
 def test_layout_module_and_two_environments():
     for env in ENVS:
         calls = [m for f, p in parsed_hcl().items() if f.startswith(f"infra/envs/{env}/") for m in p.get("module", [])]
-        assert [list(m) for m in calls] == [["safesend"]], f"{env}: expected one module \"safesend\""
+        assert [list(m) for m in calls] == [["safesend"]], f'{env}: expected one module "safesend"'
         assert calls[0]["safesend"]["source"] == "../../modules/safesend"
     assert not list(INFRA.glob("*.tf")), "no flat root module in infra/ any more: use infra/envs/<env>"
 
@@ -87,19 +99,23 @@ def test_no_primitive_roles_anywhere():
 
 def test_public_members_only_on_send_and_status_and_only_with_public_callers():
     """allUsers exactly in send_public/status_public (count on var.public_callers); allAuthenticatedUsers nowhere."""
-    allowed = {("google_cloud_run_v2_service_iam_member", "send_public"),
-               ("google_cloud_run_v2_service_iam_member", "status_public")}
+    allowed = {
+        ("google_cloud_run_v2_service_iam_member", "send_public"),
+        ("google_cloud_run_v2_service_iam_member", "status_public"),
+    }
     for file, parsed in parsed_hcl().items():
         assert "allAuthenticatedUsers" not in json.dumps(parsed), file
     for block in blocks("resource"):
         if (block.type, block.name) in allowed:
-            assert block.body["member"] == "allUsers" and block.body["count"] == "${var.public_callers ? 1 : 0}", \
+            assert block.body["member"] == "allUsers" and block.body["count"] == "${var.public_callers ? 1 : 0}", (
                 block.address
+            )
             fn = block.name.split("_")[0]
             assert block.body["name"] == f"${{google_cloudfunctions2_function.{fn}.service_config[0].service}}"
         else:
-            assert not PUBLIC_MEMBERS.search(json.dumps(without_prose(block.body))), \
+            assert not PUBLIC_MEMBERS.search(json.dumps(without_prose(block.body))), (
                 f"{block.address} mentions allUsers"
+            )
     for file, parsed in parsed_hcl().items():
         rest = without_prose({k: v for k, v in parsed.items() if k != "resource"})
         assert not PUBLIC_MEMBERS.search(json.dumps(rest)), file
@@ -117,12 +133,18 @@ def without_prose(value):
 def test_no_authoritative_or_broad_project_iam():
     for block in all_iam_blocks():
         if block.type.startswith("google_project_iam"):
-            assert block.type == "google_project_iam_member", \
+            assert block.type == "google_project_iam_member", (
                 f"{block.address}: authoritative project IAM would remove other members' grants"
-            for role in ("roles/iam.serviceAccountTokenCreator", "roles/iam.serviceAccountUser",
-                         "roles/iam.serviceAccountOpenIdTokenCreator", "roles/iam.serviceAccountKeyAdmin"):
-                assert role not in block.text(), \
+            )
+            for role in (
+                "roles/iam.serviceAccountTokenCreator",
+                "roles/iam.serviceAccountUser",
+                "roles/iam.serviceAccountOpenIdTokenCreator",
+                "roles/iam.serviceAccountKeyAdmin",
+            ):
+                assert role not in block.text(), (
                     f"{block.address}: {role} must be granted on one account, not the project"
+                )
 
 
 def test_every_entry_point_has_exactly_one_function_and_vice_versa():
@@ -134,8 +156,9 @@ def test_every_entry_point_has_exactly_one_function_and_vice_versa():
     declared = [f.first("build_config", "entry_point") for f in functions()]
     assert sorted(declared) == sorted(spec["functions"]), "env_spec.json functions vs function resources"
     waiting = set(spec.get("not_deployed", {}))
-    assert sorted(points - waiting) == sorted(declared), \
+    assert sorted(points - waiting) == sorted(declared), (
         f"entry points {sorted(points)} (not deployed yet: {sorted(waiting)}) vs function resources {sorted(declared)}"
+    )
     assert waiting <= points, f"not_deployed lists entry points main.py does not have: {sorted(waiting - points)}"
     for function in functions():
         assert function.name == function.first("build_config", "entry_point"), function.address
@@ -153,15 +176,18 @@ def test_every_function_runs_as_its_own_service_account():
         used[account] = function.name
         sa = resource("google_service_account", account)
         assert "for_each" not in sa.body, f"{sa.address} must be a single account"
-        assert sa.body.get("count") == function.body.get("count"), \
+        assert sa.body.get("count") == function.body.get("count"), (
             f"{sa.address} must exist exactly when {function.address} does (same count)"
+        )
         assert (match.group(2) is not None) == ("count" in sa.body), function.address
     builder = reference(functions()[0].first("build_config", "service_account"))
     assert builder is not None and builder.split(".")[1] not in used, "the build account must not be a runtime account"
 
 
-MODES = [dict(zip(("keyless", "public", "callbacks", "n8n", "reviewers", "postgres"), bits, strict=True))
-         for bits in __import__("itertools").product((False, True), repeat=6)]
+MODES = [
+    dict(zip(("keyless", "public", "callbacks", "n8n", "reviewers", "postgres"), bits, strict=True))
+    for bits in __import__("itertools").product((False, True), repeat=6)
+]
 
 
 def mode_id(mode: dict) -> str:
@@ -173,20 +199,28 @@ def model_for(mode: dict) -> ModuleModel:
     callbacks (so both one and two webhook targets are covered), an email target without n8n."""
     reviewers = {}
     if mode["reviewers"]:
-        reviewers = {"reviewers_enabled": True, "review_iap_members": ["group:mail-reviewers@example.com"],
-                     "review_allowed_emails": ["ann@example.com"],
-                     "review_allowed_domains": ["example.com"] if mode["public"] else [],
-                     "notify_chat_webhook": True, "notify_slack_webhook": mode["callbacks"],
-                     "notify_email_to": "" if mode["n8n"] else "reviewers@example.com"}
-    return ModuleModel({
-        "gmail_delegated_user": "boss@example.com" if mode["keyless"] else "",
-        "public_callers": mode["public"],
-        "callback_allowed_hosts": ["n8n.example.com"] if mode["callbacks"] else [],
-        "create_n8n_invoker_service_account": mode["n8n"],
-        "extra_caller_service_accounts": [] if mode["n8n"] or mode["public"] else ["n8n@other.iam.gserviceaccount.com"],
-        "job_store": "postgres" if mode["postgres"] else "firestore",
-        **reviewers,
-    })
+        reviewers = {
+            "reviewers_enabled": True,
+            "review_iap_members": ["group:mail-reviewers@example.com"],
+            "review_allowed_emails": ["ann@example.com"],
+            "review_allowed_domains": ["example.com"] if mode["public"] else [],
+            "notify_chat_webhook": True,
+            "notify_slack_webhook": mode["callbacks"],
+            "notify_email_to": "" if mode["n8n"] else "reviewers@example.com",
+        }
+    return ModuleModel(
+        {
+            "gmail_delegated_user": "boss@example.com" if mode["keyless"] else "",
+            "public_callers": mode["public"],
+            "callback_allowed_hosts": ["n8n.example.com"] if mode["callbacks"] else [],
+            "create_n8n_invoker_service_account": mode["n8n"],
+            "extra_caller_service_accounts": []
+            if mode["n8n"] or mode["public"]
+            else ["n8n@other.iam.gserviceaccount.com"],
+            "job_store": "postgres" if mode["postgres"] else "firestore",
+            **reviewers,
+        }
+    )
 
 
 def deployed(model: ModuleModel) -> list[str]:
@@ -199,15 +233,18 @@ def email_of(model: ModuleModel, account: str) -> str | None:
     return found[0]["email"] if found else None
 
 
-SCOPE_KEY = {"google_project_iam_member": "project", "google_cloud_tasks_queue_iam_member": "name",
-             "google_service_account_iam_member": "service_account_id",
-             "google_pubsub_topic_iam_member": "topic",
-             "google_secret_manager_secret_iam_member": "secret_id",
-             "google_cloud_run_v2_service_iam_member": "name",
-             "google_storage_bucket_iam_member": "bucket",
-             "google_artifact_registry_repository_iam_member": "repository",
-             "google_pubsub_subscription_iam_member": "subscription",
-             "google_iap_web_cloud_run_service_iam_member": "cloud_run_service_name"}
+SCOPE_KEY = {
+    "google_project_iam_member": "project",
+    "google_cloud_tasks_queue_iam_member": "name",
+    "google_service_account_iam_member": "service_account_id",
+    "google_pubsub_topic_iam_member": "topic",
+    "google_secret_manager_secret_iam_member": "secret_id",
+    "google_cloud_run_v2_service_iam_member": "name",
+    "google_storage_bucket_iam_member": "bucket",
+    "google_artifact_registry_repository_iam_member": "repository",
+    "google_pubsub_subscription_iam_member": "subscription",
+    "google_iap_web_cloud_run_service_iam_member": "cloud_run_service_name",
+}
 
 
 def scope_of(block: Block) -> str:
@@ -247,8 +284,11 @@ WORKERS = {  # what every function that sends holds, whatever the job store
 
 
 def accessor(secret: str) -> tuple[str, str, str]:
-    return ("google_secret_manager_secret_iam_member", "roles/secretmanager.secretAccessor",
-            f"google_secret_manager_secret.{secret}")
+    return (
+        "google_secret_manager_secret_iam_member",
+        "roles/secretmanager.secretAccessor",
+        f"google_secret_manager_secret.{secret}",
+    )
 
 
 def expected_grants(account: str, mode: dict) -> set[tuple[str, str, str]]:
@@ -256,8 +296,17 @@ def expected_grants(account: str, mode: dict) -> set[tuple[str, str, str]]:
         return set()  # the account does not exist
     gmail = set()
     if account in ("send", "reconcile", "sweep", "notify", "review"):
-        gmail = {("google_service_account_iam_member", "roles/iam.serviceAccountTokenCreator",
-                  f"google_service_account.{account}")} if mode["keyless"] else {accessor("gmail_credentials")}
+        gmail = (
+            {
+                (
+                    "google_service_account_iam_member",
+                    "roles/iam.serviceAccountTokenCreator",
+                    f"google_service_account.{account}",
+                )
+            }
+            if mode["keyless"]
+            else {accessor("gmail_credentials")}
+        )
         if mode["callbacks"]:
             gmail |= {accessor("callback_hmac")}
     callers = {accessor("webhook_hmac")} | ({accessor("api_keys")} if mode["public"] else set())
@@ -266,15 +315,23 @@ def expected_grants(account: str, mode: dict) -> set[tuple[str, str, str]]:
     store = {CLOUDSQL_LOGIN, CLOUDSQL_CLIENT, accessor("cloudsql_server_ca")} if mode["postgres"] else {DATASTORE}
     # The functions that deliver the outbox read the webhook secrets (chat always in these modes, slack
     # with callbacks): notify, reconcile, sweep and review; never send or status.
-    webhooks = ({accessor("notify_chat_webhook")} | ({accessor("notify_slack_webhook")} if mode["callbacks"] else set())
-                if mode["reviewers"] else set())
-    return {"send": WORKERS | store | gmail | callers, "reconcile": WORKERS | store | gmail | webhooks,
-            "sweep": WORKERS | store | gmail | webhooks, "status": store | callers,
-            "notify": WORKERS | store | gmail | webhooks,
-            "review": WORKERS | store | gmail | webhooks | {accessor("review_csrf")},
-            # the push identity may invoke notify, and nothing else
-            "notify_push": {("google_cloud_run_v2_service_iam_member", "roles/run.invoker",
-                             "google_cloudfunctions2_function.notify")}}[account]
+    webhooks = (
+        {accessor("notify_chat_webhook")} | ({accessor("notify_slack_webhook")} if mode["callbacks"] else set())
+        if mode["reviewers"]
+        else set()
+    )
+    return {
+        "send": WORKERS | store | gmail | callers,
+        "reconcile": WORKERS | store | gmail | webhooks,
+        "sweep": WORKERS | store | gmail | webhooks,
+        "status": store | callers,
+        "notify": WORKERS | store | gmail | webhooks,
+        "review": WORKERS | store | gmail | webhooks | {accessor("review_csrf")},
+        # the push identity may invoke notify, and nothing else
+        "notify_push": {
+            ("google_cloud_run_v2_service_iam_member", "roles/run.invoker", "google_cloudfunctions2_function.notify")
+        },
+    }[account]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=mode_id)
@@ -294,9 +351,9 @@ def test_run_invoker_grants_in_every_mode(mode):
         assert match, f"{block.address}: name must be a function's service"
         for instance in model.instances(block.type, block.name):
             found.setdefault(match.group(1), set()).add(instance["member"])
-    assert not [b for b in all_iam_blocks()
-                if b.type.startswith(("google_cloudfunctions", "google_cloud_run_service"))], \
-        "run.invoker goes on the Cloud Run v2 service behind each function, nowhere else"
+    assert not [
+        b for b in all_iam_blocks() if b.type.startswith(("google_cloudfunctions", "google_cloud_run_service"))
+    ], "run.invoker goes on the Cloud Run v2 service behind each function, nowhere else"
     email = lambda a: "serviceAccount:" + model.instances("google_service_account", a)[0]["email"]  # noqa: E731
     assert found["reconcile"] == {email("tasks_invoker")}
     assert found["sweep"] == {email("scheduler_invoker")}
@@ -332,8 +389,10 @@ def test_runtime_configuration_combinations_in_every_mode(mode):
         assert ("SAFESEND_AUTH_API_KEYS" in secrets[fn]) == mode["public"], fn
         assert "SAFESEND_AUTH_HMAC_SECRET" in secrets[fn], fn
     for fn, fn_env in env.items():
-        assert not (fn_env.get("SAFESEND_PUBLIC_INVOKER") == "true"
-                    and fn_env.get("SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM") == "true"), fn
+        assert not (
+            fn_env.get("SAFESEND_PUBLIC_INVOKER") == "true"
+            and fn_env.get("SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM") == "true"
+        ), fn
         gmail = fn in ("send", "reconcile", "sweep", "notify", "review")
         assert ("SAFESEND_GMAIL_DELEGATED_USER" in fn_env) == (gmail and mode["keyless"]), fn
         assert ("SAFESEND_GMAIL_CREDENTIALS_JSON" in secrets[fn]) == (gmail and not mode["keyless"]), fn
@@ -345,8 +404,9 @@ def test_runtime_configuration_combinations_in_every_mode(mode):
         # secret of review alone; neither ever plain
         for name in WEBHOOK_SECRETS:
             assert name not in fn_env, (fn, name)
-            assert (name in secrets[fn]) == (fn in OUTBOX_DELIVERERS and mode["reviewers"]
-                                             and (name != WEBHOOK_SECRETS[1] or mode["callbacks"])), (fn, name)
+            assert (name in secrets[fn]) == (
+                fn in OUTBOX_DELIVERERS and mode["reviewers"] and (name != WEBHOOK_SECRETS[1] or mode["callbacks"])
+            ), (fn, name)
         assert "SAFESEND_REVIEW_CSRF_SECRET" not in fn_env, fn
         assert ("SAFESEND_REVIEW_CSRF_SECRET" in secrets[fn]) == (fn == "review"), fn
         # every function that publishes review items records notify's deadline, where notify runs
@@ -358,8 +418,9 @@ def test_runtime_configuration_combinations_in_every_mode(mode):
     check_job_store(model, env, files, mode)
     # every mounted secret (variable or file) exists in this mode (count), and every created one is mounted
     mounted = {s["secret_id"] for m in [*secrets.values(), *files.values()] for s in m.values()}
-    created = {i["secret_id"] for b in resources("google_secret_manager_secret")
-               for i in model.instances(b.type, b.name)}
+    created = {
+        i["secret_id"] for b in resources("google_secret_manager_secret") for i in model.instances(b.type, b.name)
+    }
     assert mounted == created, mode_id(mode)
 
 
@@ -411,17 +472,27 @@ def check_job_store(model: ModuleModel, env: dict, files: dict, mode: dict) -> N
         dsn = fn_env["SAFESEND_POSTGRES_DSN"]
         assert not dsn_problems(dsn, own), (fn, dsn_problems(dsn, own))
         from psycopg.conninfo import conninfo_to_dict
+
         parts = conninfo_to_dict(dsn)
-        assert parts["host"] == SQL_PRIVATE_IP == model.instances("google_sql_database_instance", "jobs")[0][
-            "private_ip_address"], fn
+        assert (
+            parts["host"]
+            == SQL_PRIVATE_IP
+            == model.instances("google_sql_database_instance", "jobs")[0]["private_ip_address"]
+        ), fn
         assert parts["dbname"] == model.instances("google_sql_database", "safesend")[0]["name"], fn
         assert set(files[fn]) == {CA_FILE} and parts["sslrootcert"] == CA_FILE, fn
-        assert files[fn][CA_FILE]["secret_id"] == \
-            model.instances("google_secret_manager_secret", "cloudsql_server_ca")[0]["secret_id"], fn
+        assert (
+            files[fn][CA_FILE]["secret_id"]
+            == model.instances("google_secret_manager_secret", "cloudsql_server_ca")[0]["secret_id"]
+        ), fn
         assert {"search_path=safesend", "role=safesend_owner"} <= set(parts["options"].split()), fn
-        assert vpc[fn] == [{"network": model.instances("google_compute_network", "jobs")[0]["name"],
-                            "subnetwork": model.instances("google_compute_subnetwork", "functions")[0]["name"],
-                            "egress": "VPC_EGRESS_PRIVATE_RANGES_ONLY"}], fn
+        assert vpc[fn] == [
+            {
+                "network": model.instances("google_compute_network", "jobs")[0]["name"],
+                "subnetwork": model.instances("google_compute_subnetwork", "functions")[0]["name"],
+                "egress": "VPC_EGRESS_PRIVATE_RANGES_ONLY",
+            }
+        ], fn
     users = {u.key: u for u in model.instances("google_sql_user", "functions")}
     assert sorted(users) == (sorted(env) if mode["postgres"] else []), "one database user per function, no other"
     for fn, user in users.items():
@@ -443,41 +514,63 @@ def check_reviewer_configuration(model: ModuleModel, env: dict, secrets: dict) -
         if fn != "notify":
             assert email_of(model, "notify_push") not in fn_env["SAFESEND_AUTH_INTERNAL_INVOKERS"], fn
     # review: IAP's Cloud Run audience, its own https URL, a non-empty allowlist, CSRF from a secret
-    assert review["SAFESEND_REVIEW_IAP_AUDIENCE"] == \
-        f"/projects/{PROJECT_NUMBER}/locations/{model.variables['region']}/services/{model.variables['name_prefix']}-review"
-    assert re.fullmatch(r"/projects/[0-9]+/locations/[a-z0-9-]+/services/[A-Za-z0-9_-]+",
-                        review["SAFESEND_REVIEW_IAP_AUDIENCE"])
+    assert (
+        review["SAFESEND_REVIEW_IAP_AUDIENCE"]
+        == f"/projects/{PROJECT_NUMBER}/locations/{model.variables['region']}/services/"
+        f"{model.variables['name_prefix']}-review"
+    )
+    assert re.fullmatch(
+        r"/projects/[0-9]+/locations/[a-z0-9-]+/services/[A-Za-z0-9_-]+", review["SAFESEND_REVIEW_IAP_AUDIENCE"]
+    )
     assert review["SAFESEND_REVIEW_CONSOLE_URL"] == notify["SAFESEND_REVIEW_CONSOLE_URL"] == urls["review"]
     assert review["SAFESEND_REVIEW_CONSOLE_URL"].startswith("https://")
-    allow = [v for k in ("SAFESEND_REVIEW_ALLOWED_EMAILS", "SAFESEND_REVIEW_ALLOWED_DOMAINS") for v in
-             review.get(k, "").split(",") if v]
+    allow = [
+        v
+        for k in ("SAFESEND_REVIEW_ALLOWED_EMAILS", "SAFESEND_REVIEW_ALLOWED_DOMAINS")
+        for v in review.get(k, "").split(",")
+        if v
+    ]
     assert allow, "the console's allowlist is empty"
-    assert secrets["review"]["SAFESEND_REVIEW_CSRF_SECRET"]["secret_id"] == \
-        model.instances("google_secret_manager_secret", "review_csrf")[0]["secret_id"]
+    assert (
+        secrets["review"]["SAFESEND_REVIEW_CSRF_SECRET"]["secret_id"]
+        == model.instances("google_secret_manager_secret", "review_csrf")[0]["secret_id"]
+    )
     for name in env["review"]:
         assert name not in ("SAFESEND_NOTIFY_CHAT_WEBHOOK_URL", "SAFESEND_NOTIFY_SLACK_WEBHOOK_URL")
 
 
 def test_review_has_preconditions_for_its_allowlist_reviewers_and_iap_settings():
-    conditions = " ".join(p["condition"] for lc in resource(FUNCTION, "review").blocks("lifecycle")
-                          for p in lc.get("precondition", []))
-    for needle in ("length(var.review_allowed_emails) + length(var.review_allowed_domains) > 0",
-                   "length(var.review_iap_members) > 0", "SAFESEND_REVIEW_IAP_AUDIENCE", "/services/",
-                   "SAFESEND_REVIEW_CONSOLE_URL", "^https://", "local.function_secrets.review",
-                   "SAFESEND_REVIEW_CSRF_SECRET"):
+    conditions = " ".join(
+        p["condition"] for lc in resource(FUNCTION, "review").blocks("lifecycle") for p in lc.get("precondition", [])
+    )
+    for needle in (
+        "length(var.review_allowed_emails) + length(var.review_allowed_domains) > 0",
+        "length(var.review_iap_members) > 0",
+        "SAFESEND_REVIEW_IAP_AUDIENCE",
+        "/services/",
+        "SAFESEND_REVIEW_CONSOLE_URL",
+        "^https://",
+        "local.function_secrets.review",
+        "SAFESEND_REVIEW_CSRF_SECRET",
+    ):
         assert needle in conditions, f"review: a precondition must check {needle}"
-    notify = " ".join(p["condition"] for lc in resource(FUNCTION, "notify").blocks("lifecycle")
-                      for p in lc.get("precondition", []))
+    notify = " ".join(
+        p["condition"] for lc in resource(FUNCTION, "notify").blocks("lifecycle") for p in lc.get("precondition", [])
+    )
     assert "google_service_account.notify_push[0].email" in notify and "local.function_urls.notify" in notify
 
 
 def test_public_functions_have_preconditions_terraform_checks_at_plan_time():
     for name in ("send", "status"):
-        conditions = [p["condition"] for lc in resource(FUNCTION, name).blocks("lifecycle")
-                      for p in lc.get("precondition", [])]
+        conditions = [
+            p["condition"] for lc in resource(FUNCTION, name).blocks("lifecycle") for p in lc.get("precondition", [])
+        ]
         rule = next((c for c in conditions if "var.public_callers" in c and "SAFESEND_" in c), "")
-        for needle in ("SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM\"] == \"false\"", "SAFESEND_PUBLIC_INVOKER\"] == \"true\"",
-                       "SAFESEND_AUTH_API_KEYS"):
+        for needle in (
+            'SAFESEND_AUTH_TRUST_CLOUD_RUN_IAM"] == "false"',
+            'SAFESEND_PUBLIC_INVOKER"] == "true"',
+            "SAFESEND_AUTH_API_KEYS",
+        ):
             assert needle in rule, f"{name}: the public_callers precondition must check {needle}"
 
 
@@ -494,10 +587,12 @@ def test_no_service_account_key_anywhere_in_the_deployment():
     assert not [b for b in blocks("resource") if b.type == "google_service_account_key"]
     for file, parsed in parsed_hcl().items():
         assert "private_key" not in json.dumps(without_prose(parsed)), file
-    texts = {p: p.read_text() for p in [*INFRA.rglob("*.md"), *INFRA.rglob("*.example"), *CLOUDBUILD_FILES,
-                                         MODULE / "env_spec.json"]}
+    texts = {
+        p: p.read_text()
+        for p in [*INFRA.rglob("*.md"), *INFRA.rglob("*.example"), *CLOUDBUILD_FILES, MODULE / "env_spec.json"]
+    }
     readme = (ROOT / "README.md").read_text()
-    texts[ROOT / "README.md (Deploying)"] = readme[readme.index("## Deploying"):]
+    texts[ROOT / "README.md (Deploying)"] = readme[readme.index("## Deploying") :]
     for path, text in texts.items():
         for needle in ("service-accounts keys create", "keys create", '"private_key"', '"type": "service_account"'):
             assert needle not in text, f"{path}: {needle}"
@@ -512,10 +607,13 @@ def test_keyless_delegation_grants_token_creator_only_on_the_account_itself():
         match = re.fullmatch(r"google_service_account\.(\w+)(\[0\])?\.name", target or "")
         assert match, block.address
         account, index = match.group(1), match.group(2) or ""
-        assert block.body["member"] == f"serviceAccount:${{google_service_account.{account}{index}.email}}", \
+        assert block.body["member"] == f"serviceAccount:${{google_service_account.{account}{index}.email}}", (
             f"{block.address}: token creator only on itself"
-        assert block.body["count"] in ("${local.gmail_keyless ? 1 : 0}",
-                                       "${local.reviewers_enabled && local.gmail_keyless ? 1 : 0}"), block.address
+        )
+        assert block.body["count"] in (
+            "${local.gmail_keyless ? 1 : 0}",
+            "${local.reviewers_enabled && local.gmail_keyless ? 1 : 0}",
+        ), block.address
         assert account in ("send", "reconcile", "sweep", "notify", "review"), block.address
 
 
@@ -528,9 +626,11 @@ def test_pubsub_service_agent_is_created_explicitly_and_never_inferred():
     assert locals_of(MODULE)["pubsub_service_agent"] == '${time_sleep.pubsub_agent.triggers["member"]}'
     for file, parsed in parsed_hcl().items():
         assert "gcp-sa-pubsub" not in json.dumps(parsed), f"{file}: the agent's email is read, not built"
-    for name, kind in (("dead_letter_publisher", "google_pubsub_topic_iam_member"),
-                       ("dead_letter_source_subscriber", "google_pubsub_subscription_iam_member"),
-                       ("dead_letter_notify_push_subscriber", "google_pubsub_subscription_iam_member")):
+    for name, kind in (
+        ("dead_letter_publisher", "google_pubsub_topic_iam_member"),
+        ("dead_letter_source_subscriber", "google_pubsub_subscription_iam_member"),
+        ("dead_letter_notify_push_subscriber", "google_pubsub_subscription_iam_member"),
+    ):
         assert resource(kind, name).body["member"] == "${local.pubsub_service_agent}", name
 
 
@@ -541,9 +641,10 @@ def test_iap_service_agent_is_created_explicitly_invokes_review_and_nothing_is_p
     identity = resource("google_project_service_identity", "iap")
     assert identity.body["service"] == "iap.googleapis.com"
     assert identity.body["provider"] in ("google-beta", "${google-beta}")
-    assert resource("time_sleep", "iap_agent").body["triggers"] == \
-        {"member": "${google_project_service_identity.iap[0].member}"}
-    assert "time_sleep.iap_agent[0].triggers[\"member\"]" in locals_of(MODULE)["iap_service_agent"]
+    assert resource("time_sleep", "iap_agent").body["triggers"] == {
+        "member": "${google_project_service_identity.iap[0].member}"
+    }
+    assert 'time_sleep.iap_agent[0].triggers["member"]' in locals_of(MODULE)["iap_service_agent"]
     for file, parsed in parsed_hcl().items():
         assert "gcp-sa-iap" not in json.dumps(parsed), f"{file}: the IAP agent's email is read, not built"
     invoker = resource("google_cloud_run_v2_service_iam_member", "review_iap_invoker").body
@@ -551,14 +652,16 @@ def test_iap_service_agent_is_created_explicitly_invokes_review_and_nothing_is_p
     off = ModuleModel()
     assert not off.instances("google_iap_web_cloud_run_service_iam_member", "review_accessors")
     members = ["group:mail-reviewers@example.com", "user:ann@example.com"]
-    on = ModuleModel({"reviewers_enabled": True, "review_iap_members": members,
-                      "review_allowed_emails": ["a@b.example"]})
+    on = ModuleModel(
+        {"reviewers_enabled": True, "review_iap_members": members, "review_allowed_emails": ["a@b.example"]}
+    )
     accessors = on.instances("google_iap_web_cloud_run_service_iam_member", "review_accessors")
     assert sorted(a["member"] for a in accessors) == members
     assert {a["role"] for a in accessors} == {"roles/iap.httpsResourceAccessor"}
     block = resource("google_iap_web_cloud_run_service_iam_member", "review_accessors")
-    assert block.body["cloud_run_service_name"] == \
-        "${google_cloudfunctions2_function.review[0].service_config[0].service}"
+    assert (
+        block.body["cloud_run_service_name"] == "${google_cloudfunctions2_function.review[0].service_config[0].service}"
+    )
     assert "iap.googleapis.com" in on.local("required_apis") and "iap.googleapis.com" not in off.local("required_apis")
     for iam in all_iam_blocks():
         for instance in on.instances(iam.type, iam.name):
@@ -577,8 +680,14 @@ def test_notify_push_subscription_carries_oidc_for_the_notify_url_and_dead_lette
     topic (whose publisher and this subscription's subscriber grants the Pub/Sub agent holds); an
     ack deadline beyond notify's timeout."""
     assert not ModuleModel().instances("google_pubsub_subscription", "notify_push")
-    model = ModuleModel({"reviewers_enabled": True, "review_iap_members": ["group:r@example.com"],
-                         "review_allowed_domains": ["example.com"], "review_max_delivery_attempts": 7})
+    model = ModuleModel(
+        {
+            "reviewers_enabled": True,
+            "review_iap_members": ["group:r@example.com"],
+            "review_allowed_domains": ["example.com"],
+            "review_max_delivery_attempts": 7,
+        }
+    )
     (sub,) = model.instances("google_pubsub_subscription", "notify_push")
     url = model.local("function_urls")["notify"]
     push = nested(sub, "push_config")
@@ -586,8 +695,11 @@ def test_notify_push_subscription_carries_oidc_for_the_notify_url_and_dead_lette
     oidc = nested(push[0], "oidc_token")
     assert oidc, "the push carries no OIDC token: notify would refuse every item"
     assert oidc[0]["audience"] == url
-    assert oidc[0]["service_account_email"] == email_of(model, "notify_push") == \
-        model.local("function_env")["notify"]["SAFESEND_AUTH_INTERNAL_INVOKERS"]
+    assert (
+        oidc[0]["service_account_email"]
+        == email_of(model, "notify_push")
+        == model.local("function_env")["notify"]["SAFESEND_AUTH_INTERNAL_INVOKERS"]
+    )
     assert sub["topic"] == model.instances("google_pubsub_topic", "review")[0]["id"]
     dead = nested(sub, "dead_letter_policy")
     assert dead, "the push subscription has no dead-letter policy"
@@ -613,12 +725,17 @@ def test_build_account_holds_exactly_the_documented_roles_each_on_one_target():
         ("google_project_iam_member", "roles/logging.logWriter", "project"),
         ("google_project_iam_member", "roles/storage.objectAdmin", "project"),
         ("google_storage_bucket_iam_member", "roles/storage.objectViewer", "google_storage_bucket.functions_source"),
-        ("google_artifact_registry_repository_iam_member", "roles/artifactregistry.writer",
-         "google_artifact_registry_repository.functions"),
+        (
+            "google_artifact_registry_repository_iam_member",
+            "roles/artifactregistry.writer",
+            "google_artifact_registry_repository.functions",
+        ),
     }
     condition = resource("google_project_iam_member", "build_source_access").first("condition", "expression")
-    assert condition == 'resource.name.startsWith("projects/_/buckets/gcf-v2-sources-' \
-                        '${data.google_project.this.number}-${var.region}")'
+    assert (
+        condition == 'resource.name.startsWith("projects/_/buckets/gcf-v2-sources-'
+        '${data.google_project.this.number}-${var.region}")'
+    )
 
 
 def test_sweep_and_review_are_deployed_only_with_their_indexes():
@@ -631,8 +748,12 @@ def test_test_only_switches_are_never_set():
     internal/tasks API keys and plain-http callbacks): not in any parsed .tf (comments excluded), the
     env spec, tfvars example or Cloud Build file."""
     texts = {file: json.dumps(parsed) for file, parsed in parsed_hcl().items()}
-    for path in [*INFRA.rglob("*.tfvars.example"), *CLOUDBUILD_FILES, INFRA / "firestore.indexes.json",
-                 MODULE / "env_spec.json"]:
+    for path in [
+        *INFRA.rglob("*.tfvars.example"),
+        *CLOUDBUILD_FILES,
+        INFRA / "firestore.indexes.json",
+        MODULE / "env_spec.json",
+    ]:
         texts[str(path.relative_to(ROOT))] = path.read_text()
     for file, text in texts.items():
         for name in FORBIDDEN_ENV:
@@ -643,16 +764,21 @@ def test_task_and_scheduler_calls_carry_oidc_tokens_for_the_function_urls():
     job = resource("google_cloud_scheduler_job", "sweep")
     assert job.first("http_target", "uri") == "${local.function_urls.sweep}"
     assert job.first("http_target", "oidc_token", "audience") == "${local.function_urls.sweep}"
-    assert job.first("http_target", "oidc_token", "service_account_email") == \
-        "${google_service_account.scheduler_invoker.email}"
+    assert (
+        job.first("http_target", "oidc_token", "service_account_email")
+        == "${google_service_account.scheduler_invoker.email}"
+    )
     model = ModuleModel()
     env = model.local("function_env")
     for fn in ("send", "reconcile", "sweep"):
         assert env[fn]["SAFESEND_RECONCILE_URL"] == model.local("function_urls")["reconcile"], fn
-        assert env[fn]["SAFESEND_TASKS_SERVICE_ACCOUNT"] == \
-            model.instances("google_service_account", "tasks_invoker")[0]["email"], fn
-        assert env[fn]["SAFESEND_AUTH_AUDIENCES"].split(",") == \
-            [model.local("function_urls")[f] for f in ("send", "reconcile", "sweep", "status")], fn
+        assert (
+            env[fn]["SAFESEND_TASKS_SERVICE_ACCOUNT"]
+            == model.instances("google_service_account", "tasks_invoker")[0]["email"]
+        ), fn
+        assert env[fn]["SAFESEND_AUTH_AUDIENCES"].split(",") == [
+            model.local("function_urls")[f] for f in ("send", "reconcile", "sweep", "status")
+        ], fn
     urls = locals_of(MODULE)["function_urls"]
     assert "https://${var.name_prefix}-${name}-${data.google_project.this.number}.${var.region}.run.app" in urls
 
@@ -665,11 +791,17 @@ def test_queue_has_rate_limits_and_retries_and_review_has_a_dead_letter_path():
     resource("google_pubsub_subscription", "review_dead_letter")
     agent = "${local.pubsub_service_agent}"
     publisher = resource("google_pubsub_topic_iam_member", "dead_letter_publisher").body
-    assert (publisher["member"], publisher["role"], publisher["topic"]) == \
-        (agent, "roles/pubsub.publisher", "${google_pubsub_topic.review_dead_letter.name}")
+    assert (publisher["member"], publisher["role"], publisher["topic"]) == (
+        agent,
+        "roles/pubsub.publisher",
+        "${google_pubsub_topic.review_dead_letter.name}",
+    )
     subscriber = resource("google_pubsub_subscription_iam_member", "dead_letter_source_subscriber").body
-    assert (subscriber["member"], subscriber["role"], subscriber["subscription"]) == \
-        (agent, "roles/pubsub.subscriber", "${google_pubsub_subscription.review_inbox.name}")
+    assert (subscriber["member"], subscriber["role"], subscriber["subscription"]) == (
+        agent,
+        "roles/pubsub.subscriber",
+        "${google_pubsub_subscription.review_inbox.name}",
+    )
 
 
 def test_source_object_name_carries_the_content_hash():
@@ -685,17 +817,19 @@ def test_source_object_name_carries_the_content_hash():
 def test_the_dsn_check_refuses_passwords_unverified_tls_and_other_users():
     """dsn_problems can fail: each of these is refused (and the module's own DSN is not)."""
     me = "safesend-fn-send@proj-1.iam"
-    good = (f"host=10.0.0.3 port=5432 dbname=safesend user={me} sslmode=verify-ca "
-            f"sslrootcert={CA_FILE} options='-c search_path=safesend'")
+    good = (
+        f"host=10.0.0.3 port=5432 dbname=safesend user={me} sslmode=verify-ca "
+        f"sslrootcert={CA_FILE} options='-c search_path=safesend'"
+    )
     assert dsn_problems(good, me) == []
     bad = {
         "password=": good + " password=hunter2",
         "PASSWORD= upper": good + " PASSWORD=hunter2",
         "passfile": good + " passfile=/tmp/pgpass",
         "uri :pass@": f"postgresql://{me.replace('@', '%40')}:hunter2@10.0.0.3:5432/safesend?sslmode=verify-ca"
-                      f"&sslrootcert={CA_FILE}",
+        f"&sslrootcert={CA_FILE}",
         "uri :pass@, user unencoded": f"postgresql://{me}:hunter2@10.0.0.3/safesend?sslmode=verify-ca"
-                                      f"&sslrootcert={CA_FILE}",
+        f"&sslrootcert={CA_FILE}",
         "sslmode=disable": good.replace("sslmode=verify-ca", "sslmode=disable"),
         "sslmode=require": good.replace("sslmode=verify-ca", "sslmode=require"),
         "sslmode=prefer": good.replace("sslmode=verify-ca", "sslmode=prefer"),
@@ -718,9 +852,12 @@ def test_firestore_is_the_default_and_creates_nothing_of_the_postgres_store():
         assert re.search(r'(?m)^job_store\s*=\s*"firestore"', example), env
     assert parsed_yaml(*CLOUDBUILD_FILES)["cloudbuild-gcloud.yaml"]["substitutions"]["_JOB_STORE"] == "firestore"
     model = ModuleModel()
-    check_job_store(model, {fn: model.local("function_env")[fn] for fn in deployed(model)},
-                    {fn: model.local("function_secret_files")[fn] for fn in deployed(model)},
-                    {"postgres": False})
+    check_job_store(
+        model,
+        {fn: model.local("function_env")[fn] for fn in deployed(model)},
+        {fn: model.local("function_secret_files")[fn] for fn in deployed(model)},
+        {"postgres": False},
+    )
     assert model.local("postgres_accounts") == {} and model.local("postgres_users") == {}
     for fn in deployed(model):
         service = model.instances(FUNCTION, fn)[0]["service_config"][0]
@@ -751,11 +888,14 @@ def test_the_instance_has_iam_authentication_tls_private_ip_backups_and_deletion
     backup = settings["backup_configuration"][0]
     assert backup["enabled"] is True and backup["point_in_time_recovery_enabled"] is True
     assert 1 <= backup["transaction_log_retention_days"] <= 7  # Enterprise edition's range
-    assert postgres_instance({"postgres_proxy_public_ip": True})[1]["settings"][0]["ip_configuration"][0][
-        "ipv4_enabled"] is True
+    assert (
+        postgres_instance({"postgres_proxy_public_ip": True})[1]["settings"][0]["ip_configuration"][0]["ipv4_enabled"]
+        is True
+    )
     block = resource("google_sql_database_instance", "jobs")
-    assert "authorized_networks" not in block.first("settings", "ip_configuration"), \
+    assert "authorized_networks" not in block.first("settings", "ip_configuration"), (
         "no authorized network: the public IP (proxy only) admits IAM-authorized connectors alone"
+    )
     assert "${google_service_networking_connection.cloudsql}" in block.body["depends_on"]
     assert resource("google_sql_database", "safesend").body["deletion_policy"] == "ABANDON"
 
@@ -766,8 +906,15 @@ def test_every_function_logs_in_as_itself_on_this_instance_only():
     login) and roles/cloudsql.client (connect), both conditioned on this instance; no BUILT_IN user
     and no password argument anywhere in infra/."""
     for reviewers in (False, True):
-        extra = {"reviewers_enabled": True, "review_iap_members": ["group:r@example.com"],
-                 "review_allowed_emails": ["a@b.example"]} if reviewers else {}
+        extra = (
+            {
+                "reviewers_enabled": True,
+                "review_iap_members": ["group:r@example.com"],
+                "review_allowed_emails": ["a@b.example"],
+            }
+            if reviewers
+            else {}
+        )
         model, instance = postgres_instance(extra)
         live = deployed(model)
         users = {u.key: u for u in model.instances("google_sql_user", "functions")}
@@ -775,21 +922,25 @@ def test_every_function_logs_in_as_itself_on_this_instance_only():
         for fn, user in users.items():
             assert user["type"] == "CLOUD_IAM_SERVICE_ACCOUNT" and user["instance"] == instance["name"], fn
             assert user["name"] == email_of(model, fn).removesuffix(".gserviceaccount.com"), fn
-        for name, role in (("cloudsql_instance_user", "roles/cloudsql.instanceUser"),
-                           ("cloudsql_client", "roles/cloudsql.client")):
+        for name, role in (
+            ("cloudsql_instance_user", "roles/cloudsql.instanceUser"),
+            ("cloudsql_client", "roles/cloudsql.client"),
+        ):
             grants = {g.key: g for g in model.instances("google_project_iam_member", name)}
             assert sorted(grants) == sorted(live), name
             for fn, grant in grants.items():
                 assert (grant["role"], grant["member"]) == (role, f"serviceAccount:{email_of(model, fn)}"), fn
                 assert grant["condition"][0]["expression"] == (
                     f"resource.name == 'projects/proj-1/instances/{instance['name']}' "
-                    "&& resource.type == 'sqladmin.googleapis.com/Instance'"), (name, fn)
+                    "&& resource.type == 'sqladmin.googleapis.com/Instance'"
+                ), (name, fn)
     for file, parsed in parsed_hcl().items():
         text = json.dumps(without_prose(parsed))
         for argument in ('"password"', '"password_wo"', '"root_password"', '"root_password_wo"'):
             assert argument not in text, f"{file}: {argument} (IAM database authentication only)"
-    roles = {g["role"] for b in resources("google_project_iam_member") for g in [b.body]
-             if "cloudsql" in str(g.get("role"))}
+    roles = {
+        g["role"] for b in resources("google_project_iam_member") for g in [b.body] if "cloudsql" in str(g.get("role"))
+    }
     assert roles == {"roles/cloudsql.instanceUser", "roles/cloudsql.client"}, roles
 
 
@@ -816,33 +967,58 @@ def test_every_pool_fits_the_instance_and_the_plan_refuses_otherwise():
     block = resource("google_sql_database_instance", "jobs")
     (condition,) = [p["condition"] for lc in block.blocks("lifecycle") for p in lc.get("precondition", [])]
     assert condition == "${local.postgres_connections_needed <= var.postgres_max_connections}"
-    reviewers = {"reviewers_enabled": True, "review_iap_members": ["group:r@example.com"],
-                 "review_allowed_emails": ["a@b.example"]}
-    for overrides, fits in (({}, True), (reviewers, True), ({"postgres_pool_max": 3}, False),
-                            ({**reviewers, "postgres_max_connections": 90}, False),
-                            ({"postgres_pool_max": 3, "postgres_max_connections": 200}, True)):
+    reviewers = {
+        "reviewers_enabled": True,
+        "review_iap_members": ["group:r@example.com"],
+        "review_allowed_emails": ["a@b.example"],
+    }
+    for overrides, fits in (
+        ({}, True),
+        (reviewers, True),
+        ({"postgres_pool_max": 3}, False),
+        ({**reviewers, "postgres_max_connections": 90}, False),
+        ({"postgres_pool_max": 3, "postgres_max_connections": 200}, True),
+    ):
         model = ModuleModel({"job_store": "postgres", **overrides})
         assert H.evaluate_value(condition, model.scope) is fits, overrides
         maxima = model.local("postgres_max_instances")
         for fn in deployed(model):
             assert maxima[fn] == model.instances(FUNCTION, fn)[0]["service_config"][0]["max_instance_count"], fn
     for env in ENVS:  # each root's defaults fit, with the reviewer side too
-        variables = {k: v["default"] for k, v in top_level("variable", INFRA / "envs" / env).items()
-                     if "default" in v}
-        keep = {k: variables[k] for k in ("send_max_instances", "status_max_instances", "reconcile_max_instances",
-                                          "notify_max_instances", "review_max_instances", "postgres_pool_max",
-                                          "postgres_max_connections")}
+        variables = {k: v["default"] for k, v in top_level("variable", INFRA / "envs" / env).items() if "default" in v}
+        keep = {
+            k: variables[k]
+            for k in (
+                "send_max_instances",
+                "status_max_instances",
+                "reconcile_max_instances",
+                "notify_max_instances",
+                "review_max_instances",
+                "postgres_pool_max",
+                "postgres_max_connections",
+            )
+        }
         assert H.evaluate_value(condition, ModuleModel({"job_store": "postgres", **reviewers, **keep}).scope), env
 
 
 def test_dsn_rules_are_also_a_plan_time_precondition():
-    conditions = " ".join(p["condition"] for lc in resource(FUNCTION, "send").blocks("lifecycle")
-                          for p in lc.get("precondition", []))
-    for needle in ("local.function_env", "SAFESEND_POSTGRES_DSN", "(?i)password", "sslmode=verify-(ca|full)",
-                   "SAFESEND_POSTGRES_IAM_AUTH"):
+    conditions = " ".join(
+        p["condition"] for lc in resource(FUNCTION, "send").blocks("lifecycle") for p in lc.get("precondition", [])
+    )
+    for needle in (
+        "local.function_env",
+        "SAFESEND_POSTGRES_DSN",
+        "(?i)password",
+        "sslmode=verify-(ca|full)",
+        "SAFESEND_POSTGRES_IAM_AUTH",
+    ):
         assert needle in conditions, f"send: a precondition must check {needle}"
-    rule = next(p["condition"] for lc in resource(FUNCTION, "send").blocks("lifecycle")
-                for p in lc.get("precondition", []) if "SAFESEND_POSTGRES_DSN" in p["condition"])
+    rule = next(
+        p["condition"]
+        for lc in resource(FUNCTION, "send").blocks("lifecycle")
+        for p in lc.get("precondition", [])
+        if "SAFESEND_POSTGRES_DSN" in p["condition"]
+    )
     assert H.evaluate_value(rule, ModuleModel({"job_store": "postgres"}).scope) is True
     assert H.evaluate_value(rule, ModuleModel().scope) is True
 
@@ -850,13 +1026,20 @@ def test_dsn_rules_are_also_a_plan_time_precondition():
 def test_the_setup_sql_creates_the_owner_role_and_schema_and_grants_every_user():
     """The one manual step, rendered by the module (output postgres_setup_sql): idempotent, the role
     every DSN's options switch to, the schema in its search_path, one grant per database user."""
-    model = ModuleModel({"job_store": "postgres", "reviewers_enabled": True, "review_iap_members": ["group:r@e.x"],
-                         "review_allowed_emails": ["a@b.example"]})
+    model = ModuleModel(
+        {
+            "job_store": "postgres",
+            "reviewers_enabled": True,
+            "review_iap_members": ["group:r@e.x"],
+            "review_allowed_emails": ["a@b.example"],
+        }
+    )
     sql = model.local("postgres_setup_sql").splitlines()
     assert sql[:3] == [
         "DO $$ BEGIN CREATE ROLE safesend_owner NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;",
         "GRANT safesend_owner TO CURRENT_USER;",
-        "CREATE SCHEMA IF NOT EXISTS safesend AUTHORIZATION safesend_owner;"]
+        "CREATE SCHEMA IF NOT EXISTS safesend AUTHORIZATION safesend_owner;",
+    ]
     users = sorted(u["name"] for u in model.instances("google_sql_user", "functions"))
     assert sql[3:] == [f'GRANT safesend_owner TO "{u}";' for u in users] and len(users) == 6
     assert ModuleModel().local("postgres_setup_sql")  # rendered either way; the output is null with Firestore

@@ -59,7 +59,7 @@ def flag_values(command: list[str]) -> dict[str, str]:
 
 
 def one(cmds: list[list[str]], *prefix: str) -> list[str]:
-    (found,) = [c for c in cmds if c[:len(prefix)] == list(prefix)]
+    (found,) = [c for c in cmds if c[: len(prefix)] == list(prefix)]
     return found
 
 
@@ -127,8 +127,10 @@ def test_the_documented_gcloud_commands_create_what_the_module_creates(model):
     assert expand(address[4]) == psa["name"] and flag_values(address)["prefix-length"] == str(psa["prefix_length"])
     peering = flag_values(one(cmds, "gcloud", "services", "vpc-peerings", "connect"))
     assert expand(peering["ranges"]) == psa["name"] and expand(peering["network"]) == network["name"]
-    assert one(cmds, "gcloud", "sql", "databases", "create")[4] == \
-        model.instances("google_sql_database", "safesend")[0]["name"]
+    assert (
+        one(cmds, "gcloud", "sql", "databases", "create")[4]
+        == model.instances("google_sql_database", "safesend")[0]["name"]
+    )
     setup = one(cmds, "python3", "infra/env_spec.py", "postgres-setup-sql")
     assert expand(" ".join(setup)).count("--fact") == 3
 
@@ -137,20 +139,27 @@ def documented_instance(model: ModuleModel) -> dict:
     """What `gcloud sql instances describe` would say of the instance the documented command creates."""
     create = one(commands(gcloud_block()), "gcloud", "sql", "instances", "create")
     flags = {k: expand(v) for k, v in flag_values(create).items()}
-    ip_config = {"sslMode": flags.get("ssl-mode"), "privateNetwork": flags.get("network"),
-                 "ipv4Enabled": "no-assign-ip" not in flags}
+    ip_config = {
+        "sslMode": flags.get("ssl-mode"),
+        "privateNetwork": flags.get("network"),
+        "ipv4Enabled": "no-assign-ip" not in flags,
+    }
     return {
         "name": expand(create[4]),
         "databaseVersion": flags.get("database-version"),
         "settings": {
             "tier": flags.get("tier"),
             "edition": (flags.get("edition") or "").upper().replace("-", "_"),
-            "databaseFlags": [{"name": n, "value": v} for n, _, v in
-                              (f.partition("=") for f in flags.get("database-flags", "").split(",") if f)],
+            "databaseFlags": [
+                {"name": n, "value": v}
+                for n, _, v in (f.partition("=") for f in flags.get("database-flags", "").split(",") if f)
+            ],
             "ipConfiguration": ip_config,
             "deletionProtectionEnabled": "deletion-protection" in flags,
-            "backupConfiguration": {"enabled": "backup-start-time" in flags,
-                                    "pointInTimeRecoveryEnabled": "enable-point-in-time-recovery" in flags},
+            "backupConfiguration": {
+                "enabled": "backup-start-time" in flags,
+                "pointInTimeRecoveryEnabled": "enable-point-in-time-recovery" in flags,
+            },
         },
         "serverCaMode": flags.get("server-ca-mode"),
         "ipAddresses": [{"type": "PRIVATE", "ipAddress": "10.1.2.3"}] if flags.get("network") else [],

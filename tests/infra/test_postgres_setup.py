@@ -24,8 +24,11 @@ import pytest
 
 from .tfmodel import SQL_PRIVATE_IP, ModuleModel
 
-REVIEWERS = {"reviewers_enabled": True, "review_iap_members": ["group:r@example.com"],
-             "review_allowed_emails": ["ann@example.com"]}
+REVIEWERS = {
+    "reviewers_enabled": True,
+    "review_iap_members": ["group:r@example.com"],
+    "review_allowed_emails": ["ann@example.com"],
+}
 TOKEN = "ya29.stand-in-for-an-iam-access-token"  # what iam_login() sends as the password
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -87,8 +90,15 @@ def store_of(pg, model: ModuleModel, fn: str):
 def draft(key: str):
     from safesend.lifecycle import new_job
 
-    return new_job(f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}", key, "<x@mail.example.com>", "receipts",
-                   {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None}, "h" * 64, NOW)
+    return new_job(
+        f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}",
+        key,
+        "<x@mail.example.com>",
+        "receipts",
+        {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None},
+        "h" * 64,
+        NOW,
+    )
 
 
 @pytest.mark.timeout(300)
@@ -120,12 +130,18 @@ def test_the_setup_sql_lets_every_function_run_and_migrate_the_store_as_the_owne
         assert stores["status"].get(sent.id).version == updated.version
         # any function applies a later migration (it runs as the owner role too)
         rendered = model.local("function_env")["status"]["SAFESEND_POSTGRES_DSN"]
-        later = [*postgres_schema.migrations(),
-                 postgres_schema.Migration(len(postgres_schema.migrations()) + 1, "later",
-                                           "ALTER TABLE ai_jobs ADD COLUMN later integer")]
+        later = [
+            *postgres_schema.migrations(),
+            postgres_schema.Migration(
+                len(postgres_schema.migrations()) + 1, "later", "ALTER TABLE ai_jobs ADD COLUMN later integer"
+            ),
+        ]
         with psycopg.connect(local_dsn(server, rendered), autocommit=True) as conn:
-            assert conn.execute("SELECT session_user, current_user, current_schema()").fetchone() == \
-                (model.local("postgres_users")["status"], "safesend_owner", "safesend")
+            assert conn.execute("SELECT session_user, current_user, current_schema()").fetchone() == (
+                model.local("postgres_users")["status"],
+                "safesend_owner",
+                "safesend",
+            )
             assert [m.name for m in postgres_schema.migrate(conn, later)] == ["later"]
     finally:
         for store in stores.values():
@@ -171,6 +187,8 @@ def test_without_the_owner_role_option_a_first_migration_would_own_the_tables_pr
     with psycopg.connect(without_role(users["send"]), autocommit=True) as conn:
         conn.execute("CREATE TABLE t (x integer)")
         assert conn.execute("SELECT tableowner FROM pg_tables WHERE tablename = 't'").fetchone() == (users["send"],)
-    with psycopg.connect(without_role(users["reconcile"]), autocommit=True) as conn, \
-            pytest.raises(psycopg.errors.InsufficientPrivilege):
+    with (
+        psycopg.connect(without_role(users["reconcile"]), autocommit=True) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
         conn.execute("SELECT * FROM t")

@@ -50,13 +50,22 @@ SCHEMA = INFRA / "schema"
 PROVIDERS = ("google", "google-beta", "archive", "time")
 WHEEL_CACHE = VENV_INFRA / "schema-wheels"
 ADDRESS_ROOTS = ("google_", "archive_", "time_")
-LIFECYCLE = {"create_before_destroy", "prevent_destroy", "ignore_changes", "replace_triggered_by",
-             "precondition", "postcondition"}
+LIFECYCLE = {
+    "create_before_destroy",
+    "prevent_destroy",
+    "ignore_changes",
+    "replace_triggered_by",
+    "precondition",
+    "postcondition",
+}
 
 
 def snapshots(schema_dir: Path = SCHEMA) -> dict[str, dict]:
-    return {name: json.loads(path.read_text()) for name in PROVIDERS
-            if (path := schema_dir / f"{name}-provider-snapshot.json").exists()}
+    return {
+        name: json.loads(path.read_text())
+        for name in PROVIDERS
+        if (path := schema_dir / f"{name}-provider-snapshot.json").exists()
+    }
 
 
 def provider_of(block: Block) -> str:
@@ -100,8 +109,9 @@ def type_problem(value, tf_type: str) -> str | None:
     if tf_type == "any":
         return None
     if tf_type == "number":
-        if isinstance(value, bool) or not (isinstance(value, (int, float)) or
-                                           (isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d+)?", value))):
+        if isinstance(value, bool) or not (
+            isinstance(value, (int, float)) or (isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d+)?", value))
+        ):
             return f"needs a number, got {value!r}"
     elif tf_type == "bool":
         if not (isinstance(value, bool) or value in ("true", "false")):
@@ -112,7 +122,7 @@ def type_problem(value, tf_type: str) -> str | None:
     elif tf_type.startswith(("list(", "set(")):
         if not isinstance(value, list):
             return f"needs a list, got {value!r}"
-        inner = tf_type[tf_type.index("(") + 1:-1]
+        inner = tf_type[tf_type.index("(") + 1 : -1]
         return next((p for p in (type_problem(v, inner) for v in value) if p), None)
     elif tf_type.startswith("map("):
         if not isinstance(value, dict):
@@ -131,8 +141,7 @@ def value_problems(name: str, value, spec: dict, variables: dict, where: str) ->
         problem = type_problem(candidate, spec["type"])
         if problem:
             errors.append(f"{where}: {name} {problem}")
-        elif "enum" in spec and isinstance(candidate, str) and "${" not in candidate \
-                and candidate not in spec["enum"]:
+        elif "enum" in spec and isinstance(candidate, str) and "${" not in candidate and candidate not in spec["enum"]:
             errors.append(f"{where}: {name} = {candidate!r} is not one of {spec['enum']} ({spec['enum_source']})")
     return errors
 
@@ -149,7 +158,7 @@ def check_body(body: dict, schema: dict, where: str, top: bool, variables: dict 
             for entry in value:
                 for label, dyn in body_items(entry):
                     if label not in schema["blocks"]:
-                        errors.append(f"{where}: dynamic \"{label}\" is not a block here")
+                        errors.append(f'{where}: dynamic "{label}" is not a block here')
                         continue
                     present.add(label)
                     for content in dyn.get("content", []):
@@ -210,15 +219,18 @@ def walk_schema(node: dict, steps: list, where: str) -> str | None:
             # SDKv2 nested blocks and objects are lists/maps even with one element: index first.
             if step[0] not in ("index", "splat"):
                 return f"{where}: {steps[i - 1][1]!r} is a list of objects; index it ([0]) before .{step[1]}"
-            node = {"arguments": node.get("arguments", {}), "attributes": node.get("attributes", {}),
-                    "blocks": node.get("blocks", {})}
+            node = {
+                "arguments": node.get("arguments", {}),
+                "attributes": node.get("attributes", {}),
+                "blocks": node.get("blocks", {}),
+            }
             kind = "object"
         else:  # value
             tf_type = node.get("type", "any")
             if tf_type.startswith(("list(", "map(", "set(")):
                 if step[0] not in ("index", "splat"):
                     return f"{where}: .{step[1]} on a {tf_type}"
-                node = {"type": tf_type[tf_type.index("(") + 1:-1]}
+                node = {"type": tf_type[tf_type.index("(") + 1 : -1]}
             elif tf_type != "any":
                 return f"{where}: {tf_type} has no {step}"
             else:
@@ -230,8 +242,13 @@ def walk_schema(node: dict, steps: list, where: str) -> str | None:
 def reference_problems(file: str, parsed: dict, snaps: dict) -> list[str]:
     directory = (ROOT / file).parent
     declared_vars = set(top_level("variable", directory))
-    declared_locals = {k for f, p in parsed_hcl().items() if (ROOT / f).parent == directory
-                       for entry in p.get("locals", []) for k, _ in body_items(entry)}
+    declared_locals = {
+        k
+        for f, p in parsed_hcl().items()
+        if (ROOT / f).parent == directory
+        for entry in p.get("locals", [])
+        for k, _ in body_items(entry)
+    }
     module_calls = top_level("module", directory)
     resources_here = {(b.type, b.name): b for b in blocks("resource", directory) if (ROOT / b.file).parent == directory}
     data_here = {(b.type, b.name): b for b in blocks("data", directory) if (ROOT / b.file).parent == directory}
@@ -247,8 +264,18 @@ def reference_problems(file: str, parsed: dict, snaps: dict) -> list[str]:
                 continue
             for root, steps in refs:
                 where = f"{file}: {root}" + "".join(f".{s[1]}" if s[0] == "attr" else "[…]" for s in steps)
-                errors += _check_reference(root, steps, where, declared_vars, declared_locals, module_calls,
-                                           resources_here, data_here, snaps, directory)
+                errors += _check_reference(
+                    root,
+                    steps,
+                    where,
+                    declared_vars,
+                    declared_locals,
+                    module_calls,
+                    resources_here,
+                    data_here,
+                    snaps,
+                    directory,
+                )
     for entry in parsed.get("moved", []):
         source, target = entry["from"].strip("${}"), entry["to"].strip("${}")
         tf_type, name = target.split("[")[0].split(".")
@@ -259,11 +286,15 @@ def reference_problems(file: str, parsed: dict, snaps: dict) -> list[str]:
     return errors
 
 
-def _check_reference(root, steps, where, declared_vars, declared_locals, module_calls, resources_here, data_here,
-                     snaps, directory) -> list[str]:
+def _check_reference(
+    root, steps, where, declared_vars, declared_locals, module_calls, resources_here, data_here, snaps, directory
+) -> list[str]:
     if root == "var":
-        return [] if steps and steps[0] == ("attr", steps[0][1]) and steps[0][1] in declared_vars \
+        return (
+            []
+            if steps and steps[0] == ("attr", steps[0][1]) and steps[0][1] in declared_vars
             else [f"{where}: undeclared variable"]
+        )
     if root == "local":
         return [] if steps and steps[0][1] in declared_locals else [f"{where}: undeclared local"]
     if root == "module":
@@ -314,13 +345,32 @@ def test_snapshots_are_exactly_what_regenerate_makes_from_the_pinned_wheels():
     for requirement, _, _ in regenerate.WHEELS:
         name, version = requirement.split("==")
         if not list(WHEEL_CACHE.glob(f"{name.replace('-', '_')}-{version}-*.whl")):
-            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                                   "--only-binary=:all:", "--disable-pip-version-check", "-d", str(WHEEL_CACHE),
-                                   requirement],
-                                  capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "--disable-pip-version-check",
+                    "-d",
+                    str(WHEEL_CACHE),
+                    requirement,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert proc.returncode == 0, f"pip download {requirement} (PyPI is needed once):\n{proc.stderr[-2000:]}"
-    proc = subprocess.run([sys.executable, str(SCHEMA / "regenerate.py"), "--check", "--wheel-dir", str(WHEEL_CACHE)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(SCHEMA / "regenerate.py"), "--check", "--wheel-dir", str(WHEEL_CACHE)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, f"stale snapshots: run python3 infra/schema/regenerate.py\n{proc.stdout}{proc.stderr}"
     for name, data in snapshots().items():
         assert data["unknown_types"] == [], f"{name}: infra uses types the provider lacks: {data['unknown_types']}"
@@ -329,11 +379,13 @@ def test_snapshots_are_exactly_what_regenerate_makes_from_the_pinned_wheels():
 def test_every_type_used_is_in_a_snapshot_and_every_snapshot_type_is_used():
     snaps = snapshots()
     used = {(provider_of(b), b.kind, b.type) for b in all_blocks()}
-    unknown = sorted(f"{p} {k} {t}" for p, k, t in used
-                     if schema_for(Block("", k, t, "", {"provider": p}), snaps) is None)
+    unknown = sorted(
+        f"{p} {k} {t}" for p, k, t in used if schema_for(Block("", k, t, "", {"provider": p}), snaps) is None
+    )
     assert not unknown, f"not in the provider schema snapshots (typo, or run infra/schema/regenerate.py): {unknown}"
-    in_snapshots = {(p, "resource", t) for p, s in snaps.items() for t in s["resources"]} | \
-                   {(p, "data", t) for p, s in snaps.items() for t in s["data_sources"]}
+    in_snapshots = {(p, "resource", t) for p, s in snaps.items() for t in s["resources"]} | {
+        (p, "data", t) for p, s in snaps.items() for t in s["data_sources"]
+    }
     assert in_snapshots == used, "snapshots hold unused types: run python3 infra/schema/regenerate.py"
 
 
@@ -377,14 +429,18 @@ def test_checks_reject_what_terraform_validate_or_the_provider_would():
     database = snaps["google"]["resources"]["google_firestore_database"]
     db = {"name": "(default)", "location_id": "nam5", "type": "FIRESTORE_NATIV"}
     assert "not one of" in " ".join(check_body(db, database, "d", True))
-    conditional = {**db, "type": "FIRESTORE_NATIVE",
-                   "delete_protection_state": '${var.p ? "DELETE_PROTECTION_ENABLED" : "DELETE_PROTECTON_DISABLED"}'}
+    conditional = {
+        **db,
+        "type": "FIRESTORE_NATIVE",
+        "delete_protection_state": '${var.p ? "DELETE_PROTECTION_ENABLED" : "DELETE_PROTECTON_DISABLED"}',
+    }
     assert "DELETE_PROTECTON_DISABLED" in " ".join(check_body(conditional, database, "d", True))
     job = snaps["google"]["resources"]["google_cloud_scheduler_job"]
     push = {"name": "j", "http_target": [{"uri": "u", "http_method": "PUSH", "__is_block__": True}]}
     assert "not one of" in " ".join(check_body(push, job, "j", True))
-    assert "not one of" in " ".join(check_body({**db, "type": "${var.kind}"}, database, "d", True,
-                                               {"kind": {"default": "FIRESTORE"}}))
+    assert "not one of" in " ".join(
+        check_body({**db, "type": "${var.kind}"}, database, "d", True, {"kind": {"default": "FIRESTORE"}})
+    )
     twice = {"name": "q", "location": "l", "retry_config": [{"__is_block__": True}, {"__is_block__": True}]}
     assert "at most one" in " ".join(check_body(twice, queue, "q", True))
     function = snaps["google"]["resources"]["google_cloudfunctions2_function"]
@@ -402,10 +458,11 @@ def test_environment_pins_exactly_the_snapshot_provider_versions(env):
     providers = terraform["required_providers"][0]
     for name, data in snapshots().items():
         assert providers[name]["source"] == data["provider"]["source"], (env, name)
-        assert providers[name]["version"] == data["provider"]["version"], \
+        assert providers[name]["version"] == data["provider"]["version"], (
             f"{env}: pin {name} to {data['provider']['version']} (the version the schema snapshot was made from)"
+        )
     assert {k for k in providers if not k.startswith("__")} == set(snapshots()), f"{env}: pins without snapshots"
-    assert terraform["backend"] == [{"gcs": {"__is_block__": True}}], f"{env}: want an empty backend \"gcs\" {{}}"
+    assert terraform["backend"] == [{"gcs": {"__is_block__": True}}], f'{env}: want an empty backend "gcs" {{}}'
 
 
 def test_module_constraints_admit_the_pinned_versions():
@@ -419,15 +476,29 @@ def test_module_constraints_admit_the_pinned_versions():
         pinned = as_tuple(data["provider"]["version"])
         for op, version in re.findall(r"(>=|<=|<|>|=|~>)\s*([\d.]+)", providers[name]["version"]):
             bound = as_tuple(version)
-            ok = {">=": pinned >= bound, "<": pinned < bound, "<=": pinned <= bound, ">": pinned > bound,
-                  "=": pinned == bound, "~>": pinned[:len(bound) - 1] == bound[:-1] and pinned >= bound}[op]
+            ok = {
+                ">=": pinned >= bound,
+                "<": pinned < bound,
+                "<=": pinned <= bound,
+                ">": pinned > bound,
+                "=": pinned == bound,
+                "~>": pinned[: len(bound) - 1] == bound[:-1] and pinned >= bound,
+            }[op]
             assert ok, f"module constraint {name} {op} {version} excludes the pinned {data['provider']['version']}"
 
 
 # ------------------------------------------------------------------ lock files
 def parse_hcl_file(path: Path) -> dict:
-    proc = run_tool([str(infra_bin("python")), "-I", str(Path(__file__).with_name("infra_tool.py")), "hcl",
-                     str(VENV_INFRA / "python-hcl2"), str(path)])
+    proc = run_tool(
+        [
+            str(infra_bin("python")),
+            "-I",
+            str(Path(__file__).with_name("infra_tool.py")),
+            "hcl",
+            str(VENV_INFRA / "python-hcl2"),
+            str(path),
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     parsed = json.loads(proc.stdout)[str(path)]
     assert "__error__" not in parsed, parsed
@@ -442,8 +513,9 @@ def lock_problems(lock: Path, snaps: dict) -> list[str]:
         for address, body in body_items(entry):
             pinned[address] = body
     errors = []
-    expected = {f"registry.terraform.io/{data['provider']['source']}": data["provider"]["version"]
-                for data in snaps.values()}
+    expected = {
+        f"registry.terraform.io/{data['provider']['source']}": data["provider"]["version"] for data in snaps.values()
+    }
     for address, version in expected.items():
         body = pinned.get(address)
         if body is None:
@@ -470,10 +542,13 @@ def test_lock_check_rejects_a_wrong_pin(tmp_path):
     snaps = snapshots()
     lines = []
     for data in snaps.values():
-        lines += [f'provider "registry.terraform.io/{data["provider"]["source"]}" {{',
-                  f'  version     = "{data["provider"]["version"]}"',
-                  f'  constraints = "{data["provider"]["version"]}"',
-                  '  hashes = ["h1:abc=", "zh:0123"]', "}"]
+        lines += [
+            f'provider "registry.terraform.io/{data["provider"]["source"]}" {{',
+            f'  version     = "{data["provider"]["version"]}"',
+            f'  constraints = "{data["provider"]["version"]}"',
+            '  hashes = ["h1:abc=", "zh:0123"]',
+            "}",
+        ]
     good = tmp_path / "good.hcl"
     good.write_text("\n".join(lines) + "\n")
     assert lock_problems(good, snaps) == []

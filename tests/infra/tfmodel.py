@@ -35,12 +35,14 @@ def _email(args: dict, project: str) -> Any:
 # Attributes the provider computes from arguments only (documented resource id formats).
 DERIVED = {
     ("google_service_account", "email"): _email,
-    ("google_service_account", "name"): lambda a, p: H.UNKNOWN if _email(a, p) is H.UNKNOWN
-    else f"projects/{p}/serviceAccounts/{_email(a, p)}",
+    ("google_service_account", "name"): lambda a, p: (
+        H.UNKNOWN if _email(a, p) is H.UNKNOWN else f"projects/{p}/serviceAccounts/{_email(a, p)}"
+    ),
     ("google_cloud_tasks_queue", "id"): lambda a, p: f"projects/{p}/locations/{a['location']}/queues/{a['name']}",
     ("google_pubsub_topic", "id"): lambda a, p: f"projects/{p}/topics/{a['name']}",
-    ("google_project_service_identity", "member"): lambda a, p:
-        f"serviceAccount:{SERVICE_AGENTS[a['service']]}" if a.get("service") in SERVICE_AGENTS else H.UNKNOWN,
+    ("google_project_service_identity", "member"): lambda a, p: (
+        f"serviceAccount:{SERVICE_AGENTS[a['service']]}" if a.get("service") in SERVICE_AGENTS else H.UNKNOWN
+    ),
     ("google_project_service_identity", "email"): lambda a, p: SERVICE_AGENTS.get(a.get("service"), H.UNKNOWN),
     ("google_compute_network", "id"): lambda a, p: f"projects/{p}/global/networks/{a['name']}",
     ("google_compute_subnetwork", "id"): lambda a, p: f"projects/{p}/regions/{a['region']}/subnetworks/{a['name']}",
@@ -118,8 +120,13 @@ class ModuleModel:
         for name, body in declared.items():
             if "default" in body:
                 self.variables[name] = H.evaluate_value(body["default"], H.Scope())
-        self.variables.update({"project_id": "proj-1", "message_id_domain": "mail.example.com",
-                               "default_from": "Support <support@example.com>"})
+        self.variables.update(
+            {
+                "project_id": "proj-1",
+                "message_id_domain": "mail.example.com",
+                "default_from": "Support <support@example.com>",
+            }
+        )
         self.variables.update(overrides or {})
         unknown = set(overrides or {}) - set(declared)
         if unknown:
@@ -127,8 +134,9 @@ class ModuleModel:
         self.module_dir = module_dir
         self.blocks = {(b.type, b.name): b for b in resources(under=module_dir)}
         self.data = {(b.type, b.name): b for b in blocks("data", module_dir)}
-        self.scope = H.Scope(variables=self.variables, locals=locals_of(module_dir), module_dir=module_dir,
-                             resolve=self._resolve)
+        self.scope = H.Scope(
+            variables=self.variables, locals=locals_of(module_dir), module_dir=module_dir, resolve=self._resolve
+        )
         self._instances: dict[tuple[str, str], Any] = {}
 
     # ------------------------------------------------------------ instances
@@ -148,16 +156,19 @@ class ModuleModel:
                 n = H.evaluate_value(block.body["count"], self.scope)
                 if n is H.UNKNOWN:
                     raise H.EvalError(f"{block.address}: count is unknown at plan time")
-                self._instances[key] = [_Lazy(self, block.type, block.body, self.scope.child(count={"index": i}), True)
-                                        for i in range(int(n))]
+                self._instances[key] = [
+                    _Lazy(self, block.type, block.body, self.scope.child(count={"index": i}), True)
+                    for i in range(int(n))
+                ]
             elif "for_each" in block.body:
                 coll = H.evaluate_value(block.body["for_each"], self.scope)
                 if coll is H.UNKNOWN or (isinstance(coll, list) and not H._known(*coll)):
                     raise H.EvalError(f"{block.address}: for_each keys are unknown at plan time")
                 pairs = coll.items() if isinstance(coll, dict) else ((v, v) for v in coll)
-                self._instances[key] = {k: _Lazy(self, block.type, block.body,
-                                                 self.scope.child(each={"key": k, "value": v}), True)
-                                        for k, v in pairs}
+                self._instances[key] = {
+                    k: _Lazy(self, block.type, block.body, self.scope.child(each={"key": k, "value": v}), True)
+                    for k, v in pairs
+                }
             else:
                 self._instances[key] = _Lazy(self, block.type, block.body, self.scope, True)
         return self._instances[key]
@@ -191,7 +202,12 @@ def _apply(value: Any, accessors: list) -> Any:
         else:
             if value is H.UNKNOWN:
                 return H.UNKNOWN
-            items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) \
-                and not isinstance(value, _Lazy) else [value]
-            return [_apply(item, accessors[pos + 1:]) for item in items]
+            items = (
+                value
+                if isinstance(value, list)
+                else list(value.values())
+                if isinstance(value, dict) and not isinstance(value, _Lazy)
+                else [value]
+            )
+            return [_apply(item, accessors[pos + 1 :]) for item in items]
     return value
