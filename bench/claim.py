@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from google.cloud import firestore
@@ -149,6 +150,19 @@ def _round(
     return wall, len(winners), len(errors) + hung, problems, [str(e[1]) for e in errors]
 
 
+@dataclass
+class _Seen:
+    """Per side (A, B): winners and errors of each round, the kinds of error, the first error's text."""
+
+    winners: dict[str, list[int]] = field(default_factory=lambda: {"A": [], "B": []})
+    errors: dict[str, list[int]] = field(default_factory=lambda: {"A": [], "B": []})
+    kinds: dict[str, Counter[str]] = field(default_factory=lambda: {"A": Counter(), "B": Counter()})
+    first: dict[str, str] = field(default_factory=dict)
+
+
+Side = tuple[Variant, Any, Any, str]  # variant, store claimed on, store read back, tag
+
+
 def run(k: int, rounds: int, budget_s: float, join_timeout_s: float) -> Comparison:
     a = Variant("claim_or_get: create precondition")
     b = Variant("read-then-create in @transactional")
@@ -170,56 +184,7 @@ def run(k: int, rounds: int, budget_s: float, join_timeout_s: float) -> Comparis
         )
         os.environ["FIRESTORE_EMULATOR_HOST"] = emulator.host
         client = firestore.Client(project=PROJECT)
-        suffix = uuid.uuid4().hex[:8]
-        safesend = FirestoreJobStore(PROJECT, collection=f"bench_a_{suffix}", client=client, timeout_s=CALL_TIMEOUT_S)
-        naive = TransactionalClaimStore(client, f"bench_b_{suffix}")
-        reader_b = FirestoreJobStore(PROJECT, collection=f"bench_b_{suffix}", client=client)
-        sides = [(a, safesend, safesend, "A"), (b, naive, reader_b, "B")]
-
-        # Warm-up, not timed: JVM JIT, gRPC channel; one uncontended claim each, checked too.
-        for _, store, reader, tag in sides:
-            for _ in range(3):
-                _, _, _, problems, _ = _round(store, reader, 1, join_timeout_s)
-                if problems:
-                    comp.failures.append(f"{tag} warm-up: " + ", ".join(problems))
-
-        attempts_before = naive.attempts  # after the warm-up
-        winners_seen: dict[str, list[int]] = {"A": [], "B": []}
-        errors_seen: dict[str, list[int]] = {"A": [], "B": []}
-        error_kinds: dict[str, Counter[str]] = {"A": Counter(), "B": Counter()}
-        first_errors: dict[str, str] = {}
-        budget = Budget(budget_s)
-        for r in range(rounds):
-            if r and budget.exhausted:
-                comp.notes.append(f"claim: time budget {budget_s:.0f} s reached after {r} rounds (asked {rounds})")
-                break
-            order = sides if r % 2 == 0 else sides[::-1]
-            for variant, store, reader, tag in order:
-                wall, winners, errors, problems, texts = _round(store, reader, k, join_timeout_s)
-                error_kinds[tag].update(t.split(":", 1)[0] for t in texts)
-                if texts and tag not in first_errors:
-                    first_errors[tag] = texts[0]
-                variant.latencies.append(wall)
-                variant.ops += k
-                variant.busy_s += wall
-                winners_seen[tag].append(winners)
-                errors_seen[tag].append(errors)
-                progress(f"claim round {r + 1}/{rounds} {tag}: {wall:.2f} s, winners {winners}, errors {errors}")
-                if problems:
-                    comp.failures.append(f"{tag} round {r + 1}: " + ", ".join(problems))
-                    progress(f"!!! CLAIM CORRECTNESS FAILURE {tag} round {r + 1}: {', '.join(problems)}")
-        for variant, _, _, tag in sides:
-            win = winners_seen[tag]
-            exact = sum(1 for w in win if w == 1)
-            variant.check = (
-                f"winners/round {','.join(map(str, win))} ({exact}/{len(win)} exactly 1), "
-                f"errors {sum(errors_seen[tag])}/{k * len(win)} claims"
-            )
-            if tag == "B":
-                variant.check += f", {naive.attempts - attempts_before} tx attempts"
-            if error_kinds[tag]:
-                kinds = ", ".join(f"{n}x {kind}" for kind, n in error_kinds[tag].most_common())
-                comp.notes.append(f"claim {tag} errors: {kinds}; first: {first_errors[tag]}")
+        _compare(comp, client, k, rounds, Budget(budget_s), join_timeout_s)
         finished = True
     finally:
         if client is not None:
@@ -235,3 +200,61 @@ def run(k: int, rounds: int, budget_s: float, join_timeout_s: float) -> Comparis
         else:
             progress(f"Firestore emulator logs kept in {log_dir}")
     return comp
+
+
+def _compare(
+    comp: Comparison, client: firestore.Client, k: int, rounds: int, budget: Budget, join_timeout_s: float
+) -> None:
+    """Both claim implementations on one emulator: a checked warm-up, then rounds in alternating order."""
+    suffix = uuid.uuid4().hex[:8]
+    safesend = FirestoreJobStore(PROJECT, collection=f"bench_a_{suffix}", client=client, timeout_s=CALL_TIMEOUT_S)
+    naive = TransactionalClaimStore(client, f"bench_b_{suffix}")
+    reader_b = FirestoreJobStore(PROJECT, collection=f"bench_b_{suffix}", client=client)
+    sides: list[Side] = [(comp.a, safesend, safesend, "A"), (comp.b, naive, reader_b, "B")]
+    # Warm-up, not timed: JVM JIT, gRPC channel; one uncontended claim each, checked too.
+    for _, store, reader, tag in sides:
+        for _ in range(3):
+            _, _, _, problems, _ = _round(store, reader, 1, join_timeout_s)
+            if problems:
+                comp.failures.append(f"{tag} warm-up: " + ", ".join(problems))
+    attempts_before = naive.attempts  # after the warm-up
+    seen = _Seen()
+    for r in range(rounds):
+        if r and budget.exhausted:
+            comp.notes.append(f"claim: time budget {budget.seconds:.0f} s reached after {r} rounds (asked {rounds})")
+            break
+        for side in sides if r % 2 == 0 else sides[::-1]:
+            _timed_round(comp, side, seen, k, r, rounds, join_timeout_s)
+    _summarise(comp, sides, seen, k, naive.attempts - attempts_before)
+
+
+def _timed_round(comp: Comparison, side: Side, seen: _Seen, k: int, r: int, rounds: int, join_timeout_s: float) -> None:
+    variant, store, reader, tag = side
+    wall, winners, errors, problems, texts = _round(store, reader, k, join_timeout_s)
+    seen.kinds[tag].update(t.split(":", 1)[0] for t in texts)
+    if texts and tag not in seen.first:
+        seen.first[tag] = texts[0]
+    variant.latencies.append(wall)
+    variant.ops += k
+    variant.busy_s += wall
+    seen.winners[tag].append(winners)
+    seen.errors[tag].append(errors)
+    progress(f"claim round {r + 1}/{rounds} {tag}: {wall:.2f} s, winners {winners}, errors {errors}")
+    if problems:
+        comp.failures.append(f"{tag} round {r + 1}: " + ", ".join(problems))
+        progress(f"!!! CLAIM CORRECTNESS FAILURE {tag} round {r + 1}: {', '.join(problems)}")
+
+
+def _summarise(comp: Comparison, sides: list[Side], seen: _Seen, k: int, tx_attempts: int) -> None:
+    for variant, _, _, tag in sides:
+        win = seen.winners[tag]
+        exact = sum(1 for w in win if w == 1)
+        variant.check = (
+            f"winners/round {','.join(map(str, win))} ({exact}/{len(win)} exactly 1), "
+            f"errors {sum(seen.errors[tag])}/{k * len(win)} claims"
+        )
+        if tag == "B":
+            variant.check += f", {tx_attempts} tx attempts"
+        if seen.kinds[tag]:
+            kinds = ", ".join(f"{n}x {kind}" for kind, n in seen.kinds[tag].most_common())
+            comp.notes.append(f"claim {tag} errors: {kinds}; first: {seen.first[tag]}")

@@ -8,6 +8,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 for _path in (REPO_ROOT / "functions", REPO_ROOT):
@@ -103,3 +104,21 @@ def quiet_service_logs() -> None:
 
 def progress(message: str) -> None:
     print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def direct_gmail_client(relay_url: str, timeout_s: float) -> tuple[Any, Any]:
+    """The baseline's client: google-api-python-client on its own keep-alive httplib2.Http, pointed
+    at the relay (the direct send every side-by-side row is measured against)."""
+    import httplib2
+    from googleapiclient.discovery import build
+
+    http = httplib2.Http(timeout=timeout_s)
+    service = build(
+        "gmail",
+        "v1",
+        http=http,
+        client_options={"api_endpoint": relay_url},
+        static_discovery=True,
+        cache_discovery=False,
+    )
+    return service, http

@@ -46,6 +46,9 @@ def _peak_bytes(fn: Callable[[], Any]) -> int:
     return peak - base
 
 
+Work = list[tuple[Variant, Callable[[], Any]]]
+
+
 def run(repeats: int, budget_s: float) -> Comparison:
     a = Variant("parse_send_request + build_mime")
     b = Variant("json.loads(body) alone")
@@ -63,45 +66,17 @@ def run(repeats: int, budget_s: float) -> Comparison:
     def baseline() -> Any:
         return json.loads(body_text)
 
-    # Correctness: the request validates, has its 3 recipients, and the MIME keeps our Message-ID.
-    parsed = parse_send_request(json.loads(body_text), SENDER, CHANNELS)
-    raw = request_path()
-    recipients = len(parsed.message.to) + len(parsed.message.cc)
-    if recipients != 3:
-        comp.failures.append(f"typical request has {recipients} recipients, expected 3")
-    if f"Message-ID: {message_id}\r\n".encode() not in raw or b"text/html" not in raw:
-        comp.failures.append("build_mime output lacks the Message-ID or the html part")
-    if baseline() != body_dict:
-        comp.failures.append("json.loads round trip differs")
-
     def parse_only() -> Any:
         return parse_send_request(body_dict, SENDER, CHANNELS)
 
-    sides = [(a, request_path), (b, baseline)]
+    raw = request_path()
+    _check(comp, body_dict, body_text, raw, message_id, baseline)
+    sides: Work = [(a, request_path), (b, baseline)]
     # Diagnostic, interleaved but not in the table (see the notes): A's validation part alone.
     parse_part = Variant("parse_send_request alone")
-    extra = [(parse_part, parse_only)]
-    for _, fn in sides + extra:  # warm-up (regex caches, email package imports)
-        _batch(fn, 50)
-    loops = {}
-    for variant, fn in sides + extra:
-        per_call = _batch(fn, 200)
-        loops[variant.name] = max(10, min(200_000, int(TARGET_BATCH_S / max(per_call, 1e-9))))
-
-    budget = Budget(budget_s)
-    for r in range(repeats):
-        if r and budget.exhausted:
-            comp.notes.append(f"cpu: time budget {budget_s:.0f} s reached after {r} batches (asked {repeats})")
-            break
-        order = (sides if r % 2 == 0 else sides[::-1]) + extra
-        for variant, fn in order:
-            n = loops[variant.name]
-            start = time.perf_counter()
-            per_call = _batch(fn, n)
-            variant.busy_s += time.perf_counter() - start
-            variant.ops += n
-            variant.latencies.append(per_call)
-
+    extra: Work = [(parse_part, parse_only)]
+    loops = _calibrate(sides + extra)
+    _batches(comp, sides, extra, loops, repeats, Budget(budget_s))
     for variant, fn in sides:
         variant.mem_bytes = float(_peak_bytes(fn))
         variant.check = f"{loops[variant.name]:,} calls/batch; memory = tracemalloc peak of 1 call"
@@ -113,3 +88,49 @@ def run(repeats: int, budget_s: float) -> Comparison:
     a.check = f"{len(raw):,} B of MIME, 3 recipients; " + a.check
     b.check = f"{len(body_text):,} B of JSON; " + b.check
     return comp
+
+
+def _check(
+    comp: Comparison,
+    body_dict: dict[str, Any],
+    body_text: str,
+    raw: bytes,
+    message_id: str,
+    baseline: Callable[[], Any],
+) -> None:
+    """Correctness: the request validates, has its 3 recipients, and the MIME keeps our Message-ID."""
+    parsed = parse_send_request(json.loads(body_text), SENDER, CHANNELS)
+    recipients = len(parsed.message.to) + len(parsed.message.cc)
+    if recipients != 3:
+        comp.failures.append(f"typical request has {recipients} recipients, expected 3")
+    if f"Message-ID: {message_id}\r\n".encode() not in raw or b"text/html" not in raw:
+        comp.failures.append("build_mime output lacks the Message-ID or the html part")
+    if baseline() != body_dict:
+        comp.failures.append("json.loads round trip differs")
+
+
+def _calibrate(work: Work) -> dict[str, int]:
+    """After a warm-up (regex caches, email package imports): loops per batch for each variant."""
+    for _, fn in work:
+        _batch(fn, 50)
+    loops = {}
+    for variant, fn in work:
+        per_call = _batch(fn, 200)
+        loops[variant.name] = max(10, min(200_000, int(TARGET_BATCH_S / max(per_call, 1e-9))))
+    return loops
+
+
+def _batches(comp: Comparison, sides: Work, extra: Work, loops: dict[str, int], repeats: int, budget: Budget) -> None:
+    """`repeats` timed batches per variant, the two sides alternating in order, the diagnostic last."""
+    for r in range(repeats):
+        if r and budget.exhausted:
+            comp.notes.append(f"cpu: time budget {budget.seconds:.0f} s reached after {r} batches (asked {repeats})")
+            break
+        order = (sides if r % 2 == 0 else sides[::-1]) + extra
+        for variant, fn in order:
+            n = loops[variant.name]
+            start = time.perf_counter()
+            per_call = _batch(fn, n)
+            variant.busy_s += time.perf_counter() - start
+            variant.ops += n
+            variant.latencies.append(per_call)

@@ -21,7 +21,16 @@ from typing import Any
 from safesend.model import Job
 from safesend.states import State
 
-GMAIL_UNITS = {"send": 100, "list": 5, "get": 5}
+# Gmail's published quota units: messages.send 100, messages.list 5, messages.get 5, history.list 2,
+# getProfile 1.
+GMAIL_UNITS = {"send": 100, "list": 5, "get": 5, "history": 2, "profile": 1}
+GMAIL_CALLS = (  # simulator method -> label
+    ("send", "send"),
+    ("list_messages", "list"),
+    ("get_message", "get"),
+    ("list_history", "history"),
+    ("get_profile", "profile"),
+)
 
 
 class FirestoreRpcCounter:
@@ -176,12 +185,14 @@ class CountingStore:
 
 
 class GmailCallCounter:
-    """Counts messages.send / list / get that reached a GmailSimulator (wraps its instance methods)."""
+    """Counts the Gmail calls that reached a GmailSimulator (messages.send / list / get, history.list,
+    getProfile) by wrapping its instance methods, until restore()."""
 
     def __init__(self, sim: Any):
+        self._sim = sim
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
-        for name, label in (("send", "send"), ("list_messages", "list"), ("get_message", "get")):
+        for name, label in GMAIL_CALLS:
             original = getattr(sim, name)
 
             def wrapper(*args: Any, _original: Any = original, _label: str = label, **kwargs: Any) -> Any:
@@ -190,6 +201,11 @@ class GmailCallCounter:
                 return _original(*args, **kwargs)
 
             setattr(sim, name, wrapper)
+
+    def restore(self) -> None:
+        """The simulator's own methods again (the wrappers are instance attributes over the class's)."""
+        for name, _ in GMAIL_CALLS:
+            self._sim.__dict__.pop(name, None)
 
     def snapshot(self) -> Counter[str]:
         with self._lock:

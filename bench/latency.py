@@ -22,33 +22,20 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-import httplib2
 import requests
-from googleapiclient.discovery import build
 
 from devstack.emulators import ManagedProcess, free_port
 from safesend.mime import encode_raw
 
-from .common import REPO_ROOT, Budget, progress, raw_for
+from .common import REPO_ROOT, Budget, direct_gmail_client, progress, raw_for
 from .report import Bench, Row, fmt_s
 from .stackctl import STACK_THREADS, LocalStack, functions_process, send_body, wait_http
 
 WARMUP = 3
 TARGET_300 = 1.10
-
-
-def _direct_client(relay_url: str) -> Any:
-    http = httplib2.Http(timeout=30)
-    return build(
-        "gmail",
-        "v1",
-        http=http,
-        client_options={"api_endpoint": relay_url},
-        static_discovery=True,
-        cache_discovery=False,
-    ), http
 
 
 def _postgres_instance(stack: LocalStack, postgres: Any) -> tuple[ManagedProcess, str]:
@@ -75,159 +62,219 @@ def _postgres_instance(stack: LocalStack, postgres: Any) -> tuple[ManagedProcess
     return proc, url
 
 
-def run(stack: LocalStack, n: int, latencies: tuple[float, ...], budget_s: float, postgres: Any = None) -> list[Bench]:
-    """`postgres`: a running devstack.postgres.PostgresServer; None measures the Firestore stack only."""
-    sim, relay = stack.sim, stack.relay
-    assert sim is not None and relay is not None
-    pg_proc, pg_url = _postgres_instance(stack, postgres) if postgres is not None else (None, "")
-    pg_keys: list[str] = []
-    gmail, http = _direct_client(relay.url)
-    session = requests.Session()
-    tag = uuid.uuid4().hex[:8]
-    benches: list[Bench] = []
-    told: dict[str, list[str]] = {}  # bench key -> Message-IDs of direct sends
-    safesend_ids: dict[str, list[str]] = {}  # bench key -> Message-IDs safesend reported
-    current = [""]
-    problems: Counter[str] = Counter()
-    budget = Budget(budget_s)
-    counter = iter(range(10**9))
+class _Callers:
+    """The two sides of a latency sample, and what each call left behind for the checks."""
 
-    def direct() -> float:
-        raw, message_id = raw_for(f"bench-lat-direct:{tag}:{next(counter)}")
+    def __init__(self, stack: LocalStack, pg_url: str):
+        assert stack.relay is not None
+        self.stack_url, self.pg_url = stack.url, pg_url
+        self.gmail, self.http = direct_gmail_client(stack.relay.url, 30)
+        self.session = requests.Session()
+        self.tag = uuid.uuid4().hex[:8]
+        self.counter = iter(range(10**9))
+        self.bench_key = ""  # the benchmark being measured
+        self.told: dict[str, list[str]] = {}  # bench key -> Message-IDs of direct sends
+        self.safesend_ids: dict[str, list[str]] = {}  # bench key -> Message-IDs safesend reported
+        self.problems: Counter[str] = Counter()
+        self.pg_keys: list[str] = []
+
+    def start(self, bench_key: str) -> None:
+        self.bench_key = bench_key
+        self.told[bench_key], self.safesend_ids[bench_key] = [], []
+
+    def direct(self) -> float:
+        raw, message_id = raw_for(f"bench-lat-direct:{self.tag}:{next(self.counter)}")
         start = time.perf_counter()
-        answer = gmail.users().messages().send(userId="me", body={"raw": encode_raw(raw)}).execute(num_retries=0)
+        answer = self.gmail.users().messages().send(userId="me", body={"raw": encode_raw(raw)}).execute(num_retries=0)
         elapsed = time.perf_counter() - start
         if answer.get("id"):
-            told[current[0]].append(message_id)
+            self.told[self.bench_key].append(message_id)
         return elapsed
 
-    def safesend(url: str = stack.url, prefix: str = "bench-lat-safesend") -> float:
-        key = f"{prefix}:{tag}:{next(counter)}"
-        if url == pg_url:
-            pg_keys.append(key)
+    def safesend(self) -> float:
+        return self._post(self.stack_url, "bench-lat-safesend")
+
+    def safesend_pg(self) -> float:
+        return self._post(self.pg_url, "bench-lat-pg")
+
+    def _post(self, url: str, prefix: str) -> float:
+        key = f"{prefix}:{self.tag}:{next(self.counter)}"
+        if url == self.pg_url:
+            self.pg_keys.append(key)
         body = send_body(key)
         start = time.perf_counter()
-        response = session.post(f"{url}/send", json=body, timeout=60)
+        response = self.session.post(f"{url}/send", json=body, timeout=60)
         elapsed = time.perf_counter() - start
         view = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
         if response.status_code != 200 or view.get("state") != "sent" or view.get("replayed"):
-            problems[f"/send answered {response.status_code} {view.get('state')}"] += 1
+            self.problems[f"/send answered {response.status_code} {view.get('state')}"] += 1
         if view.get("message_id"):
-            safesend_ids[current[0]].append(view["message_id"])
+            self.safesend_ids[self.bench_key].append(view["message_id"])
         return elapsed
 
+    def close(self) -> None:
+        self.session.close()
+        self.http.close()
+
+
+@dataclass
+class _LatencyRows:
+    base: Row
+    full: Row
+    reads0: Row | None
+    on_pg: Row | None
+
+
+def run(stack: LocalStack, n: int, latencies: tuple[float, ...], budget_s: float, postgres: Any = None) -> list[Bench]:
+    """`postgres`: a running devstack.postgres.PostgresServer; None measures the Firestore stack only."""
+    sim = stack.sim
+    assert sim is not None
+    pg_proc, pg_url = _postgres_instance(stack, postgres) if postgres is not None else (None, "")
+    callers = _Callers(stack, pg_url)
+    benches: list[Bench] = []
+    budget = Budget(budget_s)
     try:
         for latency in latencies:
-            ms = round(latency * 1000)
-            bench = Bench(
-                f"latency@{ms}",
-                f"1. latency, Gmail {ms} ms",
-                "one call: direct messages.send vs POST /send of a new job",
-            )
-            current[0] = bench.key
-            told[bench.key], safesend_ids[bench.key] = [], []
-            base = bench.add(Row("direct messages.send", show_p95=True, baseline=True))
-            full = bench.add(Row("safesend /send, new job, Firestore", show_p95=True))
-            sides: list[tuple[Row, Callable[[], float], float | None]] = [(base, direct, None), (full, safesend, None)]
-            reads0 = None
-            if latency >= 0.2:
-                reads0 = bench.add(Row("  same, list/get at 0 ms", show_p95=True))
-                sides.append((reads0, safesend, 0.0))
-            on_pg = None
-            if pg_proc is not None:
-                on_pg = bench.add(Row("safesend /send, new job, PostgreSQL", show_p95=True))
-                sides.append((on_pg, lambda: safesend(pg_url, "bench-lat-pg"), None))
-            progress(f"latency {ms} ms: {n} calls per variant")
-            for _ in range(WARMUP):
-                for _, fn, read in sides:
-                    sim.set_latency(latency, read)
-                    fn()
-            for i in range(n):
-                if i >= 5 and budget.exhausted:
-                    bench.notes.append(f"time budget reached after {i} calls per variant (asked {n})")
-                    break
-                k = i % len(sides)
-                results: dict[int, float] = {}
-                for row, fn, read in sides[k:] + sides[:k]:
-                    sim.set_latency(latency, read)
-                    results[id(row)] = fn()
-                    row.samples.append(results[id(row)])
-                for row, _, _ in sides[1:]:
-                    row.pairs.append(results[id(row)] / results[id(base)])
-            sim.set_latency(0.0)
-            bench.finish(p95=True)
-            if latency >= 0.2:
-                for row in (full, on_pg) if on_pg is not None else (full,):
-                    row.target = f"p50 <= x{TARGET_300:.2f}"
-                    row.verdict = "ok" if row.ratio is not None and row.ratio <= TARGET_300 else "MISS"
-            base.check = "stock httplib2 keep-alive, via the relay"
-            full.check = "200 sent, new key each call"
-            if on_pg is not None:
-                on_pg.check = "200 sent, new key each call; the same app with SAFESEND_STORE=postgres"
-                if full.median == full.median and on_pg.median == on_pg.median:  # not NaN
-                    bench.notes.append(
-                        f"PostgreSQL vs Firestore (emulator) store, same app, interleaved: p50 "
-                        f"{fmt_s(on_pg.median)} vs {fmt_s(full.median)} "
-                        f"({(on_pg.median - full.median) * 1e3:+.1f} ms per send)"
-                    )
-            if on_pg is not None and on_pg.verdict == "MISS":
-                bench.findings.append(
-                    f"safesend (PostgreSQL) p50 {fmt_s(on_pg.median)} vs direct {fmt_s(base.median)} "
-                    f"(x{on_pg.ratio:.2f}, target x{TARGET_300:.2f}); the Firestore row of the same round: "
-                    f"x{full.ratio:.2f}. The store's share is its two statements (claim, outcome), each one round "
-                    f"trip on a warm pooled connection; check the load average and the disk (durable commits)."
-                )
-            if reads0 is not None:
-                reads0.check = "diagnostic: verification read made free"
-                gap = full.median - base.median
-                verify = full.median - reads0.median
-                rest = reads0.median - base.median
-                if full.verdict == "MISS":
-                    store_share = (
-                        f" The same app on PostgreSQL: {fmt_s(on_pg.median)} (x{on_pg.ratio:.2f}), "
-                        f"{(full.median - on_pg.median) * 1e3:+.1f} ms per send for the Firestore emulator."
-                        if on_pg is not None and on_pg.ratio is not None
-                        else ""
-                    )
-                    bench.findings.append(
-                        f"safesend (Firestore) p50 {fmt_s(full.median)} vs direct {fmt_s(base.median)} "
-                        f"(x{full.ratio:.2f}). Of the {fmt_s(gap)} gap, {fmt_s(verify)} is the Message-ID "
-                        f"verification read (1 in SAFESEND_VERIFY_MESSAGE_ID_EVERY sends; the diagnostic row makes it "
-                        f"free: x{reads0.ratio:.2f}); the other {fmt_s(rest)} is the HTTP hop into "
-                        f"functions-framework, validation + MIME, a fresh TCP connection per send (OneShotHttp) and "
-                        f"the store's two writes (claim, outcome).{store_share} Check the load average first: "
-                        f"this ratio was x1.06 on an idle machine (bench/README.md)."
-                    )
+            bench, rows = _measure(sim, callers, latency, n, budget, with_pg=pg_proc is not None)
+            _judge(bench, rows, latency)
             benches.append(bench)
     finally:
         sim.set_latency(0.0)
-        session.close()
-        http.close()
+        callers.close()
         if pg_proc is not None:
             pg_proc.stop()
+    _check_effects(benches, callers, sim, both_stores=pg_proc is not None)
+    if postgres is not None and benches and callers.pg_keys:
+        _check_postgres_rows(benches[-1], postgres, callers.pg_keys)
+    return benches
 
+
+def _measure(
+    sim: Any, callers: _Callers, latency: float, n: int, budget: Budget, with_pg: bool
+) -> tuple[Bench, _LatencyRows]:
+    """One latency: every variant called in turn (order rotated each round), after a warm-up."""
+    ms = round(latency * 1000)
+    bench = Bench(
+        f"latency@{ms}", f"1. latency, Gmail {ms} ms", "one call: direct messages.send vs POST /send of a new job"
+    )
+    callers.start(bench.key)
+    rows = _LatencyRows(
+        base=bench.add(Row("direct messages.send", show_p95=True, baseline=True)),
+        full=bench.add(Row("safesend /send, new job, Firestore", show_p95=True)),
+        reads0=bench.add(Row("  same, list/get at 0 ms", show_p95=True)) if latency >= 0.2 else None,
+        on_pg=bench.add(Row("safesend /send, new job, PostgreSQL", show_p95=True)) if with_pg else None,
+    )
+    sides: list[tuple[Row, Callable[[], float], float | None]] = [
+        (rows.base, callers.direct, None),
+        (rows.full, callers.safesend, None),
+    ]
+    if rows.reads0 is not None:
+        sides.append((rows.reads0, callers.safesend, 0.0))
+    if rows.on_pg is not None:
+        sides.append((rows.on_pg, callers.safesend_pg, None))
+    progress(f"latency {ms} ms: {n} calls per variant")
+    for _ in range(WARMUP):
+        for _, fn, read in sides:
+            sim.set_latency(latency, read)
+            fn()
+    for i in range(n):
+        if i >= 5 and budget.exhausted:
+            bench.notes.append(f"time budget reached after {i} calls per variant (asked {n})")
+            break
+        k = i % len(sides)
+        results: dict[int, float] = {}
+        for row, fn, read in sides[k:] + sides[:k]:
+            sim.set_latency(latency, read)
+            results[id(row)] = fn()
+            row.samples.append(results[id(row)])
+        for row, _, _ in sides[1:]:
+            row.pairs.append(results[id(row)] / results[id(rows.base)])
+    sim.set_latency(0.0)
+    bench.finish(p95=True)
+    return bench, rows
+
+
+def _judge(bench: Bench, rows: _LatencyRows, latency: float) -> None:
+    """Targets (at 300 ms), checks, and the notes and findings that explain a miss."""
+    base, full, on_pg = rows.base, rows.full, rows.on_pg
+    if latency >= 0.2:
+        for row in (full, on_pg) if on_pg is not None else (full,):
+            row.target = f"p50 <= x{TARGET_300:.2f}"
+            row.verdict = "ok" if row.ratio is not None and row.ratio <= TARGET_300 else "MISS"
+    base.check = "stock httplib2 keep-alive, via the relay"
+    full.check = "200 sent, new key each call"
+    if on_pg is not None:
+        _judge_postgres(bench, base, full, on_pg)
+    if rows.reads0 is not None:
+        rows.reads0.check = "diagnostic: verification read made free"
+        if full.verdict == "MISS":
+            _explain_firestore_miss(bench, base, full, rows.reads0, on_pg)
+
+
+def _judge_postgres(bench: Bench, base: Row, full: Row, on_pg: Row) -> None:
+    on_pg.check = "200 sent, new key each call; the same app with SAFESEND_STORE=postgres"
+    if full.median == full.median and on_pg.median == on_pg.median:  # not NaN
+        bench.notes.append(
+            f"PostgreSQL vs Firestore (emulator) store, same app, interleaved: p50 "
+            f"{fmt_s(on_pg.median)} vs {fmt_s(full.median)} "
+            f"({(on_pg.median - full.median) * 1e3:+.1f} ms per send)"
+        )
+    if on_pg.verdict == "MISS":
+        bench.findings.append(
+            f"safesend (PostgreSQL) p50 {fmt_s(on_pg.median)} vs direct {fmt_s(base.median)} "
+            f"(x{on_pg.ratio:.2f}, target x{TARGET_300:.2f}); the Firestore row of the same round: "
+            f"x{full.ratio:.2f}. The store's share is its two statements (claim, outcome), each one round "
+            f"trip on a warm pooled connection; check the load average and the disk (durable commits)."
+        )
+
+
+def _explain_firestore_miss(bench: Bench, base: Row, full: Row, reads0: Row, on_pg: Row | None) -> None:
+    gap = full.median - base.median
+    verify = full.median - reads0.median
+    rest = reads0.median - base.median
+    store_share = (
+        f" The same app on PostgreSQL: {fmt_s(on_pg.median)} (x{on_pg.ratio:.2f}), "
+        f"{(full.median - on_pg.median) * 1e3:+.1f} ms per send for the Firestore emulator."
+        if on_pg is not None and on_pg.ratio is not None
+        else ""
+    )
+    bench.findings.append(
+        f"safesend (Firestore) p50 {fmt_s(full.median)} vs direct {fmt_s(base.median)} "
+        f"(x{full.ratio:.2f}). Of the {fmt_s(gap)} gap, {fmt_s(verify)} is the Message-ID "
+        f"verification read (1 in SAFESEND_VERIFY_MESSAGE_ID_EVERY sends; the diagnostic row makes it "
+        f"free: x{reads0.ratio:.2f}); the other {fmt_s(rest)} is the HTTP hop into "
+        f"functions-framework, validation + MIME, a fresh TCP connection per send (OneShotHttp) and "
+        f"the store's two writes (claim, outcome).{store_share} Check the load average first: "
+        f"this ratio was x1.06 on an idle machine (bench/README.md)."
+    )
+
+
+def _check_effects(benches: list[Bench], callers: _Callers, sim: Any, both_stores: bool) -> None:
+    """Every send of either side is exactly one message in the simulator's acceptance log."""
     effects = Counter(e["message_id"] for e in sim.effects())
     for bench in benches:
-        direct_ids, ours = told[bench.key], safesend_ids[bench.key]
+        direct_ids, ours = callers.told[bench.key], callers.safesend_ids[bench.key]
         bad_direct = sum(1 for mid in direct_ids if effects[mid] != 1)
         bad_ours = sum(1 for mid in ours if effects[mid] != 1)
         bench.rows[0].check += f"; exactly 1 effect {len(direct_ids) - bad_direct}/{len(direct_ids)}"
         bench.rows[1].check += f"; exactly 1 effect {len(ours) - bad_ours}/{len(ours)}" + (
-            " (both stores' sends)" if pg_proc is not None else ""
+            " (both stores' sends)" if both_stores else ""
         )
         if bad_direct or bad_ours:
             bench.failures.append(f"{bad_direct} direct and {bad_ours} safesend sends without exactly one effect")
-    if problems and benches:
-        benches[-1].failures.append(f"unexpected /send answers: {dict(problems)}")
-    if postgres is not None and benches and pg_keys:
-        stored = (
-            postgres.execute("SELECT count(*) FROM ai_jobs WHERE doc->>'dedup_key' = ANY(%s)", (pg_keys,))[0][0]
-            if postgres.execute("SELECT to_regclass('ai_jobs') IS NOT NULL")[0][0]
-            else 0
+    if callers.problems and benches:
+        benches[-1].failures.append(f"unexpected /send answers: {dict(callers.problems)}")
+
+
+def _check_postgres_rows(bench: Bench, postgres: Any, pg_keys: list[str]) -> None:
+    """The jobs sent to the PostgreSQL instance are rows of PostgreSQL (the runtime chose the store)."""
+    stored = (
+        postgres.execute("SELECT count(*) FROM ai_jobs WHERE doc->>'dedup_key' = ANY(%s)", (pg_keys,))[0][0]
+        if postgres.execute("SELECT to_regclass('ai_jobs') IS NOT NULL")[0][0]
+        else 0
+    )
+    if stored != len(pg_keys):
+        bench.failures.append(
+            f"only {stored} of the {len(pg_keys)} jobs sent to the PostgreSQL instance are in PostgreSQL: the "
+            "runtime must build its store from SAFESEND_STORE (functions/safesend/runtime.py, build_store)"
         )
-        if stored != len(pg_keys):
-            benches[-1].failures.append(
-                f"only {stored} of the {len(pg_keys)} jobs sent to the PostgreSQL instance are in PostgreSQL: the "
-                "runtime must build its store from SAFESEND_STORE (functions/safesend/runtime.py, build_store)"
-            )
-    return benches

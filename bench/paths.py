@@ -14,12 +14,22 @@ The driver reads jobs through a second, uncounted client. Only the Gmail socket 
 Paths (fresh dedup key per run):
   happy            new job, Gmail answers 200
   replay           the same request again (a duplicate webhook): not in the issue, for contrast
-  ambiguous, found relay forward-then-drop-response: Gmail accepted, we time out -> unknown ->
-                   first mailbox check (t+90 s) finds it -> sent
+  ambiguous, found in change log
+                   relay forward-then-drop-response: Gmail accepted, we time out -> unknown -> first
+                   look (t+5 s) in the change log since the instance's checkpoint finds it -> sent
+  ambiguous, found by search (change log off)
+                   the same on a service with SAFESEND_HISTORY_CHECK_S=0 (the search-only baseline):
+                   first mailbox search (t+90 s) finds it -> sent
   ambiguous, missing, retried
                    relay fail-before-forward (connection closed before Gmail got it) -> unknown ->
                    checks at +90/150/210/270 s find nothing -> window ends at +300 s -> resend -> sent
   review           the same on the `payments` channel (on_unknown = review): -> review, published
+
+The change-log service reads its checkpoint (getProfile, 1 unit) synchronously when it is stale; the
+driver moves the fake clock past the checkpoint's TTL before each of its paths, so every path starts
+from a checkpoint read just before its claim (the log since then holds only this job's message: the
+least a history read can cost). That getProfile is counted apart, not in the job's units: deployed,
+an instance reads it at most once per CHECKPOINT_TTL_S (10 min) in the background, whatever its volume.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from devstack.relay import FaultRelay
 from safesend.adapters.firestore_store import FirestoreJobStore
 from safesend.adapters.gmail_mailer import GmailMailer
 from safesend.config import DEFAULT_CHANNELS_FILE, Settings
+from safesend.history import CHECKPOINT_TTL_S
 from safesend.model import Job
 from safesend.policy import ChannelPolicies
 from safesend.service import SafeSendService
@@ -63,17 +74,25 @@ TARGET_UNITS = 105
 TARGET_PG_STATEMENTS = 2  # the issue: "the same happy-path cost as Firestore: 2 statements"
 
 
+@dataclass(frozen=True)
 class _Path:
-    def __init__(
-        self, name: str, channel: str, fault: tuple[str, dict[str, Any]] | None, expect: str, replay: bool = False
-    ):
-        self.name, self.channel, self.fault, self.expect, self.replay = name, channel, fault, expect, replay
+    name: str
+    channel: str
+    fault: tuple[str, dict[str, Any]] | None
+    expect: str
+    replay: bool = False
+    search_only: bool = False  # on the service with the change log off (SAFESEND_HISTORY_CHECK_S=0)
+    settled_by: str = ""  # the event that must settle it, if one must
 
 
+DROPPED = ("forward-then-drop-response", {"delay_s": 3.0})
+HISTORY_PATH = "ambiguous, found in change log"
+SEARCH_PATH = "ambiguous, found by search (change log off)"
 PATHS = [
     _Path("happy", CHANNEL, None, "sent"),
     _Path("replay (duplicate request)", CHANNEL, None, "sent", replay=True),
-    _Path("ambiguous, found", CHANNEL, ("forward-then-drop-response", {"delay_s": 3.0}), "sent"),
+    _Path(HISTORY_PATH, CHANNEL, DROPPED, "sent", settled_by="found_in_history"),
+    _Path(SEARCH_PATH, CHANNEL, DROPPED, "sent", search_only=True, settled_by="found_in_mailbox"),
     _Path("ambiguous, missing, retried", CHANNEL, ("fail-before-forward", {}), "sent"),
     _Path("review (payments channel)", REVIEW_CHANNEL, ("fail-before-forward", {}), "review"),
 ]
@@ -98,7 +117,8 @@ class _Variant:
     """One job store under the same service, mailer, simulator and fake clock."""
 
     kind: str  # firestore | postgres
-    service: SafeSendService
+    service: SafeSendService  # the change log on (its production default)
+    search_service: SafeSendService  # the change log off: settles by search only
     store: CountingStore
     observer: Any  # the same data through an uncounted client: the driver's reads
     snapshot: Callable[[], Counter[str]]  # what crossed the wire so far
@@ -116,7 +136,11 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
         "2b. PostgreSQL ops / job",
         "per job: statements and round trips, counted on the wire (rows read + written)",
     )
-    quota_bench = Bench("quota", "3. Gmail units / job", "per job: send 100, list 5, get 5, counted at the simulator")
+    quota_bench = Bench(
+        "quota",
+        "3. Gmail units / job",
+        "per job: send 100, list 5, get 5, history.list 2, counted at the simulator",
+    )
     clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
     sim = GmailSimulator(index_lag_s=GMAIL_INDEX_LAG_S, clock=lambda: clock().timestamp()).start()
     relay = None
@@ -125,28 +149,7 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
         gmail_counter = GmailCallCounter(sim)
         relay = FaultRelay(sim.url).start()
         tag = uuid.uuid4().hex[:8]
-        policies = ChannelPolicies.load(DEFAULT_CHANNELS_FILE)
-        mailer = GmailMailer(api_endpoint=relay.url, send_timeout_s=1.0, read_timeout_s=10.0)
-
-        def service_on(store: Any, publisher: CountingPublisher) -> SafeSendService:
-            return SafeSendService(
-                store,
-                mailer,
-                None,
-                publisher,
-                policies,
-                Settings(
-                    project="bench",
-                    message_id_domain=DOMAIN,
-                    request_budget_s=40.0,
-                    send_timeout_s=1.0,
-                    verify_message_id_every=1,
-                ),
-                clock=clock,
-                monotonic=clock.monotonic,
-                sleep=clock.sleep,
-            )
-
+        service_on = _service_factory(relay.url, clock)
         variants = [_firestore_variant(tag, service_on, closers)]
         if postgres is not None:
             variants.append(_postgres_variant(postgres, tag, service_on, closers))
@@ -154,47 +157,8 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
             # the schema check and every statement prepared once on its one pooled connection
             for p_index, path in enumerate(PATHS):
                 _one(variant, path, f"{variant.prefix}-warmup:{p_index}", relay, clock)
-
-        results: dict[str, dict[str, list[dict[str, Any]]]] = {v.kind: {p.name: [] for p in PATHS} for v in variants}
-        problems: dict[str, list[str]] = {v.kind: [] for v in variants}
-        budget = Budget(budget_s)
-        for r in range(runs):
-            if r and budget.exhausted:
-                store_bench.notes.append(f"time budget reached after {r} runs (asked {runs})")
-                break
-            for variant in variants[r % len(variants) :] + variants[: r % len(variants)]:  # rotated each run
-                for p_index, path in enumerate(PATHS):
-                    before_wire, before_gmail = variant.snapshot(), gmail_counter.snapshot()
-                    variant.store.reset()
-                    job, replayed = _one(
-                        variant,
-                        path,
-                        f"{variant.prefix}:{p_index}:{r}",
-                        relay,
-                        clock,
-                        counted=lambda v=variant: (v.snapshot(), gmail_counter.snapshot()),
-                    )
-                    wire = variant.summary(variant.snapshot() - before_wire)
-                    gmail = gmail_counter.snapshot() - before_gmail
-                    effects = sum(1 for e in sim.effects() if e["message_id"] == job.message_id)
-                    results[variant.kind][path.name].append(
-                        {
-                            "wire": wire,
-                            "gmail": dict(gmail),
-                            "units": gmail_units(gmail),
-                            "store_calls": _compact(variant.store.sequence),
-                            "state": job.state.value,
-                            "attempts": job.attempts,
-                            "checks": job.checks,
-                            "effects": effects,
-                            "events": [e["kind"] for e in job.events],
-                        }
-                    )
-                    wrong = _check(path, job, replayed, effects, variant.publisher)
-                    if wrong:
-                        problems[variant.kind].append(f"{variant.kind}, {path.name} run {r + 1}: {wrong}")
-            progress(f"paths run {r + 1}/{runs} done ({', '.join(v.kind for v in variants)})")
-
+        driver = _Driver(relay, clock, sim, gmail_counter)
+        results, problems = _measure(driver, variants, runs, Budget(budget_s), store_bench)
         _firestore_rows(store_bench, quota_bench, results["firestore"])
         store_bench.failures += problems["firestore"][:5]
         if postgres is not None:
@@ -209,6 +173,104 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
     return [store_bench, *([pg_bench] if postgres is not None else []), quota_bench]
 
 
+def _service_factory(gmail_url: str, clock: FakeClock) -> Callable[..., SafeSendService]:
+    """service_on(store, publisher, history): a SafeSendService on the production channel policies
+    and timings, the fake clock, and one GmailMailer (through the relay) shared by every service;
+    `history` False turns the change log off (SAFESEND_HISTORY_CHECK_S=0). The checkpoint is read
+    synchronously when stale (deterministic counts), never in a background thread."""
+    policies = ChannelPolicies.load(DEFAULT_CHANNELS_FILE)
+    mailer = GmailMailer(api_endpoint=gmail_url, send_timeout_s=1.0, read_timeout_s=10.0)
+
+    def service_on(store: Any, publisher: CountingPublisher, history: bool) -> SafeSendService:
+        settings = Settings(
+            project="bench",
+            message_id_domain=DOMAIN,
+            request_budget_s=40.0,
+            send_timeout_s=1.0,
+            verify_message_id_every=1,
+            **({} if history else {"history_check_s": 0.0}),
+        )
+        return SafeSendService(
+            store,
+            mailer,
+            None,
+            publisher,
+            policies,
+            settings,
+            checkpoint_in_background=False,
+            clock=clock,
+            monotonic=clock.monotonic,
+            sleep=clock.sleep,
+        )
+
+    return service_on
+
+
+@dataclass
+class _Driver:
+    """What every counted path uses: the relay (faults), the fake clock, the simulator and its counter."""
+
+    relay: FaultRelay
+    clock: FakeClock
+    sim: GmailSimulator
+    gmail_counter: GmailCallCounter
+
+
+def _measure(
+    driver: _Driver, variants: list[_Variant], runs: int, budget: Budget, store_bench: Bench
+) -> tuple[dict[str, dict[str, list[dict[str, Any]]]], dict[str, list[str]]]:
+    """`runs` rounds of every path on every store (store order rotated each round): per store and
+    path, one record per run; and the failed checks per store."""
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {v.kind: {p.name: [] for p in PATHS} for v in variants}
+    problems: dict[str, list[str]] = {v.kind: [] for v in variants}
+    for r in range(runs):
+        if r and budget.exhausted:
+            store_bench.notes.append(f"time budget reached after {r} runs (asked {runs})")
+            break
+        for variant in variants[r % len(variants) :] + variants[: r % len(variants)]:
+            for p_index, path in enumerate(PATHS):
+                record, wrong = _counted(driver, variant, path, f"{variant.prefix}:{p_index}:{r}")
+                results[variant.kind][path.name].append(record)
+                if wrong:
+                    problems[variant.kind].append(f"{variant.kind}, {path.name} run {r + 1}: {wrong}")
+        progress(f"paths run {r + 1}/{runs} done ({', '.join(v.kind for v in variants)})")
+    return results, problems
+
+
+def _counted(driver: _Driver, variant: _Variant, path: _Path, key: str) -> tuple[dict[str, Any], str]:
+    """One path for a fresh key, counted: the record of what it cost, and what its check found wrong."""
+    before_wire, before_gmail = variant.snapshot(), driver.gmail_counter.snapshot()
+    variant.store.reset()
+    job, replayed = _one(
+        variant,
+        path,
+        key,
+        driver.relay,
+        driver.clock,
+        counted=lambda: (variant.snapshot(), driver.gmail_counter.snapshot()),
+    )
+    wire = variant.summary(variant.snapshot() - before_wire)
+    gmail = driver.gmail_counter.snapshot() - before_gmail
+    effects = sum(1 for e in driver.sim.effects() if e["message_id"] == job.message_id)
+    record = {
+        "wire": wire,
+        "gmail": dict(gmail),
+        "units": _job_units(gmail),
+        "store_calls": _compact(variant.store.sequence),
+        "state": job.state.value,
+        "attempts": job.attempts,
+        "checks": job.checks,
+        "effects": effects,
+        "events": [e["kind"] for e in job.events],
+    }
+    return record, _check(path, job, replayed, effects, variant.publisher)
+
+
+def _job_units(gmail: Counter[str]) -> int:
+    """Gmail units of one job: the instance's checkpoint read (getProfile) is not the job's (see above)."""
+    return gmail_units(gmail - Counter(profile=gmail["profile"]))
+
+
 def _firestore_variant(
     tag: str, service_on: Callable[..., SafeSendService], closers: list[Callable[[], Any]]
 ) -> _Variant:
@@ -221,7 +283,8 @@ def _firestore_variant(
     publisher = CountingPublisher()
     return _Variant(
         "firestore",
-        service_on(store, publisher),
+        service_on(store, publisher, True),
+        service_on(store, publisher, False),
         store,
         FirestoreJobStore(PROJECT, collection=collection, client=observer_client),
         counter.snapshot,
@@ -247,7 +310,8 @@ def _postgres_variant(
     publisher = CountingPublisher()
     return _Variant(
         "postgres",
-        service_on(store, publisher),
+        service_on(store, publisher, True),
+        service_on(store, publisher, False),
         store,
         observer,
         lambda: Counter(proxy.wire()),
@@ -262,16 +326,19 @@ def _one(
 ) -> tuple[Job, bool]:
     """Run one path for a fresh key; for a replay the original send goes first (before `counted`)."""
     request = _request(key, path.channel)
+    service = variant.search_service if path.search_only else variant.service
+    if not path.search_only:  # the checkpoint goes stale: read again just before this path's claim
+        clock.advance(CHECKPOINT_TTL_S + 1.0)
     if path.replay:
-        variant.service.submit(request)
+        service.submit(request)
         if counted is not None:
             counted()
     if path.fault:
         mode, options = path.fault
         relay.set_mode(mode, count=1, **options)
     try:
-        job, replayed = variant.service.submit(request)
-        return (_drive(variant.service, variant.observer, clock, job) if not path.replay else job), replayed
+        job, replayed = service.submit(request)
+        return (_drive(service, variant.observer, clock, job) if not path.replay else job), replayed
     finally:
         relay.set_mode("forward-and-respond")
 
@@ -297,10 +364,11 @@ def _firestore_rows(store_bench: Bench, quota_bench: Bench, results: dict[str, l
         g = mid["gmail"]
         qrow = quota_bench.add(Row(path.name, unit="n", samples=[o["units"] for o in rows]))
         qrow.text = f"{mid['units']}"
+        checkpoint = f" (+{g['profile']} getProfile: the instance's checkpoint)" if g.get("profile") else ""
         qrow.check = (
-            f"{g.get('send', 0)} send, {g.get('list', 0)} list, {g.get('get', 0)} get; "
-            f"-> {mid['state']}, attempts {mid['attempts']}, checks {mid['checks']}, "
-            f"effects {mid['effects']}"
+            f"{g.get('send', 0)} send, {g.get('list', 0)} list, {g.get('get', 0)} get, "
+            f"{g.get('history', 0)} history{checkpoint}; -> {mid['state']}, attempts {mid['attempts']}, "
+            f"checks {mid['checks']}, effects {mid['effects']}"
         )
         qrow.detail = {"median_run": {k: mid[k] for k in ("gmail", "units", "state", "attempts", "checks")}}
         if path.name == "happy":
@@ -317,6 +385,14 @@ def _firestore_rows(store_bench: Bench, quota_bench: Bench, results: dict[str, l
         "a periodic sweep adds its queries on top (benchmark 5)"
     )
     store_bench.notes.append(sweep_note)
+    quota_bench.notes.append(
+        f"`{HISTORY_PATH}`: one history.list page since a checkpoint read just before the claim (2 units) and one "
+        f"messages.get format=metadata of the one message added since (5 units, cached per instance). Deployed, "
+        f"the checkpoint is up to {CHECKPOINT_TTL_S / 60:g} min old: the page lists every SENT message added "
+        f"since (up to 500 a page), and each one this instance has not seen costs one metadata read; the "
+        f"checkpoint itself (getProfile, 1 unit) is read at most once per {CHECKPOINT_TTL_S / 60:g} min per instance "
+        f"and is not counted per job"
+    )
     if any(o["wire"]["reads_of_absent_docs"] for rows in results.values() for o in rows):
         store_bench.notes.append("reads include lookups of absent documents: Firestore bills each as one read")
 
@@ -403,9 +479,8 @@ def _check(path: _Path, job: Job, replayed: bool, effects: int, publisher: Count
             return f"{effects} copies sent on a review channel"
         if not any(a.get("job_id") == job.id for _, a in publisher.items):
             return "no review item published"
-    settled_by = {"found_in_history", "found_in_mailbox"}  # the change log first, then the search (history.py)
-    if path.name.startswith("ambiguous, found") and not settled_by & {e["kind"] for e in job.events}:
-        return "not settled by the mailbox check"
+    if path.settled_by and path.settled_by not in {e["kind"] for e in job.events}:
+        return f"not settled by {path.settled_by}: {[e['kind'] for e in job.events]}"
     return ""
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .results import percentile
+from .table import render_text_table
 
 
 def median(values: Sequence[float]) -> float:
@@ -206,32 +207,14 @@ def table_rows(benches: Sequence[Bench]) -> list[tuple[int, list[str]]]:
 
 
 def render_text(benches: Sequence[Bench]) -> str:
-    rows = table_rows(benches)
-    widths = [len(c) for c in COLUMNS]
-    for _, row in rows:
-        for i, cell in enumerate(row[:-1]):
-            widths[i] = max(widths[i], len(cell))
-    right = {2, 3, 4, 5, 6}
-
-    def line(cells: Sequence[str]) -> str:
-        parts = []
-        for i, cell in enumerate(cells):
-            if i == len(cells) - 1:
-                parts.append(cell)
-            else:
-                parts.append(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]))
-        return "  ".join(parts).rstrip()
-
-    rule = "-" * (sum(widths[:-1]) + 2 * (len(widths) - 1) + 30)
-    body = [line(COLUMNS), rule]
+    groups: list[list[list[str]]] = []
     previous = None
-    for b, row in rows:
-        if previous is not None and b != previous:
-            body.append("")
-        body.append(line(row))
-        previous = b
-    body.append(rule)
-    return "\n".join(body)
+    for b, row in table_rows(benches):
+        if b != previous:
+            groups.append([])
+            previous = b
+        groups[-1].append(row)
+    return render_text_table(COLUMNS, groups, right={2, 3, 4, 5, 6}, rule_tail=30)
 
 
 def render_markdown_table(benches: Sequence[Bench]) -> str:

@@ -1,4 +1,4 @@
-"""Result records, percentiles and the one plain-text table the benchmark prints."""
+"""Result records and percentiles of the micro-benchmarks (--micro), and their table (bench/table.py renders it)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from .table import render_text_table
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
@@ -96,66 +98,39 @@ def fmt_ratio(a: float | None, b: float | None) -> str:
 HEADERS = ("comparison", "variant", "n", "median", "p95", "throughput", "memory", "checks")
 
 
-def table_rows(comparisons: Sequence[Comparison]) -> list[tuple[str, ...]]:
-    rows: list[tuple[str, ...]] = []
-    for c in comparisons:
-        if c.skipped:
-            rows.append((c.title, "NOT RUN", "", "", "", "", "", c.skipped))
-            rows.append(("", "", "", "", "", "", "", ""))
-            continue
-        for label, v in (("A", c.a), ("B", c.b)):
-            rows.append(
-                (
-                    c.title if label == "A" else f"  (1 sample = {c.latency_of})",
-                    f"{label}: {v.name}",
-                    str(v.n),
-                    fmt_time(v.median),
-                    fmt_time(v.p95),
-                    fmt_rate(v.throughput, c.throughput_unit),
-                    fmt_bytes(v.mem_bytes),
-                    v.check,
-                )
-            )
-        status = "FAILED: " + "; ".join(c.failures) if c.failures else "ok"
-        rows.append(
-            (
-                "",
-                "ratio A/B",
-                "",
-                fmt_ratio(c.a.median, c.b.median),
-                fmt_ratio(c.a.p95, c.b.p95),
-                fmt_ratio(c.a.throughput, c.b.throughput),
-                fmt_ratio(c.a.mem_bytes, c.b.mem_bytes),
-                status,
-            )
+def _comparison_rows(c: Comparison) -> list[tuple[str, ...]]:
+    """A, B and the ratio line of one comparison (one line if it could not run)."""
+    if c.skipped:
+        return [(c.title, "NOT RUN", "", "", "", "", "", c.skipped)]
+    rows = [
+        (
+            c.title if label == "A" else f"  (1 sample = {c.latency_of})",
+            f"{label}: {v.name}",
+            str(v.n),
+            fmt_time(v.median),
+            fmt_time(v.p95),
+            fmt_rate(v.throughput, c.throughput_unit),
+            fmt_bytes(v.mem_bytes),
+            v.check,
         )
-        rows.append(("", "", "", "", "", "", "", ""))
-    if rows:
-        rows.pop()  # no blank line after the last comparison
-    return rows
+        for label, v in (("A", c.a), ("B", c.b))
+    ]
+    status = "FAILED: " + "; ".join(c.failures) if c.failures else "ok"
+    ratios = (
+        fmt_ratio(c.a.median, c.b.median),
+        fmt_ratio(c.a.p95, c.b.p95),
+        fmt_ratio(c.a.throughput, c.b.throughput),
+        fmt_ratio(c.a.mem_bytes, c.b.mem_bytes),
+    )
+    return [*rows, ("", "ratio A/B", "", *ratios, status)]
+
+
+def table_rows(comparisons: Sequence[Comparison]) -> list[list[tuple[str, ...]]]:
+    """One group of lines per comparison."""
+    return [_comparison_rows(c) for c in comparisons]
 
 
 def render_table(comparisons: Sequence[Comparison]) -> str:
-    rows = table_rows(comparisons)
-    numeric = {2, 3, 4, 5, 6}  # right-aligned columns
-    widths = [len(h) for h in HEADERS]
-    for row in rows:
-        for i, cell in enumerate(row[:-1]):  # the last column is free text, not padded
-            widths[i] = max(widths[i], len(cell))
-
-    def line(cells: Sequence[str]) -> str:
-        out = []
-        for i, cell in enumerate(cells):
-            if i == len(cells) - 1:
-                out.append(cell)
-            elif i in numeric:
-                out.append(cell.rjust(widths[i]))
-            else:
-                out.append(cell.ljust(widths[i]))
-        return "  ".join(out).rstrip()
-
-    rule = "-" * (sum(widths[:-1]) + 2 * (len(widths) - 1) + max(len(HEADERS[-1]), 20))
-    body = [line(HEADERS), rule]
-    body += [line(r) if any(r) else "" for r in rows]
-    body.append(rule)
-    return "\n".join(body)
+    return render_text_table(
+        HEADERS, table_rows(comparisons), right={2, 3, 4, 5, 6}, rule_tail=max(len(HEADERS[-1]), 20)
+    )

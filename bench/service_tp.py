@@ -15,6 +15,7 @@ import dataclasses
 import time
 import tracemalloc
 from collections import Counter
+from collections.abc import Callable
 
 from devstack.memory_store import InMemoryJobStore
 from safesend.config import Settings
@@ -94,55 +95,79 @@ def run(m: int, budget_s: float) -> Comparison:
     if replayed or first.state is not State.SENT:
         comp.failures.append(f"replay setup: first submit gave replayed={replayed} state={first.state.value}")
 
+    def send_one(i: int) -> bool:
+        job, was_replay = distinct_world.service.submit(distinct[i])
+        return not was_replay and job.state is State.SENT
+
+    def replay_one(i: int) -> bool:
+        job, was_replay = replay_world.service.submit(duplicate)
+        return was_replay and job.state is State.SENT and job.id == first.id
+
+    sides = {"A": (a, send_one), "B": (b, replay_one)}
+    outcomes, done = _chunks(comp, sides, m, Budget(budget_s))
+    _check(comp, outcomes, done, distinct, distinct_world, replay_world, first.message_id)
+    a.mem_bytes = _memory_per_job(done)
+    a.check += "; memory = tracemalloc peak / job"
+    return comp
+
+
+def _chunks(
+    comp: Comparison, sides: dict[str, tuple[Variant, Callable[[int], bool]]], m: int, budget: Budget
+) -> tuple[Counter[str], int]:
+    """A's and B's submits in alternating chunks of CHUNK, each timed: the outcomes by side and how many ran."""
     outcomes: Counter[str] = Counter()
-    budget = Budget(budget_s)
     done = 0
     while done < m:
         if done and budget.exhausted:
-            comp.notes.append(f"service: time budget {budget_s:.0f} s reached after {done} submits (asked {m})")
+            comp.notes.append(f"service: time budget {budget.seconds:.0f} s reached after {done} submits (asked {m})")
             break
         chunk = range(done, min(m, done + CHUNK))
-        order = ("A", "B") if (done // CHUNK) % 2 == 0 else ("B", "A")
-        for tag in order:
+        for tag in ("A", "B") if (done // CHUNK) % 2 == 0 else ("B", "A"):
+            variant, submit = sides[tag]
             for i in chunk:
-                if tag == "A":
-                    start = time.perf_counter()
-                    job, was_replay = distinct_world.service.submit(distinct[i])
-                    elapsed = time.perf_counter() - start
-                    variant = a
-                    ok = not was_replay and job.state is State.SENT
-                else:
-                    start = time.perf_counter()
-                    job, was_replay = replay_world.service.submit(duplicate)
-                    elapsed = time.perf_counter() - start
-                    variant = b
-                    ok = was_replay and job.state is State.SENT and job.id == first.id
+                start = time.perf_counter()
+                ok = submit(i)
+                elapsed = time.perf_counter() - start
                 variant.latencies.append(elapsed)
                 variant.ops += 1
                 variant.busy_s += elapsed
                 outcomes[tag + ("ok" if ok else "bad")] += 1
         done = chunk.stop
+    return outcomes, done
 
-    # Correctness, from the fake mailbox's acceptance log.
+
+def _check(
+    comp: Comparison,
+    outcomes: Counter[str],
+    done: int,
+    distinct: list[SendRequest],
+    distinct_world: _World,
+    replay_world: _World,
+    replay_message_id: str,
+) -> None:
+    """Correctness, from the fake mailbox's acceptance log."""
     sent_ids = Counter(e["message_id"] for e in distinct_world.mailbox.effects)
-    once = sum(
-        1 for r in distinct[:done] if sent_ids[distinct_world.store.get(job_id_for(r.dedup_key)).message_id] == 1
-    )
+    once = 0
+    for request in distinct[:done]:
+        job = distinct_world.store.get(job_id_for(request.dedup_key))
+        once += job is not None and sent_ids[job.message_id] == 1
     if outcomes["Abad"] or once != done or len(distinct_world.mailbox.effects) != done:
         comp.failures.append(
             f"distinct: {outcomes['Abad']} bad results, {once}/{done} sent exactly once, "
             f"{len(distinct_world.mailbox.effects)} effects"
         )
-    replay_copies = replay_world.mailbox.count(first.message_id)
+    replay_copies = replay_world.mailbox.count(replay_message_id)
     if outcomes["Bbad"] or replay_copies != 1 or replay_world.mailer.sends != 1:
         comp.failures.append(
             f"replay: {outcomes['Bbad']} bad results, {replay_copies} copies sent, "
             f"{replay_world.mailer.sends} send calls"
         )
-    a.check = f"{once}/{done} sent exactly once"
-    b.check = f"{outcomes['Bok']}/{done} replayed, {replay_copies} copy sent in total"
+    comp.a.check = f"{once}/{done} sent exactly once"
+    comp.b.check = f"{outcomes['Bok']}/{done} replayed, {replay_copies} copy sent in total"
 
-    # Memory per job, untimed, on a fresh world.
+
+def _memory_per_job(done: int) -> float:
+    """Memory per job, untimed, on a fresh world: tracemalloc peak of `done` submits / done."""
     mem_world = _World()
     mem_requests = _requests(done, "memory")
     tracemalloc.start()
@@ -154,6 +179,4 @@ def run(m: int, budget_s: float) -> Comparison:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    a.mem_bytes = (peak - base) / max(done, 1)
-    a.check += "; memory = tracemalloc peak / job"
-    return comp
+    return (peak - base) / max(done, 1)

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -127,129 +128,153 @@ def _other_stack_processes() -> int:
     return count
 
 
+@dataclass
+class _Session:
+    """One suite run: what it measured and what its header reports."""
+
+    args: argparse.Namespace
+    machine: str
+    log_dir: Path
+    started: float = field(default_factory=time.monotonic)
+    started_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    load_start: str = field(default_factory=_load)
+    others: int = field(default_factory=_other_stack_processes)
+    results: list[Bench] = field(default_factory=list)
+    loads: dict[str, str] = field(default_factory=dict)  # benchmark -> load average at its start
+    pids: list[tuple[str, int | None]] = field(default_factory=list)
+    stack_s: float = 0.0
+    postgres_version: str | None = None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _terminate)
     quiet_service_logs()
+    from . import run as micro  # machine line helpers
+    from .certainty import attach_costs
+
+    session = _Session(args, micro.machine_line(), Path(tempfile.mkdtemp(prefix="safesend-bench-stack-")))
+    try:
+        _run_on_stack(session)
+    except KeyboardInterrupt:
+        progress("interrupted; everything stopped")
+        return 130
+    left = [f"{name} pid {pid}" for name, pid in session.pids if _alive(pid)]
+    load_end = _load()
+    total = time.monotonic() - session.started
+    attach_costs(session.results)
+    lines = _header_lines(session, load_end, total)
+    _print_report(lines, session.results, left)
+    if args.out is not None:
+        _write_files(session, lines, {"load_avg_end": load_end, "total_s": round(total, 1)}, left, argv)
+    return _exit_status(session.results, left, session.log_dir)
+
+
+def _run_on_stack(session: _Session) -> None:
+    """Start the stack (and PostgreSQL), run the chosen benchmarks, stop everything (KeyboardInterrupt
+    passes through, after the stop)."""
     from devstack.stack import LocalStack
 
-    from . import run as micro  # machine line helpers
-    from .stackctl import TIME_SCALE, firestore_env, scaled_env_text, stack_config
+    from .stackctl import firestore_env, prepare_sim, stack_config
 
-    started = time.monotonic()
-    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    machine = micro.machine_line()
-    load_start = _load()
-    others = _other_stack_processes()
-    sizes = args.sizes
-    log_dir = Path(tempfile.mkdtemp(prefix="safesend-bench-stack-"))
-    stack = LocalStack(stack_config(log_dir))
+    args = session.args
+    stack = LocalStack(stack_config(session.log_dir))
     postgres: Any = None
-    results: list[Bench] = []
-    loads: dict[str, str] = {}
-    pids: list[tuple[str, int | None]] = []
-    interrupted = False
-    stack_s = 0.0
     try:
         progress(
             f"starting the local stack (Firestore, Pub/Sub, Cloud Tasks emulators, simulator, relay, "
-            f"functions); logs in {log_dir}"
+            f"functions); logs in {session.log_dir}"
         )
         t0 = time.monotonic()
         stack.start()
-        stack_s = time.monotonic() - t0
-        from .stackctl import widen_sim_backlog
-
-        widen_sim_backlog(stack.sim)
-        pids = [(e.name, e.pid) for e in stack.emulators.emulators] + [("functions", stack.functions.pid)]
-        progress(f"stack up in {stack_s:.1f} s at {stack.url}")
+        session.stack_s = time.monotonic() - t0
+        prepare_sim(stack.sim)
+        session.pids = [(e.name, e.pid) for e in stack.emulators.emulators] + [("functions", stack.functions.pid)]
+        progress(f"stack up in {session.stack_s:.1f} s at {stack.url}")
         if not args.no_postgres and {"latency", "paths"} & set(args.only):
-            postgres, failure = _start_postgres(log_dir)
+            postgres, failure = _start_postgres(session.log_dir)
             if postgres is not None:
-                pids.append(("postgres", postgres.pid))
+                session.pids.append(("postgres", postgres.pid))
+                session.postgres_version = postgres.version
             else:
-                results.append(Bench("postgres", "PostgreSQL store", skipped=failure, failures=[failure]))
+                session.results.append(Bench("postgres", "PostgreSQL store", skipped=failure, failures=[failure]))
         with firestore_env(stack):
             runners = _runners(stack, args, postgres)
             for key in args.only:
                 title, runner = runners[key]
-                loads[key] = _load()
-                progress(f"running {title} (load avg {loads[key]}) ...")
-                t1 = time.monotonic()
-                try:
-                    got = runner()
-                except KeyboardInterrupt:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - report it in the table, carry on
-                    progress(f"{title} could not run: {type(exc).__name__}: {exc}")
-                    first = str(exc).splitlines()[0] if str(exc) else ""
-                    got = [
-                        Bench(
-                            key,
-                            title,
-                            skipped=f"{type(exc).__name__}: {first}",
-                            failures=[f"could not run: {type(exc).__name__}: {first}"],
-                        )
-                    ]
-                elapsed = time.monotonic() - t1
-                for bench in got:
-                    bench.seconds = elapsed / len(got)
-                results += got
-                progress(f"{title} done in {elapsed:.1f} s")
-    except KeyboardInterrupt:
-        interrupted = True
-        progress("interrupted; stopping everything")
+                session.loads[key] = _load()
+                session.results += _run_one(title, key, runner, session.loads[key])
     finally:
         progress("stopping the local stack")
         stack.stop()
         if postgres is not None:
             postgres.stop()
-    left = [f"{name} pid {pid}" for name, pid in pids if _alive(pid)]
-    load_end = _load()
-    total = time.monotonic() - started
-    if interrupted:
-        return 130
 
-    measured = (
+
+def _run_one(title: str, key: str, runner: Callable[[], list[Bench]], load: str) -> list[Bench]:
+    """One benchmark; one that raises is a NOT RUN row with its failure, and the suite goes on."""
+    progress(f"running {title} (load avg {load}) ...")
+    t1 = time.monotonic()
+    try:
+        got = runner()
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - report it in the table, carry on
+        progress(f"{title} could not run: {type(exc).__name__}: {exc}")
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        reason = f"{type(exc).__name__}: {first}"
+        got = [Bench(key, title, skipped=reason, failures=[f"could not run: {reason}"])]
+    elapsed = time.monotonic() - t1
+    for bench in got:
+        bench.seconds = elapsed / len(got)
+    progress(f"{title} done in {elapsed:.1f} s")
+    return got
+
+
+def _measured_line(session: _Session) -> str:
+    from .stackctl import TIME_SCALE, scaled_env_text
+
+    args, sizes = session.args, session.args.sizes
+    line = (
         f"measured ({args.mode}): {sizes['runs']} runs each; 1) {sizes['latency_n']} calls per variant "
         f"per latency; 4) {sizes['tp_jobs']} jobs x {sizes['tp_clients']} clients; 5) sweep of "
         f"{sizes['sweep_due']} due among {'/'.join(f'{s:,}' for s in sizes['sweep_sizes'])} finished; "
         f"delays scaled 1/{TIME_SCALE:g} on the stack ({scaled_env_text()}), production delays on a "
         f"fake clock in 2-3"
-        + (
-            f"; 1-3 also on PostgreSQL {postgres.version} (Debian's, on this machine's disk, durable defaults: "
-            f"fsync and synchronous_commit on) next to the Firestore emulator (in memory)"
-            if postgres is not None
-            else ""
+    )
+    if session.postgres_version is not None:
+        line += (
+            f"; 1-3 also on PostgreSQL {session.postgres_version} (Debian's, on this machine's disk, durable "
+            f"defaults: fsync and synchronous_commit on) next to the Firestore emulator (in memory)"
         )
-    )
-    busy = (
-        max(float(x) for x in (load_start.split("/")[0], load_end.split("/")[0]) if x != "?")
-        if "?" not in (load_start + load_end)
-        else 0.0
-    )
-    busy_text = (
-        (
-            f"machine busy: load average above the core count ({os.cpu_count()}) at start or end; "
-            f"ratios are side by side, absolute times are inflated"
-        )
-        if busy > (os.cpu_count() or 1)
-        else ""
-    )
+    return line
+
+
+def _header_lines(session: _Session, load_end: str, total: float) -> list[str]:
+    """The lines above the table: machine, sizes, load, how to read it, and whether the machine was busy."""
+    loads = [x.split("/")[0] for x in (session.load_start, load_end)]
+    busy = max(float(x) for x in loads) if "?" not in loads else 0.0
     lines = [
-        machine,
-        measured,
-        f"stack start {stack_s:.1f} s; load avg 1/5/15 min at start {load_start}, at end {load_end}; "
-        f"total {total:.0f} s",
+        session.machine,
+        _measured_line(session),
+        f"stack start {session.stack_s:.1f} s; load avg 1/5/15 min at start {session.load_start}, at end "
+        f"{load_end}; total {total:.0f} s",
         "load avg (1 min) at the start of each benchmark: "
-        + (", ".join(f"{k} {v.split('/')[0]}" for k, v in loads.items()) or "-")
-        + f"; processes of other local stacks running when the suite started: {others}",
+        + (", ".join(f"{k} {v.split('/')[0]}" for k, v in session.loads.items()) or "-")
+        + f"; processes of other local stacks running when the suite started: {session.others}",
         "median/p95/min/max over the samples (n); ratio = median / baseline median (benchmarks 2-3: / target), "
         "[paired min-max] = per-round ratios measured side by side",
     ]
-    if busy_text:
-        lines.append(busy_text)
+    if busy > (os.cpu_count() or 1):
+        lines.append(
+            f"machine busy: load average above the core count ({os.cpu_count()}) at start or end; "
+            f"ratios are side by side, absolute times are inflated"
+        )
+    return lines
+
+
+def _print_report(lines: list[str], results: list[Bench], left: list[str]) -> None:
     print("\n".join(lines))
     print(render_text(results))
     for bench in results:
@@ -259,39 +284,50 @@ def main(argv: list[str] | None = None) -> int:
         for finding in bench.findings:
             print(f"MISSED {bench.title}: {finding}")
     print(f"processes left running: {', '.join(left) if left else 'none'}")
-    if args.out is not None:
-        stamp = time.strftime("%Y-%m-%d")
-        json_path = args.out / "results.json"
-        md_path = args.out / "results" / f"{stamp}.md"
-        header = {
-            "started_at": started_at,
-            "machine": machine,
-            "measured": measured,
-            "mode": args.mode,
-            "load_avg_start": load_start,
-            "load_avg_end": load_end,
-            "load_avg_per_benchmark": loads,
-            "stack_start_s": round(stack_s, 1),
-            "total_s": round(total, 1),
-            "time_scale": TIME_SCALE,
-            "scaled_env": scaled_env_text(),
-            "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()},
-            "processes_left": left,
-            "other_stack_processes_at_start": others,
-        }
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_json(json_path, header, results)
-        command = "bash scripts/bench.sh" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
-        write_markdown(
-            md_path,
-            [f"`{command}` on {started_at}", "", *[f"- {line}" for line in lines]],
-            results,
-            ["Full data: `bench/results.json`. How to run and read: `bench/README.md`."],
-        )
-        print(
-            f"wrote {json_path.relative_to(REPO_ROOT) if json_path.is_relative_to(REPO_ROOT) else json_path} "
-            f"and {md_path.relative_to(REPO_ROOT) if md_path.is_relative_to(REPO_ROOT) else md_path}"
-        )
+
+
+def _write_files(
+    session: _Session, lines: list[str], end: dict[str, Any], left: list[str], argv: list[str] | None
+) -> None:
+    """bench/results.json (every sample) and bench/results/<date>.md (the table, findings, notes)."""
+    from .stackctl import TIME_SCALE, scaled_env_text
+
+    args = session.args
+    json_path = args.out / "results.json"
+    md_path = args.out / "results" / f"{time.strftime('%Y-%m-%d')}.md"
+    header = {
+        "started_at": session.started_at,
+        "machine": session.machine,
+        "measured": lines[1],
+        "mode": args.mode,
+        "load_avg_start": session.load_start,
+        **end,
+        "load_avg_per_benchmark": session.loads,
+        "stack_start_s": round(session.stack_s, 1),
+        "time_scale": TIME_SCALE,
+        "scaled_env": scaled_env_text(),
+        "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in args.sizes.items()},
+        "processes_left": left,
+        "other_stack_processes_at_start": session.others,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(json_path, header, session.results)
+    command = "bash scripts/bench.sh" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    write_markdown(
+        md_path,
+        [f"`{command}` on {session.started_at}", "", *[f"- {line}" for line in lines]],
+        session.results,
+        ["Full data: `bench/results.json`. How to run and read: `bench/README.md`."],
+    )
+    print(f"wrote {_shown(json_path)} and {_shown(md_path)}")
+
+
+def _shown(path: Path) -> Path:
+    return path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+
+
+def _exit_status(results: list[Bench], left: list[str], log_dir: Path) -> int:
+    """0 when every correctness check held (the stack's logs are removed), else 1 (they are kept)."""
     failures = [(b.title, f) for b in results for f in b.failures]
     if left:
         failures.append(("cleanup", f"still running: {left}"))

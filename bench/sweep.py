@@ -101,50 +101,8 @@ def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float
         counted = firestore.Client(project=PROJECT)
         clients += [seeder, counted]
         fs_counter = count_firestore(counted)
-        tag = uuid.uuid4().hex[:8]
-        now = datetime.now(UTC)
-        template_finished = _finished_doc("bench-sweep:template", now)
-        policies = ChannelPolicies.load(DEFAULT_CHANNELS_FILE)
-        cases: list[dict[str, Any]] = []
         seed_start = time.monotonic()
-        for size in sizes:
-            collection = f"bench_sweep_{size}_{tag}"
-            finished = []
-            for i in range(size):
-                doc = dict(template_finished)
-                key = f"bench-sweep:{tag}:{size}:done:{i}"
-                doc.update(id=job_id_for(key), dedup_key=key, message_id=message_id_for(key, DOMAIN))
-                finished.append(doc)
-            _write(seeder, collection, finished)
-            due_keys = [f"bench-sweep:{tag}:{size}:due:{i}" for i in range(due)]
-            for key in due_keys:
-                job = _job(key, now)
-                raw = build_mime(message_from_payload(job.payload), job.message_id, job.id, job.created_at)
-                sim.insert_message(raw, ("SENT",))
-            store = _TimedStore(FirestoreJobStore(PROJECT, collection=collection, client=counted))
-            service = SafeSendService(
-                store,
-                GmailMailer(api_endpoint=sim.url),
-                None,
-                None,
-                policies,
-                Settings(project="bench", message_id_domain=DOMAIN),
-            )
-            row = bench.add(Row(f"{size:,} finished", baseline=(size == sizes[0])))
-            cases.append(
-                {
-                    "size": size,
-                    "collection": collection,
-                    "due_keys": due_keys,
-                    "store": store,
-                    "service": service,
-                    "row": row,
-                    "reads": [],
-                    "query_s": [],
-                    "examined": [],
-                }
-            )
-            progress(f"sweep: seeded {size:,} finished + {due} due jobs in {collection}")
+        cases = [_seed_case(bench, sim, seeder, counted, size, due, size == sizes[0]) for size in sizes]
         bench.notes.append(
             f"seeding {sum(sizes):,} finished jobs in batches of {BATCH_WRITE} took "
             f"{time.monotonic() - seed_start:.1f} s"
@@ -152,55 +110,126 @@ def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float
         for case in cases:  # warm-up: one untimed sweep per collection
             _reset_due(seeder, case)
             case["service"].sweep(batch=due, budget_s=120)
-
-        budget = Budget(budget_s)
-        for r in range(runs):
-            if r and budget.exhausted:
-                bench.notes.append(f"time budget reached after {r} runs (asked {runs})")
-                break
-            k = r % len(cases)
-            walls: dict[int, float] = {}
-            for case in cases[k:] + cases[:k]:
-                _reset_due(seeder, case)
-                store: _TimedStore = case["store"]
-                store.query_s = 0.0
-                before = fs_counter.snapshot()
-                start = time.perf_counter()
-                report = case["service"].sweep(batch=due, budget_s=120)
-                wall = time.perf_counter() - start
-                fs = firestore_summary(fs_counter.snapshot() - before)
-                case["row"].samples.append(wall)
-                case["reads"].append(fs["reads"])
-                case["query_s"].append(store.query_s)
-                case["examined"].append(report.examined)
-                walls[case["size"]] = wall
-                if report.examined != due or report.actions != {"checked_sent": due} or report.errors:
-                    bench.failures.append(
-                        f"{case['size']} run {r + 1}: examined {report.examined}, "
-                        f"actions {report.actions}, errors {report.errors}"
-                    )
-            for case in cases[1:]:
-                case["row"].pairs.append(walls[case["size"]] / walls[cases[0]["size"]])
-            progress(f"sweep run {r + 1}/{runs}: " + ", ".join(f"{s:,}: {w:.2f} s" for s, w in walls.items()))
+        _rounds(bench, cases, seeder, fs_counter, due, runs, Budget(budget_s))
         bench.finish()
-        for case in cases:
-            row: Row = case["row"]
-            case["work"] = [w - q for w, q in zip(row.samples, case["query_s"], strict=False)]
-            row.check = (
-                f"queries {fmt_s(median(case['query_s']))}, the rest {fmt_s(median(case['work']))}; "
-                f"{median(case['reads']):.0f} reads/sweep; examined {min(case['examined'], default=0)}"
-            )
-            row.detail = {"reads": case["reads"], "query_s": case["query_s"]}
-        last = cases[-1]["row"]
-        if len(cases) > 1:
-            last.target = f"<= x{TARGET}"
-            last.verdict = "ok" if last.ratio is not None and last.ratio <= TARGET else "MISS"
+        _summarise(bench, cases)
         _explain(bench, cases, due)
     finally:
         sim.stop()
         for client in clients:
             client.close()
     return bench
+
+
+def _seed_case(
+    bench: Bench,
+    sim: GmailSimulator,
+    seeder: firestore.Client,
+    counted: firestore.Client,
+    size: int,
+    due: int,
+    baseline: bool,
+) -> dict[str, Any]:
+    """A collection of `size` finished jobs and `due` due ones (their messages in the simulator),
+    the service sweeping it through the counted client, and its row."""
+    tag = uuid.uuid4().hex[:8]
+    now = datetime.now(UTC)
+    collection = f"bench_sweep_{size}_{tag}"
+    template_finished = _finished_doc("bench-sweep:template", now)
+    finished = []
+    for i in range(size):
+        doc = dict(template_finished)
+        key = f"bench-sweep:{tag}:{size}:done:{i}"
+        doc.update(id=job_id_for(key), dedup_key=key, message_id=message_id_for(key, DOMAIN))
+        finished.append(doc)
+    _write(seeder, collection, finished)
+    due_keys = [f"bench-sweep:{tag}:{size}:due:{i}" for i in range(due)]
+    for key in due_keys:
+        job = _job(key, now)
+        raw = build_mime(message_from_payload(job.payload), job.message_id, job.id, job.created_at)
+        sim.insert_message(raw, ("SENT",))
+    store = _TimedStore(FirestoreJobStore(PROJECT, collection=collection, client=counted))
+    service = SafeSendService(
+        store,
+        GmailMailer(api_endpoint=sim.url),
+        None,
+        None,
+        ChannelPolicies.load(DEFAULT_CHANNELS_FILE),
+        Settings(project="bench", message_id_domain=DOMAIN),
+    )
+    progress(f"sweep: seeded {size:,} finished + {due} due jobs in {collection}")
+    return {
+        "size": size,
+        "collection": collection,
+        "due_keys": due_keys,
+        "store": store,
+        "service": service,
+        "row": bench.add(Row(f"{size:,} finished", baseline=baseline)),
+        "reads": [],
+        "query_s": [],
+        "examined": [],
+    }
+
+
+def _rounds(
+    bench: Bench,
+    cases: list[dict[str, Any]],
+    seeder: firestore.Client,
+    fs_counter: Any,
+    due: int,
+    runs: int,
+    budget: Budget,
+) -> None:
+    """`runs` rounds, each sweeping every collection once (order rotated), due jobs reset untimed."""
+    for r in range(runs):
+        if r and budget.exhausted:
+            bench.notes.append(f"time budget reached after {r} runs (asked {runs})")
+            break
+        k = r % len(cases)
+        walls: dict[int, float] = {}
+        for case in cases[k:] + cases[:k]:
+            walls[case["size"]] = _one_sweep(bench, case, seeder, fs_counter, due, r)
+        for case in cases[1:]:
+            case["row"].pairs.append(walls[case["size"]] / walls[cases[0]["size"]])
+        progress(f"sweep run {r + 1}/{runs}: " + ", ".join(f"{s:,}: {w:.2f} s" for s, w in walls.items()))
+
+
+def _one_sweep(
+    bench: Bench, case: dict[str, Any], seeder: firestore.Client, fs_counter: Any, due: int, r: int
+) -> float:
+    """One timed sweep of a case: its wall time; reads, query time and what it examined go to the case."""
+    _reset_due(seeder, case)
+    store: _TimedStore = case["store"]
+    store.query_s = 0.0
+    before = fs_counter.snapshot()
+    start = time.perf_counter()
+    report = case["service"].sweep(batch=due, budget_s=120)
+    wall = time.perf_counter() - start
+    fs = firestore_summary(fs_counter.snapshot() - before)
+    case["row"].samples.append(wall)
+    case["reads"].append(fs["reads"])
+    case["query_s"].append(store.query_s)
+    case["examined"].append(report.examined)
+    if report.examined != due or report.actions != {"checked_sent": due} or report.errors:
+        bench.failures.append(
+            f"{case['size']} run {r + 1}: examined {report.examined}, actions {report.actions}, errors {report.errors}"
+        )
+    return wall
+
+
+def _summarise(bench: Bench, cases: list[dict[str, Any]]) -> None:
+    for case in cases:
+        row: Row = case["row"]
+        case["work"] = [w - q for w, q in zip(row.samples, case["query_s"], strict=False)]
+        row.check = (
+            f"queries {fmt_s(median(case['query_s']))}, the rest {fmt_s(median(case['work']))}; "
+            f"{median(case['reads']):.0f} reads/sweep; examined {min(case['examined'], default=0)}"
+        )
+        row.detail = {"reads": case["reads"], "query_s": case["query_s"]}
+    last = cases[-1]["row"]
+    if len(cases) > 1:
+        last.target = f"<= x{TARGET}"
+        last.verdict = "ok" if last.ratio is not None and last.ratio <= TARGET else "MISS"
 
 
 def _reset_due(client: firestore.Client, case: dict[str, Any]) -> None:

@@ -24,15 +24,14 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-import httplib2
 import requests
-from googleapiclient.discovery import build
 
 from safesend.mime import encode_raw
 
-from .common import Budget, progress, raw_for
+from .common import Budget, direct_gmail_client, progress, raw_for
 from .report import Bench, Row, fmt_s, median
 from .stackctl import REPO_ROOT, STACK_THREADS, LocalStack, functions_process, proc_tree_cpu_s, send_body, wait_http
 
@@ -99,6 +98,62 @@ def _drop_idle_connections(https: list[Any], sessions: list[requests.Session]) -
             adapter.close()
 
 
+Side = tuple[Row, Callable[[int, int], bool], int | None]  # row, one job (slot, index), instance pid
+
+
+class _Clients:
+    """`clients` keep-alive clients of each kind (a Gmail API client, a requests.Session) and what
+    their calls left behind for the checks."""
+
+    def __init__(self, relay_url: str, clients: int):
+        pairs = [direct_gmail_client(relay_url, 60) for _ in range(clients)]
+        self.services = [service for service, _ in pairs]
+        self.https = [http for _, http in pairs]
+        self.sessions = [requests.Session() for _ in range(clients)]
+        self.tag = uuid.uuid4().hex[:8]
+        self.round_no = 0
+        self.told: list[str] = []
+        self.ours_ids: list[str] = []
+        self.states: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def direct(self, slot: int, index: int) -> bool:
+        raw, message_id = raw_for(f"bench-tp-direct:{self.tag}:{self.round_no}:{index}")
+        message = self.services[slot].users().messages().send(userId="me", body={"raw": encode_raw(raw)})
+        answer = message.execute(num_retries=0)
+        with self.lock:
+            self.told.append(message_id)
+        return bool(answer.get("id"))
+
+    def via(self, url: str, label: str) -> Callable[[int, int], bool]:
+        def send(slot: int, index: int) -> bool:
+            body = send_body(f"bench-tp-{label}:{self.tag}:{self.round_no}:{index}")
+            response = self.sessions[slot].post(url, json=body, timeout=60)
+            view = response.json()
+            with self.lock:
+                self.states[f"{label}:{response.status_code}:{view.get('state')}"] += 1
+                if view.get("message_id"):
+                    self.ours_ids.append(view["message_id"])
+            return response.status_code == 200 and view.get("state") == "sent"
+
+        return send
+
+    def fresh_connections(self) -> None:
+        _drop_idle_connections(self.https, self.sessions)
+
+    def close(self) -> None:
+        for session in self.sessions:
+            session.close()
+
+
+@dataclass
+class _Samples:
+    """Per row (by id): the median call latency of each run and the instance CPU per job."""
+
+    busy: dict[int, list[float]] = field(default_factory=dict)
+    cpu: dict[int, list[float]] = field(default_factory=dict)
+
+
 def run(stack: LocalStack, jobs: int, clients: int, runs: int, budget_s: float, deployed: bool = True) -> Bench:
     sim, relay = stack.sim, stack.relay
     assert sim is not None and relay is not None and stack.functions is not None
@@ -110,124 +165,112 @@ def run(stack: LocalStack, jobs: int, clients: int, runs: int, budget_s: float, 
     )
     base = bench.add(Row("direct messages.send", unit="rate", baseline=True))
     ours = bench.add(Row(f"safesend, THREADS={STACK_THREADS} (stack)", unit="rate"))
+    calls = _Clients(relay.url, clients)
     proc = None
-    sides: list[tuple[Row, Callable[[int, int], bool], int | None]] = []
-    tag = uuid.uuid4().hex[:8]
-    https = [httplib2.Http(timeout=60) for _ in range(clients)]
-    services = [
-        build(
-            "gmail",
-            "v1",
-            http=h,
-            client_options={"api_endpoint": relay.url},
-            static_discovery=True,
-            cache_discovery=False,
-        )
-        for h in https
-    ]
-    sessions = [requests.Session() for _ in range(clients)]
-    told: list[str] = []
-    ours_ids: list[str] = []
-    states: Counter[str] = Counter()
-    lock = threading.Lock()
-    round_no = [0]
-
-    def direct(slot: int, index: int) -> bool:
-        raw, message_id = raw_for(f"bench-tp-direct:{tag}:{round_no[0]}:{index}")
-        answer = (
-            services[slot].users().messages().send(userId="me", body={"raw": encode_raw(raw)}).execute(num_retries=0)
-        )
-        with lock:
-            told.append(message_id)
-        return bool(answer.get("id"))
-
-    def via(url: str, label: str) -> Callable[[int, int], bool]:
-        def send(slot: int, index: int) -> bool:
-            body = send_body(f"bench-tp-{label}:{tag}:{round_no[0]}:{index}")
-            response = sessions[slot].post(url, json=body, timeout=60)
-            view = response.json()
-            with lock:
-                states[f"{label}:{response.status_code}:{view.get('state')}"] += 1
-                if view.get("message_id"):
-                    ours_ids.append(view["message_id"])
-            return response.status_code == 200 and view.get("state") == "sent"
-
-        return send
-
     try:
-        sides = [(base, direct, None), (ours, via(f"{stack.url}/send", "stack"), stack.functions.pid)]
+        sides: list[Side] = [
+            (base, calls.direct, None),
+            (ours, calls.via(f"{stack.url}/send", "stack"), stack.functions.pid),
+        ]
         if deployed:
-            proc, url = functions_process(
-                stack, REPO_ROOT / "functions" / "main.py", "send", None, "functions-deployed"
-            )
-            proc.start()
-            if wait_http(f"{url}/", timeout_s=60) is None:
-                raise RuntimeError(f"the as-deployed instance did not answer; log {proc.log_path}")
+            proc, url = _deployed_instance(stack)
             dep = bench.add(Row(f"safesend, THREADS unset (= {default_threads}, as deployed)", unit="rate"))
-            sides.append((dep, via(url, "deployed"), proc.pid))
+            sides.append((dep, calls.via(url, "deployed"), proc.pid))
         reads0 = bench.add(Row(f"  THREADS={STACK_THREADS}, list/get at 0 ms", unit="rate"))
-        sides.append((reads0, via(f"{stack.url}/send", "stack-reads0"), stack.functions.pid))
+        sides.append((reads0, calls.via(f"{stack.url}/send", "stack-reads0"), stack.functions.pid))
         read_latency = {id(reads0): 0.0}
-        warm = min(jobs, clients * 2)
         for row, work, _ in sides:  # warm-up: connections, gRPC channels, imports in the workers
             sim.set_latency(LATENCY_S, read_latency.get(id(row)))
-            _drop_idle_connections(https, sessions)
-            _run_round(warm, clients, work)
-        busy: dict[int, list[float]] = {id(row): [] for row, _, _ in sides}
-        cpu: dict[int, list[float]] = {id(row): [] for row, _, _ in sides}
-        budget = Budget(budget_s)
-        for r in range(runs):
-            if r and budget.exhausted:
-                bench.notes.append(f"time budget reached after {r} runs (asked {runs})")
-                break
-            k = r % len(sides)
-            walls: dict[int, float] = {}
-            for row, work, pid in sides[k:] + sides[:k]:
-                sim.set_latency(LATENCY_S, read_latency.get(id(row)))
-                _drop_idle_connections(https, sessions)
-                round_no[0] += 1
-                cpu0 = proc_tree_cpu_s(pid)
-                wall, failures, lat = _run_round(jobs, clients, work)
-                cpu[id(row)].append((proc_tree_cpu_s(pid) - cpu0) / jobs if pid else 0.0)
-                walls[id(row)] = wall
-                row.samples.append(jobs / wall)
-                busy[id(row)].append(median(lat) if lat else float("nan"))
-                if failures:
-                    bench.failures.append(f"{row.variant} run {r + 1}: {failures} of {jobs} jobs failed")
-                progress(
-                    f"throughput run {r + 1}/{runs} {row.variant}: {jobs / wall:.1f} jobs/s "
-                    f"({wall:.1f} s, {failures} failed)"
-                )
-            for row, _, _ in sides[1:]:
-                row.pairs.append(walls[id(base)] / walls[id(row)])
+            calls.fresh_connections()
+            _run_round(min(jobs, clients * 2), clients, work)
+        samples = _rounds(bench, sim, calls, sides, read_latency, jobs, clients, runs, Budget(budget_s))
         bench.finish()
-        call_p50 = {key: median(values) for key, values in busy.items()}
-        for row, _, pid in sides:
-            row.check = f"call p50 {fmt_s(median(busy[id(row)]))}"
-            if pid:
-                row.check += f", instance CPU {median(cpu[id(row)]) * 1e3:.0f} ms/job"
-            if row is reads0:
-                row.check += "; diagnostic: verification read made free"
-            elif row is not base:
-                row.target = f">= x{TARGET}"
-                row.verdict = "ok" if row.ratio is not None and row.ratio >= TARGET else "MISS"
-        _explain(bench, base, sides, cpu, default_threads, clients, call_p50)
+        _judge(sides, base, reads0, samples)
+        call_p50 = {key: median(values) for key, values in samples.busy.items()}
+        _explain(bench, base, sides, samples.cpu, default_threads, clients, call_p50)
     finally:
         sim.set_latency(0.0)
-        for s in sessions:
-            s.close()
+        calls.close()
         if proc is not None:
             proc.stop()
+    _check_effects(bench, sim, calls)
+    return bench
+
+
+def _deployed_instance(stack: LocalStack) -> tuple[Any, str]:
+    """functions/main.py --target send as deployed (THREADS unset), started and answering."""
+    proc, url = functions_process(stack, REPO_ROOT / "functions" / "main.py", "send", None, "functions-deployed")
+    proc.start()
+    if wait_http(f"{url}/", timeout_s=60) is None:
+        proc.stop()
+        raise RuntimeError(f"the as-deployed instance did not answer; log {proc.log_path}")
+    return proc, url
+
+
+def _rounds(
+    bench: Bench,
+    sim: Any,
+    calls: _Clients,
+    sides: list[Side],
+    read_latency: dict[int, float],
+    jobs: int,
+    clients: int,
+    runs: int,
+    budget: Budget,
+) -> _Samples:
+    """`runs` rounds of every side (order rotated): `jobs` jobs by `clients` clients each."""
+    samples = _Samples({id(row): [] for row, _, _ in sides}, {id(row): [] for row, _, _ in sides})
+    for r in range(runs):
+        if r and budget.exhausted:
+            bench.notes.append(f"time budget reached after {r} runs (asked {runs})")
+            break
+        k = r % len(sides)
+        walls: dict[int, float] = {}
+        for row, work, pid in sides[k:] + sides[:k]:
+            sim.set_latency(LATENCY_S, read_latency.get(id(row)))
+            calls.fresh_connections()
+            calls.round_no += 1
+            cpu0 = proc_tree_cpu_s(pid)
+            wall, failures, lat = _run_round(jobs, clients, work)
+            samples.cpu[id(row)].append((proc_tree_cpu_s(pid) - cpu0) / jobs if pid else 0.0)
+            walls[id(row)] = wall
+            row.samples.append(jobs / wall)
+            samples.busy[id(row)].append(median(lat) if lat else float("nan"))
+            if failures:
+                bench.failures.append(f"{row.variant} run {r + 1}: {failures} of {jobs} jobs failed")
+            progress(
+                f"throughput run {r + 1}/{runs} {row.variant}: {jobs / wall:.1f} jobs/s "
+                f"({wall:.1f} s, {failures} failed)"
+            )
+        base = sides[0][0]
+        for row, _, _ in sides[1:]:
+            row.pairs.append(walls[id(base)] / walls[id(row)])
+    return samples
+
+
+def _judge(sides: list[Side], base: Row, reads0: Row, samples: _Samples) -> None:
+    for row, _, pid in sides:
+        row.check = f"call p50 {fmt_s(median(samples.busy[id(row)]))}"
+        if pid:
+            row.check += f", instance CPU {median(samples.cpu[id(row)]) * 1e3:.0f} ms/job"
+        if row is reads0:
+            row.check += "; diagnostic: verification read made free"
+        elif row is not base:
+            row.target = f">= x{TARGET}"
+            row.verdict = "ok" if row.ratio is not None and row.ratio >= TARGET else "MISS"
+
+
+def _check_effects(bench: Bench, sim: Any, calls: _Clients) -> None:
+    """Every send, direct or through safesend, is exactly one message at the simulator."""
     effects = Counter(e["message_id"] for e in sim.effects())
-    bad = sum(1 for m in told if effects[m] != 1) + sum(1 for m in ours_ids if effects[m] != 1)
+    bad = sum(1 for m in calls.told if effects[m] != 1) + sum(1 for m in calls.ours_ids if effects[m] != 1)
     if bad:
         bench.failures.append(f"{bad} sends without exactly one effect")
     if ERRORS:
         bench.notes.append(f"exceptions: {dict(ERRORS.most_common(3))}")
-    not_sent = {k: v for k, v in states.items() if not k.endswith(":200:sent")}
+    not_sent = {k: v for k, v in calls.states.items() if not k.endswith(":200:sent")}
     if not_sent:
         bench.notes.append(f"answers other than 200 sent: {not_sent}")
-    return bench
 
 
 def _explain(
