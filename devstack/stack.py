@@ -349,7 +349,11 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
     if real_gmail:  # real mailboxes have real index lag: production timings
         config.service_env = {}
     stack = LocalStack(config)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C, `kill`, a closed terminal: each stops the stack. SIGINT is set explicitly because a
+    # shell starts background jobs with it ignored, and Python then never raises KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for stop_signal in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop_signal, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         stack.start()
     except BaseException as exc:  # noqa: BLE001 - print and exit non-zero
