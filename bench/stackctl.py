@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from devstack.emulators import ManagedProcess, free_port
+from devstack.procs import tree_cpu_s
 from devstack.stack import PROJECT, REPO_ROOT, LocalStack, StackConfig
 
 from .common import typical_body
@@ -177,28 +178,9 @@ def proc_tree_cpu_s(pid: int | None) -> float:
     if pid is None:
         return 0.0
     try:
-        tick = os.sysconf("SC_CLK_TCK")
-        parents: dict[int, int] = {}
-        cpu: dict[int, float] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parents[int(entry)] = int(fields[1])
-            cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+        return tree_cpu_s(pid)
     except (OSError, ValueError, IndexError):
         return 0.0
-    tree, frontier = {pid}, [pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [p for p, pp in parents.items() if pp == parent and p not in tree]
-        tree.update(children)
-        frontier += children
-    return sum(cpu.get(p, 0.0) for p in tree)
 
 
 __all__ = [

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devstack.procs import alive
+
 from .common import REPO_ROOT, progress, quiet_service_logs
 from .report import Bench, render_text, write_json, write_markdown
 
@@ -87,22 +89,6 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is gone for our purposes
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 STACK_PATTERNS = (
     "cloud-firestore-emulator",
     "pubsub-emulator",
@@ -160,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         progress("interrupted; everything stopped")
         return 130
-    left = [f"{name} pid {pid}" for name, pid in session.pids if _alive(pid)]
+    left = [f"{name} pid {pid}" for name, pid in session.pids if alive(pid)]
     load_end = _load()
     total = time.monotonic() - session.started
     attach_costs(session.results)

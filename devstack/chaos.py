@@ -28,10 +28,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import requests
+
+from .procs import children_of
 
 __all__ = [
     "ChaosAction",
@@ -45,37 +46,8 @@ __all__ = [
     "relay_mode_params",
 ]
 
-_PROC = Path("/proc")
 NORMAL_MODE = "forward-and-respond"  # devstack.relay.NORMAL
 MAX_FREEZE_S = 30.0  # no freeze may last longer than this, whatever the caller asks
-
-
-# --------------------------------------------------------------------------- /proc helpers
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the parenthesised comm: state, ppid, pgrp, ..."""
-    try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[-1].split()
-
-
-def process_state(pid: int) -> str | None:
-    """One-letter state (R, S, T, Z, ...) or None when the process is gone."""
-    fields = _stat_fields(pid)
-    return fields[0] if fields else None
-
-
-def children_of(pid: int) -> list[int]:
-    """Live (non-zombie) direct children of ``pid``, found by scanning /proc."""
-    found = []
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields and len(fields) >= 2 and fields[0] != "Z" and int(fields[1]) == pid:
-            found.append(int(entry.name))
-    return sorted(found)
 
 
 def find_gunicorn_worker(master_pid: int) -> int | None:

@@ -45,6 +45,7 @@ from devstack.emulators import (
     _tcp_open,
     free_port,
 )
+from devstack.procs import alive, children_of
 
 BIN_ENV = "SAFESEND_POSTGRES_BIN"
 USER_ENV = "SAFESEND_POSTGRES_USER"
@@ -83,30 +84,6 @@ def _run_as() -> pwd.struct_passwd | None:
             f"running as root, but there is no user {name!r} to run PostgreSQL as: "
             f"{INSTALL_HINT} (it creates `postgres`), or set {USER_ENV}"
         ) from None
-
-
-def _children_of(pid: int) -> list[int]:
-    """Direct children of `pid` (from /proc): the postmaster's backends and helpers."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if len(fields) > 1 and int(fields[1]) == pid and fields[0] != "Z":
-            children.append(int(entry))
-    return children
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 class PostgresServer:
@@ -323,17 +300,17 @@ class PostgresServer:
         proc = self.process
         if proc is None or proc.pid is None:
             return
-        backends = _children_of(proc.pid)
+        backends = children_of(proc.pid)
         if proc.is_running():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGINT)  # fast shutdown: ends every backend, then exits
             deadline = time.monotonic() + self.stop_timeout
             while proc.is_running() and time.monotonic() < deadline:
                 time.sleep(0.05)
-        backends += [pid for pid in _children_of(proc.pid) if pid not in backends]
+        backends += [pid for pid in children_of(proc.pid) if pid not in backends]
         proc.stop()  # reaps the postmaster; SIGTERM, then SIGKILL, to its group if it is still there
         for pid in backends:  # each backend leads a process group of its own
-            if _alive(pid):
+            if alive(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
 

@@ -15,36 +15,10 @@ from pathlib import Path
 import pytest
 
 from devstack.emulators import free_port
+from devstack.procs import alive, descendants
 
 REPO = Path(__file__).resolve().parents[2]
 BANNER_END = "Ctrl-C stops everything."
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below `pid` (emulators run in sessions of their own, but stay its children)."""
-    found: set[int] = set()
-    frontier = [pid]
-    for _ in range(1000):  # bounded walk
-        if not frontier:
-            break
-        parent = frontier.pop()
-        for line in subprocess.run(
-            ["ps", "-o", "pid=", "--ppid", str(parent)], capture_output=True, text=True, check=False
-        ).stdout.split():
-            child = int(line)
-            if child not in found:
-                found.add(child)
-                frontier.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] if Path(f"/proc/{pid}").exists() else "X"
-    return state != "Z"
 
 
 def ignore_sigint() -> None:
