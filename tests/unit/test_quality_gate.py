@@ -97,3 +97,11 @@ def test_ci_runs_lint_then_the_suite_under_the_coverage_floor():
     assert "set -euo pipefail" in test_sh
     floor = next(line for line in (ROOT / "pyproject.toml").read_text().splitlines() if line.startswith("fail_under"))
     assert float(floor.split("=")[1]) >= 90.0
+
+
+def test_ci_cannot_skip_the_real_n8n_tests():
+    """test_n8n_e2e's only skip is the local opt-out SAFESEND_SKIP_N8N=1; .ci/run clears it first."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("unset SAFESEND_SKIP_N8N") < ci.index("bash scripts/test.sh")
+    e2e = (ROOT / "tests" / "integration" / "test_n8n_e2e.py").read_text()
+    assert e2e.count("skipif") == 1 and 'os.environ.get("SAFESEND_SKIP_N8N") == "1"' in e2e
