@@ -69,6 +69,8 @@ def _memory(request: pytest.FixtureRequest) -> Harness:
 
 
 def _firestore(request: pytest.FixtureRequest) -> Harness:
+    """The store speaks REST; raw records go through google-cloud-firestore (gRPC), so the suite
+    also proves that documents written by either are read alike by the other."""
     from google.cloud import firestore
 
     from safesend.adapters.firestore_store import FirestoreJobStore
@@ -77,19 +79,22 @@ def _firestore(request: pytest.FixtureRequest) -> Harness:
     monkeypatch = request.getfixturevalue("monkeypatch")
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", emulator.host)
     collection = f"ai_jobs_{uuid.uuid4().hex[:8]}"
-    clients: list[Any] = []
+    stores: list[FirestoreJobStore] = []
 
     def instance(timeout_s: float = 10.0) -> FirestoreJobStore:
-        client = firestore.Client(project=FIRESTORE_PROJECT)
-        clients.append(client)
-        return FirestoreJobStore(FIRESTORE_PROJECT, collection=collection, client=client, timeout_s=timeout_s)
+        store = FirestoreJobStore(FIRESTORE_PROJECT, collection=collection, timeout_s=timeout_s)
+        stores.append(store)
+        return store
 
     def unreachable() -> FirestoreJobStore:
         with _env("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{_dead_port()}"):
-            return instance(timeout_s=1.0)
+            store = instance(timeout_s=1.0)
+            store.client  # noqa: B018 - the client reads the emulator address when it is built
+            return store
 
     store = instance()
-    docs = store.client.collection(collection)
+    raw_client = firestore.Client(project=FIRESTORE_PROJECT)
+    docs = raw_client.collection(collection)
     harness = Harness(
         "firestore",
         store,
@@ -99,7 +104,7 @@ def _firestore(request: pytest.FixtureRequest) -> Harness:
         instance,
         unreachable,
     )
-    harness.cleanups += [lambda: [c.close() for c in clients]]
+    harness.cleanups += [raw_client.close, lambda: [s.client.close() for s in stores]]
     return harness
 
 

@@ -28,10 +28,20 @@ from tests.fakes import FakeClock, FakeMailbox, FakeMailer
 ROOT = Path(__file__).resolve().parents[2]
 RAW = b"Message-ID: <lazy-1@mail.example.com>\r\nFrom: a@example.com\r\nTo: b@example.com\r\n\r\nhi\r\n"
 # What the first request of a function must not import (bench 7): the Gmail client and its HTTP
-# library, and the Cloud Tasks client. grpc comes with Firestore, so only main.py's import is
-# checked for it.
+# library, and the Cloud Tasks client; nor, for a job store read, gRPC and google-cloud-firestore
+# (the store speaks REST with the standard library) or google-auth's requests/cryptography stack.
 GMAIL_MODULES = ("googleapiclient", "httplib2", "google.cloud.tasks", "google.cloud.tasks_v2")
 NOT_AT_IMPORT = ("grpc", *GMAIL_MODULES)
+NOT_FOR_A_STORE_READ = (
+    "grpc",
+    "google.cloud.firestore",
+    "google.cloud.firestore_v1",
+    "google.protobuf",
+    "google.api_core",
+    "requests",
+    "cryptography",
+    *GMAIL_MODULES,
+)
 
 
 def fake_mailer() -> FakeMailer:
@@ -251,6 +261,29 @@ def test_a_built_runtime_imports_no_gmail_client() -> None:
         GMAIL_MODULES,
     )
     assert seen == {"runtime": []}
+
+
+def test_the_first_store_read_imports_neither_grpc_nor_the_firestore_library() -> None:
+    """A status request's work: build the runtime, read one job. The read goes out over REST (here to
+    a closed port, so it fails after its bounded retries: the import path is the same). Any of
+    grpc, google-cloud-firestore, protobuf, api_core, requests or cryptography would be ~250 ms of a
+    cold start again."""
+    seen = loaded_after(
+        """
+        import main
+        from safesend.errors import StoreUnavailableError
+        from safesend.runtime import get_runtime
+        store = get_runtime().service.store
+        try:
+            store.get("0" * 32)
+            raise SystemExit("a closed port answered")
+        except StoreUnavailableError:
+            pass
+        report('read')
+        """,
+        NOT_FOR_A_STORE_READ,
+    )
+    assert seen == {"read": []}
 
 
 def test_lazy_mailer_construction_imports_nothing_from_google() -> None:

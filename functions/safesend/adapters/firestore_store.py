@@ -1,9 +1,11 @@
 """JobStore on Firestore (collection `ai_jobs`).
 
-Every write is one conditional commit, never a transaction: a claim is a create (precondition:
+It speaks Firestore's REST API through firestore_rest (standard library only: a cold instance
+does not import grpc and google-cloud-firestore, ~250 ms). Every write is one conditional commit,
+never a transaction: a claim is a create (precondition:
 the document does not exist), a compare-and-set an update (precondition: the update time we read).
 
-The client library never retries these commits. A retried commit whose first answer was lost
+Commits are never retried underneath. A retried commit whose first answer was lost
 (UNAVAILABLE or DEADLINE_EXCEEDED after the server applied it) meets our own write, fails its
 precondition, and would be reported as a lost race although our write is stored. Instead every
 write carries a fresh id in the store-private field `_write_id` (not a Job field: Job.from_dict
@@ -14,67 +16,57 @@ so we send it again (a bounded number of times); anything else -> someone else w
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
-
-from google.api_core import exceptions as gexc
-from google.api_core.retry import Retry, if_exception_type
-from google.auth import exceptions as auth_exceptions
-from google.cloud import firestore
-from google.cloud.firestore_v1.base_query import FieldFilter
 
 from ..errors import ConcurrentUpdateError, IndexMissingError, StoreUnavailableError
 from ..model import Job
 from ..states import State
+from .firestore_rest import FirestoreApiError, FirestoreRestClient, FirestoreTransportError
+from .firestore_values import decode_fields, encode_fields, encode_value
 from .store_common import BoundedAttempts, readable_job
 
 T = TypeVar("T")
-Snapshot = firestore.DocumentSnapshot[firestore.DocumentReference]
+Document = dict[str, Any]  # Firestore's REST document: name, fields, createTime, updateTime
 
 WRITE_ID_FIELD = "_write_id"
 MAX_WRITE_ATTEMPTS = 3  # and none started after the store's timeout; backoff 0.1 s, then 0.2 s
+MAX_READ_ATTEMPTS = 5
 _BACKOFF_S = 0.1
 
 # After these the server may or may not have applied a commit: only a re-read can tell.
-_AMBIGUOUS = (
-    gexc.ServiceUnavailable,
-    gexc.DeadlineExceeded,
-    gexc.Unknown,
-    gexc.InternalServerError,
-    gexc.Aborted,
-    gexc.Cancelled,
-    gexc.RetryError,
-    auth_exceptions.TransportError,
-)
-# Transient failures of idempotent reads, retried by the library within the store's timeout.
-_TRANSIENT_READ = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.Unknown, gexc.InternalServerError, gexc.Aborted)
+AMBIGUOUS_STATUSES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN", "INTERNAL", "ABORTED", "CANCELLED"})
+# Transient failures of idempotent reads, tried again within the store's timeout.
+TRANSIENT_READ_STATUSES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN", "INTERNAL", "ABORTED"})
 
 
 class FirestoreJobStore:
     """One document per job, id = job id. The client is created lazily, once per instance."""
 
     def __init__(
-        self, project: str, collection: str = "ai_jobs", client: firestore.Client | None = None, timeout_s: float = 10.0
+        self,
+        project: str,
+        collection: str = "ai_jobs",
+        client: FirestoreRestClient | None = None,
+        timeout_s: float = 10.0,
     ):
         self._project = project
         self._collection = collection
         self._client = client
         self._timeout_s = timeout_s
-        # Reads only: the library default keeps retrying UNAVAILABLE for 60 s+. Writes: see _commit.
-        self._read_retry = Retry(
-            predicate=if_exception_type(*_TRANSIENT_READ), initial=0.1, maximum=1.0, multiplier=2.0, timeout=timeout_s
-        )
 
     @property
-    def client(self) -> firestore.Client:
+    def client(self) -> FirestoreRestClient:
         if self._client is None:
-            self._client = firestore.Client(project=self._project)
+            self._client = FirestoreRestClient(self._project)
         return self._client
 
-    def _ref(self, job_id: str) -> firestore.DocumentReference:
-        return self.client.collection(self._collection).document(job_id)
+    @property
+    def collection(self) -> str:
+        return self._collection
 
     def claim_or_get(self, job: Job) -> tuple[Job, bool]:
         """Atomic claim: a commit with the precondition "document does not exist" (Firestore `create`).
@@ -88,14 +80,14 @@ class FirestoreJobStore:
         """
         stored = job.copy()
         stored.version = 1
-        ref, write_id = self._ref(job.id), _new_write_id()
-        data = _document(stored, write_id)
+        write_id = _new_write_id()
+        write = {"update": self._document(stored, write_id), "currentDocument": {"exists": False}}
         update_time = self._commit(
-            ref,
-            lambda: ref.create(data, retry=None, timeout=self._timeout_s),
-            refused=gexc.AlreadyExists,
-            is_ours=lambda snapshot: _written_by(snapshot, write_id, stored.version),
-            untouched=lambda snapshot: not snapshot.exists,
+            job.id,
+            write,
+            refused=frozenset({"ALREADY_EXISTS"}),
+            is_ours=lambda doc: _written_by(doc, write_id, stored.version),
+            untouched=lambda doc: doc is None,
         )
         if update_time is None:
             existing = self.get(job.id)
@@ -106,26 +98,32 @@ class FirestoreJobStore:
         return stored, True
 
     def get(self, job_id: str) -> Job | None:
-        snapshot = self._read(self._ref(job_id))
-        return _job_from(snapshot) if snapshot.exists else None
+        doc = self._read(job_id)
+        return _job_from(doc) if doc is not None else None
 
     def compare_and_set(self, job: Job, expected_version: int) -> Job:
         """One conditional write on the document's update time: Firestore refuses it if anyone wrote
         since. A job without a store token (not read from this store) first costs one read, which
-        must still show `expected_version`. Raises StoreUnavailableError when the outcome is unknown."""
-        ref = self._ref(job.id)
-        token = job.store_token if job.store_token is not None else self._token_at(ref, expected_version)
+        must still show `expected_version`. Raises StoreUnavailableError when the outcome is unknown.
+
+        The token is the update time exactly as Firestore wrote it (nanoseconds, as a string): a
+        datetime would round it to microseconds and the precondition would never match."""
+        token = job.store_token if isinstance(job.store_token, str) else self._token_at(job.id, expected_version)
         stored = job.copy()
         stored.version = expected_version + 1
         write_id = _new_write_id()
-        data = _document(stored, write_id)
-        option = self.client.write_option(last_update_time=token)
+        document = self._document(stored, write_id)
+        write = {
+            "update": document,
+            "updateMask": {"fieldPaths": sorted(document["fields"])},  # top-level Job field names: no quoting
+            "currentDocument": {"updateTime": token},
+        }
         update_time = self._commit(
-            ref,
-            lambda: ref.update(data, option=option, retry=None, timeout=self._timeout_s),
-            refused=(gexc.FailedPrecondition, gexc.NotFound),
-            is_ours=lambda snapshot: _written_by(snapshot, write_id, stored.version),
-            untouched=lambda snapshot: snapshot.exists and snapshot.update_time == token,
+            job.id,
+            write,
+            refused=frozenset({"FAILED_PRECONDITION", "NOT_FOUND"}),
+            is_ours=lambda doc: _written_by(doc, write_id, stored.version),
+            untouched=lambda doc: doc is not None and doc.get("updateTime") == token,
         )
         if update_time is None:
             raise ConcurrentUpdateError(job.id)
@@ -134,56 +132,71 @@ class FirestoreJobStore:
 
     def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
         """Needs the composite index (state ASC, next_check_at ASC): see infra/."""
-        query = (
-            self.client.collection(self._collection)
-            .where(filter=FieldFilter("state", "==", state.value))
-            .where(filter=FieldFilter("next_check_at", "<=", now))
-            .order_by("next_check_at")
-            .limit(limit)
-        )
-        docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
-        return _readable_jobs(docs)
+        where = _all_of(_field("state", "EQUAL", state.value), _field("next_check_at", "LESS_THAN_OR_EQUAL", now))
+        return self._query(where, "next_check_at", limit)
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
         """Needs the composite index (state ASC, updated_at ASC): see infra/."""
-        query = (
-            self.client.collection(self._collection)
-            .where(filter=FieldFilter("state", "in", [State.REVIEW.value, State.FAILED.value]))
-            .order_by("updated_at")
-            .limit(limit)
-        )
-        docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
-        return _readable_jobs(docs)
+        where = _field("state", "IN", [State.REVIEW.value, State.FAILED.value])
+        return self._query(where, "updated_at", limit)
 
     def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
         """One field, so Firestore's automatic single-field index serves it (no composite index)."""
-        query = (
-            self.client.collection(self._collection)
-            .where(filter=FieldFilter("notice_due_at", "<=", now))
-            .order_by("notice_due_at")
-            .limit(limit)
-        )
-        docs = _reading(lambda: list(query.stream(retry=self._read_retry, timeout=self._timeout_s)))
-        return _readable_jobs(docs)
+        return self._query(_field("notice_due_at", "LESS_THAN_OR_EQUAL", now), "notice_due_at", limit)
 
-    def _read(self, ref: firestore.DocumentReference) -> Snapshot:
-        return _reading(lambda: ref.get(retry=self._read_retry, timeout=self._timeout_s))
+    def _document(self, job: Job, write_id: str) -> Document:
+        """The stored document: the job's fields plus the id of the write that put them there."""
+        fields = encode_fields({**job.to_dict(), WRITE_ID_FIELD: write_id})
+        return {"name": self.client.document_name(self._collection, job.id), "fields": fields}
 
-    def _token_at(self, ref: firestore.DocumentReference, expected_version: int) -> datetime:
+    def _query(self, where: Mapping[str, Any], order_by: str, limit: int) -> list[Job]:
+        query = {
+            "from": [{"collectionId": self._collection}],
+            "where": where,
+            "orderBy": [{"field": {"fieldPath": order_by}, "direction": "ASCENDING"}],
+            "limit": limit,
+        }
+        docs = self._reading(lambda timeout_s: self.client.run_query(query, timeout_s))
+        return [job for doc in docs if (job := readable_job(_job_from, doc, _document_id(doc))) is not None]
+
+    def _read(self, job_id: str) -> Document | None:
+        return self._reading(lambda timeout_s: self.client.get(self._collection, job_id, timeout_s))
+
+    def _reading(self, read: Callable[[float], T]) -> T:
+        """Run an idempotent read, tried again on transient failures within the store's timeout.
+        What is left after that means the store is unreachable, except a query's missing index,
+        which no retry fixes (IndexMissingError)."""
+        error: Exception | None = None
+        attempts = BoundedAttempts(MAX_READ_ATTEMPTS, self._timeout_s, _BACKOFF_S)
+        started = time.monotonic()
+        for _ in attempts:
+            try:
+                return read(max(self._timeout_s - (time.monotonic() - started), 0.001))
+            except FirestoreApiError as exc:
+                if exc.status == "FAILED_PRECONDITION" and "index" in exc.message.lower():
+                    raise IndexMissingError(f"firestore_index_missing: {exc.message}") from exc
+                if exc.status not in TRANSIENT_READ_STATUSES:
+                    raise StoreUnavailableError(f"firestore: {exc}") from exc
+                error = exc
+            except FirestoreTransportError as exc:
+                error = exc
+        raise StoreUnavailableError(f"firestore: read failed after {attempts.made} attempt(s): {error}") from error
+
+    def _token_at(self, job_id: str, expected_version: int) -> str:
         """The update time to condition on, read now; the version must still be the expected one."""
-        snapshot = self._read(ref)
-        if not snapshot.exists or (snapshot.to_dict() or {}).get("version") != expected_version:
-            raise ConcurrentUpdateError(ref.id)
-        return _update_time(snapshot)
+        doc = self._read(job_id)
+        if doc is None or decode_fields(doc.get("fields")).get("version") != expected_version:
+            raise ConcurrentUpdateError(job_id)
+        return str(doc["updateTime"])
 
     def _commit(
         self,
-        ref: firestore.DocumentReference,
-        commit: Callable[[], Any],
-        refused: type[Exception] | tuple[type[Exception], ...],
-        is_ours: Callable[[Snapshot], bool],
-        untouched: Callable[[Snapshot], bool],
-    ) -> datetime | None:
+        job_id: str,
+        write: Mapping[str, Any],
+        refused: frozenset[str],
+        is_ours: Callable[[Document | None], bool],
+        untouched: Callable[[Document | None], bool],
+    ) -> str | None:
         """Send one conditional commit until its fate is known: our write's update time, or None if
         another write won. `refused` (the precondition failure) is final unless an earlier attempt
         may have landed; after an ambiguous failure a re-read decides. Every attempt sends the same
@@ -193,72 +206,59 @@ class FirestoreJobStore:
         attempts = BoundedAttempts(MAX_WRITE_ATTEMPTS, self._timeout_s, _BACKOFF_S)
         for _ in attempts:
             try:
-                written: datetime = commit().update_time  # the WriteResult's commit time
-                return written
-            except refused as exc:
-                if not maybe_landed:
-                    return None
+                answer = self.client.commit([write], self._timeout_s)
+                return str(answer["writeResults"][0]["updateTime"])
+            except FirestoreApiError as exc:
                 error = exc
-            except _AMBIGUOUS as exc:
+                if exc.status in refused:
+                    if not maybe_landed:
+                        return None
+                elif exc.status not in AMBIGUOUS_STATUSES:  # refused for another reason: nothing written
+                    raise StoreUnavailableError(f"firestore: {exc}") from exc
+            except FirestoreTransportError as exc:
                 error = exc
-            except gexc.GoogleAPICallError as exc:  # refused for another reason: nothing was written
-                raise StoreUnavailableError(f"firestore: {exc}") from exc
+                if not exc.request_sent:  # it never reached Firestore: this attempt changed nothing
+                    continue
+            except (KeyError, IndexError, TypeError) as exc:  # a 2xx without the documented answer
+                error = exc
             maybe_landed = True
-            snapshot = self._read(ref)
-            if is_ours(snapshot):
-                return _update_time(snapshot)
-            if not untouched(snapshot):
+            doc = self._read(job_id)
+            if is_ours(doc):
+                return str(doc["updateTime"]) if doc is not None else None
+            if not untouched(doc):
                 return None
         raise StoreUnavailableError(
-            f"firestore: write of {ref.id} not stored after {attempts.made} attempt(s) "
+            f"firestore: write of {job_id} not stored after {attempts.made} attempt(s) "
             f"(a late one may still land): {error}"
         ) from error
 
 
-def _reading(fn: Callable[[], T]) -> T:
-    """Run an idempotent read; any failure left after the read retry means the store is unreachable,
-    except a query's missing index, which no retry fixes (IndexMissingError)."""
-    try:
-        return fn()
-    except gexc.FailedPrecondition as exc:
-        if "index" in str(exc).lower():
-            raise IndexMissingError(f"firestore_index_missing: {exc}") from exc
-        raise StoreUnavailableError(f"firestore: {exc}") from exc
-    except (gexc.GoogleAPIError, auth_exceptions.TransportError) as exc:
-        raise StoreUnavailableError(f"firestore: {exc}") from exc
+def _field(path: str, op: str, value: Any) -> dict[str, Any]:
+    return {"fieldFilter": {"field": {"fieldPath": path}, "op": op, "value": encode_value(value)}}
+
+
+def _all_of(*filters: dict[str, Any]) -> dict[str, Any]:
+    return {"compositeFilter": {"op": "AND", "filters": list(filters)}}
 
 
 def _new_write_id() -> str:
     return uuid.uuid4().hex
 
 
-def _document(job: Job, write_id: str) -> dict[str, Any]:
-    """The stored document: the job's fields plus the id of the write that put them there."""
-    return {**job.to_dict(), WRITE_ID_FIELD: write_id}
-
-
-def _written_by(snapshot: Snapshot, write_id: str, version: int) -> bool:
+def _written_by(doc: Document | None, write_id: str, version: int) -> bool:
     """Exact: only our write carries our write id. The version check also rejects a later writer
     that does not set the field (e.g. an older deployment during a rollout)."""
-    data = snapshot.to_dict() if snapshot.exists else None
-    return data is not None and data.get(WRITE_ID_FIELD) == write_id and data.get("version") == version
+    if doc is None:
+        return False
+    fields = doc.get("fields") or {}
+    return fields.get(WRITE_ID_FIELD) == encode_value(write_id) and fields.get("version") == encode_value(version)
 
 
-def _readable_jobs(docs: Sequence[Snapshot]) -> list[Job]:
-    """The due documents that read as jobs (a damaged one is logged and skipped)."""
-    return [job for doc in docs if (job := readable_job(_job_from, doc, doc.id)) is not None]
+def _document_id(doc: Document) -> str:
+    return str(doc.get("name", "")).rsplit("/", 1)[-1]
 
 
-def _job_from(snapshot: Snapshot) -> Job:
-    data = snapshot.to_dict()
-    if data is None:  # never for a document that exists (get() and queries only pass those)
-        raise ValueError(f"job document {snapshot.id} does not exist")
-    job = Job.from_dict(data)
-    job.store_token = _update_time(snapshot)
+def _job_from(doc: Document) -> Job:
+    job = Job.from_dict(decode_fields(doc.get("fields")))
+    job.store_token = str(doc["updateTime"])
     return job
-
-
-def _update_time(snapshot: Snapshot) -> datetime:
-    """The document's update time: the token every conditional write of it is checked against."""
-    updated: datetime = snapshot.update_time  # unannotated in the client library
-    return updated
