@@ -1,12 +1,17 @@
-"""Counters: Firestore RPCs and documents (at the client's GAPIC layer), JobStore calls, Gmail calls.
+"""Counters: Firestore requests and documents (at the REST client), JobStore calls, Gmail calls.
 
-Firestore is counted below google-cloud-firestore's DocumentReference/Transaction code, on the
-GAPIC client every RPC goes through, so what is counted is what was sent to the server, transaction
-retries and failed commits included:
-  reads   = documents returned by BatchGetDocuments (found or missing: Firestore bills a lookup of an
-            absent document as one read) + documents returned by RunQuery (at least 1 per query);
-  writes  = writes in commits that succeeded (a create refused with ALREADY_EXISTS writes nothing);
-  rpcs    = every call, by method.
+Firestore is counted on safesend's REST client (`FirestoreRestClient._call`, the one place every
+request of the job store goes through), so what is counted is what reached the server (a request
+the client itself repeats, after a 401 or on a stale pooled connection, is one call: the first try
+was refused or never processed). Per operation, with Firestore's billing rules:
+  reads   = GETs of a document: 1 each, found or absent (Firestore bills a lookup of an absent
+            document, the 404, as one read) + runQuery: the documents returned, at least 1 per query;
+  writes  = writes in commits that succeeded. A commit Firestore refused (a create meeting
+            ALREADY_EXISTS, an update whose precondition failed) writes nothing: it is counted
+            apart, as `failed_commits` (and `writes_refused` in the raw counts), the convention the
+            earlier GAPIC-layer counter had, so the table keeps its meaning;
+  rpcs    = every call, by operation (get, commit, run_query; begin_transaction and rollback would
+            be counted too, but the job store sends neither).
 Gmail is counted at the simulator (what reached "Gmail"), priced with Gmail's published quota units.
 """
 
@@ -18,7 +23,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from safesend.adapters.firestore_rest import FirestoreApiError, FirestoreRestClient
 from safesend.model import Job
+from safesend.ports import JobStore
 from safesend.states import State
 
 # Gmail's published quota units: messages.send 100, messages.list 5, messages.get 5, history.list 2,
@@ -31,18 +38,31 @@ GMAIL_CALLS = (  # simulator method -> label
     ("list_history", "history"),
     ("get_profile", "profile"),
 )
+# The REST method of a POST, from the end of its path (`.../documents:commit`).
+_POST_OPERATIONS = {
+    "commit": "commit",
+    "runQuery": "run_query",
+    "beginTransaction": "begin_transaction",
+    "rollback": "rollback",
+    "batchGet": "batch_get",
+}
 
 
-class FirestoreRpcCounter:
-    """Stands in for `client._firestore_api` and counts what passes through."""
+def _operation(method: str, path: str) -> str:
+    """get, commit, run_query, ... for one REST request of FirestoreRestClient."""
+    if method == "GET":
+        return "get"
+    return _POST_OPERATIONS.get(path.rsplit(":", 1)[-1], "other")
 
-    def __init__(self, real: Any):
-        self._real = real
+
+class FirestoreRequestCounter:
+    """Stands in for a FirestoreRestClient's `_call` (an instance attribute over the class's method)
+    and counts each request by operation, documents read and writes committed (see above)."""
+
+    def __init__(self, call: Any):
+        self._call = call
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
 
     def _add(self, **amounts: int) -> None:
         with self._lock:
@@ -52,71 +72,51 @@ class FirestoreRpcCounter:
         with self._lock:
             return Counter(self.counts)
 
-    # -- counted RPCs
-    def batch_get_documents(self, *args: Any, **kwargs: Any) -> Any:
-        self._add(rpc_batch_get=1)
-        responses = self._real.batch_get_documents(*args, **kwargs)
-
-        def counted() -> Any:
-            for response in responses:
-                kind = response._pb.WhichOneof("result")
-                if kind == "found":
-                    self._add(read_found=1)
-                elif kind == "missing":
-                    self._add(read_missing=1)
-                yield response
-
-        return counted()
-
-    def run_query(self, *args: Any, **kwargs: Any) -> Any:
-        self._add(rpc_run_query=1)
-        responses = self._real.run_query(*args, **kwargs)
-
-        def counted() -> Any:
-            docs = 0
-            try:
-                for response in responses:
-                    if response._pb.HasField("document"):
-                        docs += 1
-                    yield response
-            finally:
-                self._add(read_query_docs=docs, read_query_min=0 if docs else 1)
-
-        return counted()
-
-    def commit(self, *args: Any, **kwargs: Any) -> Any:
-        request = kwargs.get("request", args[0] if args else None)
-        writes = request.get("writes") if isinstance(request, dict) else getattr(request, "writes", ())
-        in_tx = bool(request.get("transaction") if isinstance(request, dict) else getattr(request, "transaction", b""))
-        self._add(rpc_commit=1)
+    def __call__(self, method: str, path: str, body: Any, timeout_s: float, idempotent: bool) -> Any:
+        operation = _operation(method, path)
+        self._add(**{f"rpc_{operation}": 1})
         try:
-            result = self._real.commit(*args, **kwargs)
-        except Exception:
-            self._add(commit_failed=1)
+            answer = self._call(method, path, body, timeout_s, idempotent)
+        except FirestoreApiError as exc:
+            self._refused(operation, body, exc)
             raise
-        self._add(writes=len(writes or ()), tx_commits=1 if in_tx else 0)
-        return result
+        except Exception:
+            if operation == "commit":  # no answer: it may or may not have landed (the store re-reads)
+                self._add(commit_failed=1, commit_unanswered=1)
+            raise
+        self._answered(operation, body, answer)
+        return answer
 
-    def begin_transaction(self, *args: Any, **kwargs: Any) -> Any:
-        self._add(rpc_begin_transaction=1)
-        return self._real.begin_transaction(*args, **kwargs)
+    def _answered(self, operation: str, body: Any, answer: Any) -> None:
+        if operation == "get":
+            self._add(read_found=1)
+        elif operation == "run_query":
+            docs = sum(1 for item in answer if isinstance(item, dict) and "document" in item)
+            self._add(read_query_docs=docs, read_query_min=0 if docs else 1)
+        elif operation == "commit":
+            self._add(writes=len(body.get("writes") or ()), tx_commits=1 if body.get("transaction") else 0)
 
-    def rollback(self, *args: Any, **kwargs: Any) -> Any:
-        self._add(rpc_rollback=1)
-        return self._real.rollback(*args, **kwargs)
+    def _refused(self, operation: str, body: Any, exc: FirestoreApiError) -> None:
+        if operation == "get" and exc.status == "NOT_FOUND":
+            self._add(read_missing=1)  # billed: a lookup of an absent document is one read
+        elif operation == "commit":
+            self._add(commit_failed=1, writes_refused=len(body.get("writes") or ()))
+        else:
+            self._add(request_failed=1)
 
 
-def count_firestore(client: Any) -> FirestoreRpcCounter:
-    """Install a counter on a google.cloud.firestore.Client (idempotent)."""
-    current = client._firestore_api  # creates the GAPIC client if needed
-    if isinstance(current, FirestoreRpcCounter):
+def count_firestore(client: FirestoreRestClient) -> FirestoreRequestCounter:
+    """Install a counter on a FirestoreRestClient (idempotent): every request of its `_call`."""
+    current = vars(client).get("_call")
+    if isinstance(current, FirestoreRequestCounter):
         return current
-    counter = FirestoreRpcCounter(current)
-    client._firestore_api_internal = counter
+    counter = FirestoreRequestCounter(client._call)
+    setattr(client, "_call", counter)  # noqa: B010 - an instance attribute over the method (mypy: no assignment to a method)
     return counter
 
 
 def firestore_summary(delta: Counter[str]) -> dict[str, int]:
+    """The same keys the GAPIC-layer counter gave: `rpcs` are the REST client's requests."""
     reads = delta["read_found"] + delta["read_missing"] + delta["read_query_docs"] + delta["read_query_min"]
     rpcs = sum(v for k, v in delta.items() if k.startswith("rpc_"))
     return {
@@ -150,7 +150,7 @@ def postgres_summary(delta: Counter[str]) -> dict[str, int]:
 class CountingStore:
     """A JobStore that counts which store operations the service asked for, then delegates."""
 
-    def __init__(self, inner: Any):
+    def __init__(self, inner: JobStore):
         self.inner = inner
         self._lock = threading.Lock()
         self.calls: Counter[str] = Counter()
@@ -182,6 +182,14 @@ class CountingStore:
     def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
         self._note("find_due")
         return self.inner.find_due(state, now, limit)
+
+    def find_open_reviews(self, limit: int) -> Sequence[Job]:
+        self._note("find_open_reviews")
+        return self.inner.find_open_reviews(limit)
+
+    def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
+        self._note("find_notices_due")
+        return self.inner.find_notices_due(now, limit)
 
 
 class GmailCallCounter:

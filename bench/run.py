@@ -141,7 +141,8 @@ def measured_line(args: argparse.Namespace) -> str:
     if "claim" in args.only:
         parts.append(
             f"2) {args.rounds} round(s) x {args.threads} threads claiming one new job id, Firestore "
-            f"emulator (google-cloud-firestore {_version('google-cloud-firestore')})"
+            f"emulator; safesend's store on its REST client (standard library), the transactional baseline "
+            f"on google-cloud-firestore {_version('google-cloud-firestore')} (gRPC)"
         )
     if "cpu" in args.only:
         parts.append(f"3) {args.repeats} timed batches per variant, single thread")

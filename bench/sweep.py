@@ -1,11 +1,13 @@
 """5. Sweeper scaling: one sweep with `due` due jobs among 0, 1,000 and 10,000 finished jobs.
 
-One collection per size on the stack's Firestore emulator, seeded directly with WriteBatch commits
-of 500 documents: `finished` sent jobs (next_check_at = None, the shape a real sent job has) and
+One collection per size on the stack's Firestore emulator, seeded directly with REST commits of
+500 writes each (no precondition: a WriteBatch's `set`): `finished` sent jobs (next_check_at =
+None, the shape a real sent job has) and
 `due` jobs in `unknown` whose next_check_at has passed and whose index-lag window is over. Their
 messages are in a dedicated GmailSimulator (no lag, no latency), so each mailbox check finds one
 SENT copy and the job becomes sent. Before every run the due jobs are written back to `unknown`
-(untimed). One sample = SafeSendService.sweep(batch=due) in-process, real clock, real adapters.
+(untimed). One sample = SafeSendService.sweep(batch=due) in-process, real clock, real adapters
+(FirestoreJobStore on its REST client, whose requests are counted: instrument.py).
 Runs interleave the sizes, order rotated; pairs are size_run / size0_run of the same round.
 """
 
@@ -16,10 +18,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from google.cloud import firestore
-
 from devstack.gmail_sim import GmailSimulator
+from safesend.adapters.firestore_rest import FirestoreRestClient
 from safesend.adapters.firestore_store import FirestoreJobStore
+from safesend.adapters.firestore_values import encode_fields
 from safesend.adapters.gmail_mailer import GmailMailer
 from safesend.config import DEFAULT_CHANNELS_FILE, Settings
 from safesend.keys import job_id_for, message_id_for
@@ -62,7 +64,7 @@ def _job(key: str, now: datetime) -> Any:
     return start_attempt(job, now, "seed", Timing())
 
 
-def _finished_doc(key: str, now: datetime) -> dict:
+def _finished_doc(key: str, now: datetime) -> dict[str, Any]:
     policy = ChannelPolicies.load(DEFAULT_CHANNELS_FILE).get(CHANNEL)
     job = _job(key, now)
     job = record_outcome(
@@ -72,7 +74,7 @@ def _finished_doc(key: str, now: datetime) -> dict:
     return job.to_dict()
 
 
-def _due_doc(key: str, now: datetime) -> dict:
+def _due_doc(key: str, now: datetime) -> dict[str, Any]:
     policy = ChannelPolicies.load(DEFAULT_CHANNELS_FILE).get(CHANNEL)
     attempt_at = now - timedelta(minutes=10)
     job = _job(key, attempt_at)
@@ -84,21 +86,23 @@ def _due_doc(key: str, now: datetime) -> dict:
     return job.to_dict()
 
 
-def _write(client: firestore.Client, collection: str, docs: list[dict]) -> None:
+def _write(client: FirestoreRestClient, collection: str, docs: list[dict[str, Any]]) -> None:
+    """Store `docs` as they are (id = doc["id"]), BATCH_WRITE per commit, overwriting what is there."""
     for start in range(0, len(docs), BATCH_WRITE):
-        batch = client.batch()
-        for doc in docs[start : start + BATCH_WRITE]:
-            batch.set(client.collection(collection).document(doc["id"]), doc)
-        batch.commit(timeout=120)
+        writes = [
+            {"update": {"name": client.document_name(collection, doc["id"]), "fields": encode_fields(doc)}}
+            for doc in docs[start : start + BATCH_WRITE]
+        ]
+        client.commit(writes, timeout_s=120)
 
 
 def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float) -> Bench:
     bench = Bench("sweep", f"5. sweep, {due} due among N finished", f"one sweep() of {due} due jobs, in-process")
     sim = GmailSimulator().start()
-    clients: list[firestore.Client] = []
+    clients: list[FirestoreRestClient] = []
     try:
-        seeder = firestore.Client(project=PROJECT)
-        counted = firestore.Client(project=PROJECT)
+        seeder = FirestoreRestClient(PROJECT)  # the emulator in FIRESTORE_EMULATOR_HOST (stackctl.firestore_env)
+        counted = FirestoreRestClient(PROJECT)
         clients += [seeder, counted]
         fs_counter = count_firestore(counted)
         seed_start = time.monotonic()
@@ -124,8 +128,8 @@ def run(stack: Any, sizes: tuple[int, ...], due: int, runs: int, budget_s: float
 def _seed_case(
     bench: Bench,
     sim: GmailSimulator,
-    seeder: firestore.Client,
-    counted: firestore.Client,
+    seeder: FirestoreRestClient,
+    counted: FirestoreRestClient,
     size: int,
     due: int,
     baseline: bool,
@@ -174,7 +178,7 @@ def _seed_case(
 def _rounds(
     bench: Bench,
     cases: list[dict[str, Any]],
-    seeder: firestore.Client,
+    seeder: FirestoreRestClient,
     fs_counter: Any,
     due: int,
     runs: int,
@@ -195,7 +199,7 @@ def _rounds(
 
 
 def _one_sweep(
-    bench: Bench, case: dict[str, Any], seeder: firestore.Client, fs_counter: Any, due: int, r: int
+    bench: Bench, case: dict[str, Any], seeder: FirestoreRestClient, fs_counter: Any, due: int, r: int
 ) -> float:
     """One timed sweep of a case: its wall time; reads, query time and what it examined go to the case."""
     _reset_due(seeder, case)
@@ -232,7 +236,7 @@ def _summarise(bench: Bench, cases: list[dict[str, Any]]) -> None:
         last.verdict = "ok" if last.ratio is not None and last.ratio <= TARGET else "MISS"
 
 
-def _reset_due(client: firestore.Client, case: dict[str, Any]) -> None:
+def _reset_due(client: FirestoreRestClient, case: dict[str, Any]) -> None:
     now = datetime.now(UTC)
     _write(client, case["collection"], [_due_doc(key, now) for key in case["due_keys"]])
 
