@@ -31,10 +31,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from tests.loopback_http import LoopbackHttpServer, QuietHandler
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "n8n-install.sh"
@@ -455,6 +456,9 @@ class SeenRequest:
 class CountingProxy:
     """Forward every request to `upstream` unchanged (body bytes included) and remember it."""
 
+    http: LoopbackHttpServer  # set by start()
+    url: str  # set by start()
+
     def __init__(self, upstream: str):
         parts = urlsplit(upstream)
         self.upstream_host, self.upstream_port = parts.hostname, parts.port or 80
@@ -463,11 +467,8 @@ class CountingProxy:
         self._faults: list[tuple[str, int]] = []  # (kind, status): applied to the next POST /send requests
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
 
             def _relay(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -537,19 +538,15 @@ class CountingProxy:
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay  # noqa: N815 - http.server's names
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, name="counting-proxy", daemon=True)
+        self._handler = Handler
 
     def start(self) -> CountingProxy:
-        self._thread.start()
+        self.http = LoopbackHttpServer(self._handler, "counting-proxy")
+        self.url = self.http.url
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=5)
+        self.http.stop()
 
     def inject(self, kind: str, count: int = 1, status: int = 503) -> None:
         """Answer the next `count` POST /send requests without forwarding them: `status` ("status"), or

@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 
 from devstack.emulators import ManagedProcess, free_port
 from safesend.auth import SIGNATURE_HEADER, sign
+from tests.loopback_http import LoopbackHttpServer, QuietHandler
 from tests.unit.test_http_security import GOOGLE_CERT, N8N, TASKS, id_token
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,24 +29,19 @@ class CertServer:
     def __init__(self) -> None:
         body = json.dumps({"google-key-1": GOOGLE_CERT}).encode()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # http.server API
+        class Handler(QuietHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server calls it by this name
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/oauth2/v1/certs"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http = LoopbackHttpServer(Handler, "cert-server")
+        self.url = f"{self.http.url}/oauth2/v1/certs"
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.stop()
 
 
 @dataclass(frozen=True)

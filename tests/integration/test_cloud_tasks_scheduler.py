@@ -7,12 +7,10 @@ task-name dedup (the real API answers ALREADY_EXISTS) and the OIDC Authorization
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -20,6 +18,7 @@ from google.api_core import exceptions as gexc
 
 from safesend.adapters.cloud_tasks import CloudTasksScheduler
 from safesend.errors import SchedulerError
+from tests.loopback_http import LoopbackHttpServer, QuietHandler
 
 
 class Receiver:
@@ -29,8 +28,8 @@ class Receiver:
         self.deliveries: list[dict[str, Any]] = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # http.server API
+        class Handler(QuietHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.deliveries.append(
                     {
@@ -44,13 +43,8 @@ class Receiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/reconcile"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.http = LoopbackHttpServer(Handler, "tasks-receiver")
+        self.url = f"{self.http.url}/reconcile"
 
     def wait_for(self, count: int, timeout_s: float = 20.0) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout_s
@@ -59,9 +53,7 @@ class Receiver:
         return list(self.deliveries)
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+        self.http.stop()
 
 
 @pytest.fixture

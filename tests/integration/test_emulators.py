@@ -20,7 +20,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from devstack.emulators import (
     PubSubEmulator,
     start_all,
 )
+from tests.loopback_http import LoopbackHttpServer, QuietHandler
 
 pytestmark = pytest.mark.integration
 
@@ -231,18 +231,15 @@ def test_pubsub_publish_pull_with_attributes(pubsub_emulator: PubSubEmulator, mo
 # ----------------------------------------------------------------------------- Cloud Tasks
 
 
-class _Recorder(BaseHTTPRequestHandler):
+class _Recorder(QuietHandler):
     received: queue.Queue[dict[str, Any]]
 
-    def do_POST(self) -> None:  # http.server API
+    def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         self.received.put({"at": time.time(), "path": self.path, "headers": dict(self.headers.items()), "body": body})
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep test output quiet
-        pass
 
 
 @pytest.fixture
@@ -250,15 +247,8 @@ def task_target() -> Iterator[tuple[str, queue.Queue[dict[str, Any]]]]:
     """A tiny HTTP server on 127.0.0.1 that records every request."""
     received: queue.Queue[dict[str, Any]] = queue.Queue()
     handler = type("Recorder", (_Recorder,), {"received": received})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", received
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with LoopbackHttpServer(handler, "task-target") as server:
+        yield server.url, received
 
 
 def test_tasks_http_task_delivered_on_schedule(

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from safesend.errors import MailboxUnavailableError
 from safesend.model import Accepted, Bucket, Failure
 from tests.integration.test_gmail_mailer import MESSAGE_ID, RAW
 from tests.integration.test_transport_deadline import call_bounded
+from tests.loopback_http import LoopbackHttpServer, QuietHandler
 
 SECRETS = ("initial-token", "refresh-token-value", "client-secret-value")
 
@@ -38,8 +38,8 @@ class TokenEndpoint:
         self.stopping = threading.Event()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # http.server API
+        class Handler(QuietHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.refreshes += 1
                 status, data = outer.answer()
@@ -49,13 +49,8 @@ class TokenEndpoint:
                 self.end_headers()
                 outer.write(self.wfile, data)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/token"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.http = LoopbackHttpServer(Handler, "token-endpoint")
+        self.url = f"{self.http.url}/token"
 
     def answer(self) -> tuple[int, bytes]:
         if self.refuse:
@@ -83,9 +78,7 @@ class TokenEndpoint:
 
     def stop(self) -> None:
         self.stopping.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+        self.http.stop()
 
 
 @pytest.fixture

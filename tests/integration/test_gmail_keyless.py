@@ -11,11 +11,10 @@ import base64
 import http.client
 import json
 import socket
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -28,6 +27,7 @@ from safesend.adapters.gmail_auth import load_gmail_credentials
 from safesend.adapters.gmail_mailer import GMAIL_SCOPES, GmailMailer
 from safesend.model import Accepted, Bucket, Failure
 from tests.integration.test_gmail_mailer import MESSAGE_ID, RAW
+from tests.loopback_http import LoopbackHttpServer, QuietHandler
 
 pytestmark = pytest.mark.integration
 
@@ -57,11 +57,11 @@ class FakeGoogle:
         self.issued: list[str] = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # http.server API
+        class Handler(QuietHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server calls it by this name
                 outer.metadata(self)
 
-            def do_POST(self) -> None:
+            def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.path.endswith(":signJwt"):
                     outer.sign_jwt(self, body)
@@ -70,15 +70,10 @@ class FakeGoogle:
                 else:
                     self.send_error(404)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.host = f"127.0.0.1:{self.server.server_address[1]}"
-        self.sign_url = f"http://{self.host}/v1/projects/-/serviceAccounts/{{email}}:signJwt"
-        self.token_url = f"http://{self.host}/token"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.http = LoopbackHttpServer(Handler, "fake-google")
+        self.host = self.http.host
+        self.sign_url = f"{self.http.url}/v1/projects/-/serviceAccounts/{{email}}:signJwt"
+        self.token_url = f"{self.http.url}/token"
 
     @staticmethod
     def answer(
@@ -172,9 +167,7 @@ class FakeGoogle:
         return self.answer(handler, 200, {"access_token": token, "expires_in": 3600, "token_type": "Bearer"})
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+        self.http.stop()
 
 
 class RecordingProxy:
@@ -185,7 +178,7 @@ class RecordingProxy:
         target = urllib.parse.urlparse(target_url)
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.authorizations.append(self.headers.get("Authorization"))
@@ -205,18 +198,11 @@ class RecordingProxy:
 
             do_GET = do_POST = forward  # noqa: N815
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.http = LoopbackHttpServer(Handler, "recording-proxy")
+        self.url = self.http.url
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+        self.http.stop()
 
 
 @pytest.fixture
