@@ -143,6 +143,11 @@ def test_each_environment_gets_the_cheapest_correct_source(emulator: bool, envir
 
 def test_the_emulator_token_is_the_rules_bypassing_owner() -> None:
     assert EmulatorToken().authorization() == "Bearer owner"
+    assert EmulatorToken().quota_project() is None
+
+
+def test_a_service_account_token_bills_its_own_project(metadata: MetadataServer) -> None:
+    assert MetadataServerTokens(host=metadata.host).quota_project() is None
 
 
 class StubCredentials:
@@ -150,6 +155,7 @@ class StubCredentials:
 
     def __init__(self, lifetime_s: float) -> None:
         self.lifetime_s = lifetime_s
+        self.quota_project_id = "billing-project"  # set by gcloud's application-default login
         self.token: str | None = None
         self.expiry: Any = None
         self.refreshes = 0
@@ -167,6 +173,7 @@ def test_application_default_credentials_are_refreshed_by_their_naive_utc_expiry
     tokens = ApplicationDefaultTokens(clock=clock)
     tokens._credentials = StubCredentials(lifetime_s=600)  # as google.auth.default() would have returned
     assert tokens.authorization() == "Bearer adc-1"
+    assert tokens.quota_project() == "billing-project"
     clock.now += 600 - REFRESH_MARGIN_S - 30  # whatever the machine's local time zone, not yet due
     assert tokens.authorization() == "Bearer adc-1"
     clock.now += 60

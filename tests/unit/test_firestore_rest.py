@@ -47,7 +47,13 @@ class FakeFirestore:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
                 outer.requests.append(
-                    {"method": self.command, "path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "auth": self.headers.get("Authorization"),
+                        "user_project": self.headers.get("x-goog-user-project"),
+                        "body": body,
+                    }
                 )
                 time.sleep(outer.delay_s)
                 status, answer = outer.answers.pop(0) if outer.answers else (200, DOC)
@@ -76,6 +82,11 @@ class Tokens:
 
     def invalidate(self) -> None:
         self.issued += 1
+
+    def quota_project(self) -> str | None:
+        return self.billed_to
+
+    billed_to: str | None = None
 
 
 @pytest.fixture
@@ -148,6 +159,15 @@ def test_a_2xx_without_json_is_not_taken_as_success(firestore: FakeFirestore, cl
     with pytest.raises(FirestoreApiError) as garbage:
         client.commit([{}], 5.0)
     assert garbage.value.status == "UNKNOWN"
+
+
+def test_user_credentials_quota_project_is_sent_as_x_goog_user_project(firestore: FakeFirestore) -> None:
+    tokens = Tokens()
+    tokens.billed_to = "my-billing-project"
+    rest = FirestoreRestClient("p", emulator_host=firestore.host, tokens=tokens)
+    rest.get("c", "d", 5.0)
+    assert firestore.requests[-1]["user_project"] == "my-billing-project"
+    rest.close()
 
 
 def test_401_renews_the_token_and_goes_once_more(firestore: FakeFirestore, client: FirestoreRestClient) -> None:

@@ -37,6 +37,11 @@ class AccessTokens(Protocol):
     def invalidate(self) -> None:
         """Forget the cached token (the API answered 401: revoked or expired early)."""
 
+    def quota_project(self) -> str | None:
+        """The project to bill calls to (the x-goog-user-project header), when the credentials say:
+        user credentials from `gcloud auth application-default login` carry one, and some APIs
+        refuse user credentials without it. None for service accounts (their own project)."""
+
 
 class EmulatorToken:
     """Google's emulators accept any bearer token; "owner" skips the Firestore emulator's rules."""
@@ -46,6 +51,9 @@ class EmulatorToken:
 
     def invalidate(self) -> None:
         """Nothing cached."""
+
+    def quota_project(self) -> str | None:
+        return None
 
 
 class _CachedToken:
@@ -67,6 +75,9 @@ class _CachedToken:
     def invalidate(self) -> None:
         with self._lock:
             self._token = None
+
+    def quota_project(self) -> str | None:
+        return None
 
     def _fetch(self) -> tuple[str, float]:
         raise NotImplementedError
@@ -106,6 +117,11 @@ class ApplicationDefaultTokens(_CachedToken):
         super().__init__(clock)
         self._scopes = scopes
         self._credentials: Any = None
+        self._quota_project: str | None = None
+
+    def quota_project(self) -> str | None:
+        """ADC's quota project (gcloud's `--billing-project`/GOOGLE_CLOUD_QUOTA_PROJECT), once a token was fetched."""
+        return self._quota_project
 
     def _fetch(self) -> tuple[str, float]:
         import google.auth
@@ -118,6 +134,7 @@ class ApplicationDefaultTokens(_CachedToken):
             self._credentials.refresh(google.auth.transport.requests.Request())
         except auth_exceptions.GoogleAuthError as exc:
             raise AccessTokenError(f"application default credentials: {exc}") from exc
+        self._quota_project = getattr(self._credentials, "quota_project_id", None)
         expiry = self._credentials.expiry  # naive UTC, or None for tokens without a known expiry
         lifetime = 3000.0 if expiry is None else expiry.replace(tzinfo=UTC).timestamp() - time.time()
         return str(self._credentials.token), lifetime

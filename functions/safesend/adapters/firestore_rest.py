@@ -112,6 +112,9 @@ class FirestoreRestClient:
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
         for attempt in (1, 2):
             headers = {"Authorization": self._authorization(), "User-Agent": "safesend"}
+            quota_project = self._tokens.quota_project()
+            if quota_project:
+                headers["x-goog-user-project"] = quota_project
             if payload is not None:
                 headers["Content-Type"] = "application/json"
             reused = self._pooled() is not None
