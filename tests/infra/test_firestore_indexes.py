@@ -16,7 +16,8 @@ from .support import FUNCTIONS, INFRA, MODULE, ROOT, resources, top_level
 from .tfmodel import ModuleModel
 
 STORE = FUNCTIONS / "safesend" / "adapters" / "firestore_store.py"
-EQUALITY = {"==", "in", "array-contains", "array-contains-any"}
+# Firestore's REST operators (StructuredQuery.FieldFilter.Operator) that are equality for indexing.
+EQUALITY = {"EQUAL", "IN", "ARRAY_CONTAINS", "ARRAY_CONTAINS_ANY"}
 
 
 def _store_class() -> ast.ClassDef:
@@ -28,25 +29,39 @@ def _strings(call: ast.Call) -> list[str]:
     return [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
 
 
+def _query_direction() -> str:
+    """The one direction FirestoreJobStore._query orders by (its orderBy entry, read from the code)."""
+    query = next(n for n in _store_class().body if isinstance(n, ast.FunctionDef) and n.name == "_query")
+    directions = {
+        value.value
+        for node in ast.walk(query)
+        if isinstance(node, ast.Dict)
+        for key, value in zip(node.keys, node.values, strict=True)
+        if isinstance(key, ast.Constant) and key.value == "direction" and isinstance(value, ast.Constant)
+    }
+    assert len(directions) == 1, f"_query: expected one constant orderBy direction, found {directions}"
+    return str(directions.pop())
+
+
 def queries() -> list[dict]:
-    """Each method of FirestoreJobStore that filters or orders: its filters and order_by fields."""
+    """Each method of FirestoreJobStore that queries: its filters (`_field(path, OP, value)`) and the
+    field it orders by (`self._query(where, order_by, limit)`)."""
+    direction = _query_direction()
     found = []
     for method in _store_class().body:
-        if not isinstance(method, ast.FunctionDef):
+        if not isinstance(method, ast.FunctionDef) or method.name == "_query":
             continue
         filters, orders = [], []
         for node in ast.walk(method):
             if not isinstance(node, ast.Call):
                 continue
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-            if name == "FieldFilter":
+            if name == "_field":
                 field, op = _strings(node)[:2]
                 filters.append((field, op))
-            elif name == "order_by":
-                direction = "DESCENDING" if any("DESC" in ast.unparse(k.value) for k in node.keywords) else "ASCENDING"
-                orders.append((_strings(node)[0], direction))
-            elif name == "where" and node.args and not node.keywords:
-                raise AssertionError(f"{method.name}: positional where() is not understood by this test")
+            elif name == "_query":
+                (order_by,) = _strings(node)
+                orders.append((order_by, direction))
         if filters or orders:
             found.append({"method": method.name, "filters": filters, "orders": orders})
     return found
