@@ -170,6 +170,25 @@ def test_user_credentials_quota_project_is_sent_as_x_goog_user_project(firestore
     rest.close()
 
 
+@pytest.mark.parametrize(
+    ("call", "answer"),
+    [
+        (lambda c: c.run_query({}, 5.0), {"document": DOC}),  # an object, not the documented list
+        (lambda c: c.get("c", "d", 5.0), [DOC]),
+        (lambda c: c.commit([{}], 5.0), ["writeResults"]),
+    ],
+    ids=["query", "get", "commit"],
+)
+def test_a_2xx_of_another_shape_is_unknown_never_no_documents(
+    firestore: FakeFirestore, client: FirestoreRestClient, call: Any, answer: Any
+) -> None:
+    """Read as an empty result, a query answer of the wrong shape would hide every due job."""
+    firestore.answers.append((200, answer))
+    with pytest.raises(FirestoreApiError) as odd:
+        call(client)
+    assert odd.value.status == "UNKNOWN"
+
+
 def test_401_renews_the_token_and_goes_once_more(firestore: FakeFirestore, client: FirestoreRestClient) -> None:
     firestore.answers += [error(401, "UNAUTHENTICATED"), (200, {"writeResults": []})]
     assert client.commit([{}], 5.0) == {"writeResults": []}

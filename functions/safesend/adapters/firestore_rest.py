@@ -19,12 +19,13 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from .access_tokens import AccessTokenError, AccessTokens, default_tokens
 from .one_shot_http import shared_ssl_context
 
+T = TypeVar("T")
 PRODUCTION_HOST = "firestore.googleapis.com"
 DEFAULT_DATABASE = "(default)"
 # A pooled connection that failed with one of these before any answer was closed by the server
@@ -79,23 +80,24 @@ class FirestoreRestClient:
         """The document (name, fields, createTime, updateTime), or None if it does not exist."""
         path = f"/v1/{self.database_path}/documents/{quote(collection, safe='')}/{quote(document_id, safe='')}"
         try:
-            document: dict[str, Any] = self._call("GET", path, None, timeout_s, idempotent=True)
-            return document
+            document = self._call("GET", path, None, timeout_s, idempotent=True)
         except FirestoreApiError as exc:
             if exc.status == "NOT_FOUND":
                 return None
             raise
+        return _shaped(document, dict, "a document")
 
     def commit(self, writes: Sequence[Mapping[str, Any]], timeout_s: float) -> dict[str, Any]:
         """One atomic commit; the answer has `writeResults[i].updateTime` for each write."""
         path = f"/v1/{self.database_path}/documents:commit"
-        answer: dict[str, Any] = self._call("POST", path, {"writes": list(writes)}, timeout_s, idempotent=False)
-        return answer
+        answer = self._call("POST", path, {"writes": list(writes)}, timeout_s, idempotent=False)
+        return _shaped(answer, dict, "a commit response")
 
     def run_query(self, structured_query: Mapping[str, Any], timeout_s: float) -> list[dict[str, Any]]:
         """The documents a structured query matches, in its order."""
         path = f"/v1/{self.database_path}/documents:runQuery"
         answer = self._call("POST", path, {"structuredQuery": structured_query}, timeout_s, idempotent=True)
+        answer = _shaped(answer, list, "a list")
         return [item["document"] for item in answer if isinstance(item, dict) and "document" in item]
 
     def close(self) -> None:
@@ -182,6 +184,14 @@ class FirestoreRestClient:
             raise FirestoreTransportError(f"cannot connect to {self._host}: {exc!r}", False) from exc
         self._local.conn, self._local.used_at = conn, time.monotonic()
         return conn
+
+
+def _shaped(answer: Any, kind: type[T], what: str) -> T:
+    """A 2xx answer of another shape than documented is not an answer (UNKNOWN: a commit may have
+    landed, a read is tried again): read as "no documents", a query would hide due jobs."""
+    if not isinstance(answer, kind):
+        raise FirestoreApiError(200, "UNKNOWN", f"answer is not {what}: {type(answer).__name__}")
+    return answer
 
 
 def _answer(status: int, content: bytes) -> Any:
