@@ -176,8 +176,9 @@ def test_user_credentials_quota_project_is_sent_as_x_goog_user_project(firestore
         (lambda c: c.run_query({}, 5.0), {"document": DOC}),  # an object, not the documented list
         (lambda c: c.get("c", "d", 5.0), [DOC]),
         (lambda c: c.commit([{}], 5.0), ["writeResults"]),
+        (lambda c: c.get("c", "d", 5.0), b""),  # no body at all
     ],
-    ids=["query", "get", "commit"],
+    ids=["query", "get", "commit", "empty"],
 )
 def test_a_2xx_of_another_shape_is_unknown_never_no_documents(
     firestore: FakeFirestore, client: FirestoreRestClient, call: Any, answer: Any
