@@ -16,6 +16,7 @@ import json
 import os
 import threading
 import time
+from abc import ABC, abstractmethod
 from datetime import UTC
 from typing import Any, Protocol
 
@@ -56,7 +57,7 @@ class EmulatorToken:
         return None
 
 
-class _CachedToken:
+class _CachedToken(ABC):
     """Thread-safe cache of one token and its expiry; subclasses fetch (token, lifetime seconds)."""
 
     def __init__(self, clock: Any = time.monotonic):
@@ -79,8 +80,9 @@ class _CachedToken:
     def quota_project(self) -> str | None:
         return None
 
+    @abstractmethod
     def _fetch(self) -> tuple[str, float]:
-        raise NotImplementedError
+        """A new token and its lifetime in seconds; raises AccessTokenError."""
 
 
 class MetadataServerTokens(_CachedToken):

@@ -148,10 +148,10 @@ class FirestoreRestClient:
             conn.sock.settimeout(_time_left(deadline, request_sent=True))
             response = conn.getresponse()
             content = response.read()
-        except _STALE_CONNECTION:
+        except (*_STALE_CONNECTION, FirestoreTransportError):  # the deadline passed while answering
             self.close()
             raise
-        except (OSError, http.client.HTTPException, FirestoreTransportError) as exc:
+        except (OSError, http.client.HTTPException) as exc:
             self.close()
             raise FirestoreTransportError(f"{method} {_short(path)}: {exc!r}", True) from exc
         self._local.used_at = time.monotonic()
