@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from .auth import RequestHeaders
+from .auth import UNIX_SECONDS, RequestHeaders
 from .config import env_name
 from .errors import ConfigurationError, SafesendError
 from .jwt_parts import MalformedTokenError, b64url, json_object, numeric_date
@@ -461,7 +461,7 @@ class ReviewerAuth:
         """The token is ours, for this reviewer and review_id, and recent."""
         version, _, rest = (token or "").partition(".")
         issued_text, _, mac = rest.partition(".")
-        if version != "v1" or not issued_text.isdigit() or len(issued_text) > 12 or not mac:
+        if version != "v1" or not UNIX_SECONDS.fullmatch(issued_text) or not mac:
             raise CsrfError("the form's security token is missing or malformed: reload the page")
         issued = int(issued_text)
         now = self.clock()
