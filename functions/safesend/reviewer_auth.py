@@ -48,7 +48,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .auth import UNIX_SECONDS, RequestHeaders
-from .config import env_name
+from .config import env_name, on_google_cloud
 from .errors import ConfigurationError, SafesendError
 from .jwt_parts import MalformedTokenError, b64url, json_object, numeric_date
 from .logs import log
@@ -152,7 +152,7 @@ class ReviewerSettings:
             csrf_secret=get(ENV_CSRF_SECRET).encode(),
             console_url=get(ENV_CONSOLE_URL).rstrip("/") or None,
             iap_keys_url=get(ENV_IAP_KEYS_URL) or IAP_KEYS_URL,
-            on_cloud_run=bool(get("K_SERVICE")),
+            on_cloud_run=on_google_cloud(env),
         )
         settings.check()
         return settings
