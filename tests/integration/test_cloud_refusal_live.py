@@ -27,6 +27,7 @@ def local_app(log_dir: Path, name: str, **extra_env: str) -> tuple[ManagedProces
         "SAFESEND_GMAIL_API_ENDPOINT": "http://127.0.0.1:9/",
         "SAFESEND_REVIEW_DEV_IDENTITY": "dev@localhost",
         "SAFESEND_REVIEW_CSRF_SECRET": "c" * 64,
+        "SAFESEND_REVIEW_CONSOLE_URL": f"http://127.0.0.1:{port}",
         "PATH": "/usr/bin:/bin",
         **extra_env,
     }
