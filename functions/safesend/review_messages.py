@@ -52,7 +52,16 @@ def _facts(item: dict[str, Any]) -> list[tuple[str, str]]:
         ("Last error", _short(f"{error.get('code')} ({error.get('bucket')})" if error else "none")),
         ("Copies in the mailbox", _short(", ".join(copies) if copies else "none found")),
         ("Message-ID", _short(item.get("message_id"))),
+        *_not_sent_fact(item),
     ]
+
+
+def _not_sent_fact(item: dict[str, Any]) -> list[tuple[str, str]]:
+    """Search hits that are not SENT copies (received or planted mail with our Message-ID)."""
+    others = item.get("not_sent_hits") or []
+    if not others:
+        return []
+    return [("NOT sent copies (received or planted: not proof)", _short(", ".join(others)))]
 
 
 def chat_card(item: dict[str, Any], console_url: str | None) -> dict[str, Any]:
