@@ -208,7 +208,9 @@ class Authenticator:
 def bearer_tokens(headers: RequestHeaders) -> list[tuple[str, str]]:
     """(header, token) of every bearer credential presented: each one must verify (a second factor
     is not optional). A credential header that is repeated, empty or not `Bearer <token>` is a 401,
-    never skipped: what a proxy in front read may not be what we would read."""
+    never skipped: what a proxy in front read may not be what we would read. gunicorn (under
+    functions-framework) joins a repeated header with "," into one WSGI value; werkzeug's Headers
+    may hold several: both are refused."""
     tokens = []
     for name in CLOUD_RUN_VERIFIED_HEADERS:
         values = header_values(headers, name)
