@@ -162,6 +162,7 @@ class CutAfterWriteHttp(OneShotHttp):
         headers: dict[str, str],
         deadline: float,
         watchdog: Any,
+        limit: int | None = None,
     ) -> Any:
         conn.sock.settimeout(max(deadline - time.monotonic(), MIN_PHASE_TIMEOUT_S))
         try:

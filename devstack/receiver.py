@@ -6,9 +6,12 @@ Standard library only; binds 127.0.0.1 only; every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +19,17 @@ from typing import Any
 
 LOOPBACK = "127.0.0.1"
 MAX_BODY_BYTES = 1 << 20
+BOMB_INFLATED_BYTES = 512 << 20  # issue 18.7: what a hostile callback host answered with
+
+
+@functools.lru_cache(maxsize=2)
+def gzip_bomb(inflated_bytes: int = BOMB_INFLATED_BYTES) -> bytes:
+    """A gzip body of ~inflated_bytes/1000 that inflates to `inflated_bytes` zeros (built in 1 MiB
+    steps: the bomb itself is never held inflated)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = bytes(1 << 20)
+    parts = [packer.compress(chunk) for _ in range(inflated_bytes >> 20)]
+    return b"".join(parts) + packer.compress(bytes(inflated_bytes & ((1 << 20) - 1))) + packer.flush()
 
 
 @dataclass
@@ -37,6 +51,7 @@ class RecordingReceiver:
         self.received: list[Received] = []  # answered 2xx
         self.refused: list[Received] = []
         self._refusals: list[int] = []
+        self._bombs = 0
         self._lock = threading.Condition()
         receiver = self
 
@@ -46,11 +61,18 @@ class RecordingReceiver:
                 item = Received("POST", self.path, dict(self.headers.items()), self.rfile.read(length))
                 status = receiver._record(item)
                 body = b'{"ok": true}' if status < 300 else b'{"error": "refused by the test"}'
+                bomb = receiver._take_bomb()
                 self.send_response(status)
+                if bomb:  # whatever the request asked for (Accept-Encoding), as a hostile host would
+                    body = gzip_bomb()
+                    self.send_header("Content-Encoding", "gzip")
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                with contextlib.suppress(
+                    BrokenPipeError, ConnectionResetError
+                ):  # a client that reads only the status may close before the body is out
+                    self.wfile.write(body)
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
                 pass
@@ -84,6 +106,18 @@ class RecordingReceiver:
         """The next `count` requests get `status` (n8n answers 409 before its Wait node is reached)."""
         with self._lock:
             self._refusals.extend([status] * count)
+
+    def bomb_next(self, count: int) -> None:
+        """The next `count` answers carry gzip_bomb() as their body, Content-Encoding: gzip."""
+        with self._lock:
+            self._bombs += count
+
+    def _take_bomb(self) -> bool:
+        with self._lock:
+            if self._bombs <= 0:
+                return False
+            self._bombs -= 1
+            return True
 
     def _record(self, item: Received) -> int:
         with self._lock:

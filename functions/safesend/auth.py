@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -27,6 +28,16 @@ from .errors import SafesendError
 from .logs import log
 
 SIGNATURE_HEADER = "X-Safesend-Signature"
+# Cloud Run IAM verifies the token of X-Serverless-Authorization when present, else Authorization,
+# and forwards it with its signature replaced by this marker (Cloud Run troubleshooting docs).
+CLOUD_RUN_VERIFIED_HEADERS = ("X-Serverless-Authorization", "Authorization")
+CLOUD_RUN_STRIPPED_SIGNATURE = "SIGNATURE_REMOVED_BY_GOOGLE"
+# Unix seconds as signed: ASCII digits only ("²".isdigit() is true) and short enough that no
+# arithmetic on it can overflow a float (400 nines did: an unauthenticated 500).
+UNIX_SECONDS = re.compile(r"[0-9]{1,12}")
+# One token of printable ASCII (RFC 6750's b64token and more) without a comma or a space, so two
+# headers joined by the WSGI server ("Bearer a,Bearer b") never parse as one credential.
+_BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([\x21-\x2b\x2d-\x7e]+) *")
 
 
 class Role(str, Enum):
@@ -56,6 +67,15 @@ class RequestHeaders(Protocol):
     def get(self, key: str, /) -> str | None: ...
 
 
+def header_values(headers: RequestHeaders, name: str) -> list[str]:
+    """Every value of a header: werkzeug's getlist when there is one (a plain dict has one value)."""
+    getlist = getattr(headers, "getlist", None)
+    if callable(getlist):
+        return [str(v) for v in getlist(name)]
+    value = headers.get(name)
+    return [] if value is None else [value]
+
+
 class IdTokenVerifier(Protocol):
     def verify(self, token: str) -> Mapping[str, object]:
         """Claims of a valid Google ID token for one of our audiences; raises AuthenticationError."""
@@ -75,10 +95,10 @@ def verify_signature(header: str, secret: bytes, body: bytes, now: float, window
         if not sep:
             raise AuthenticationError("malformed signature header")
         fields.setdefault(key, []).append(value)
-    try:
-        timestamp = int(fields["t"][0])
-    except (KeyError, ValueError):
-        raise AuthenticationError("signature header lacks a valid t=<unix seconds>") from None
+    stamps = fields.get("t", [])
+    if len(stamps) != 1 or not UNIX_SECONDS.fullmatch(stamps[0]):
+        raise AuthenticationError("signature header lacks a valid t=<unix seconds>")
+    timestamp = int(stamps[0])
     if abs(now - timestamp) > window_s:
         raise AuthenticationError("signature timestamp outside the allowed window")
     expected = sign(secret, timestamp, body).split("v1=", 1)[1]
@@ -122,13 +142,21 @@ class Authenticator:
             return "unauthenticated-local"
         # Cloud Run IAM reads X-Serverless-Authorization when present (else Authorization), and
         # forwards that token with its signature stripped; an API key may then ride in Authorization.
-        signature = headers.get(SIGNATURE_HEADER)
+        signatures = header_values(headers, SIGNATURE_HEADER)
+        if len(signatures) > 1:
+            raise AuthenticationError(f"repeated {SIGNATURE_HEADER} header")
+        signature = signatures[0] if signatures else None
         who = []
-        for token in _bearer_tokens(headers):
+        for header, token in bearer_tokens(headers):
             if looks_like_api_key(token):
                 who.append(self._check_api_key(role, token))
-            else:
-                who.append(self._check_id_token(role, token))
+                continue
+            if token.rsplit(".", 1)[-1] == CLOUD_RUN_STRIPPED_SIGNATURE and header != _verified_header(headers):
+                raise AuthenticationError(
+                    "an ID token without signature is only accepted in the header Cloud Run verified "
+                    "(X-Serverless-Authorization when present, else Authorization)"
+                )
+            who.append(self._check_id_token(role, token))
         if signature is not None and role is Role.CALLER:
             if not self.policy.hmac_secret:
                 raise AuthenticationError("HMAC signatures are not enabled on this deployment")
@@ -177,11 +205,27 @@ class Authenticator:
         return claims
 
 
-def _bearer_tokens(headers: RequestHeaders) -> list[str]:
-    """Every bearer credential presented: each one must verify (a second factor is not optional)."""
+def bearer_tokens(headers: RequestHeaders) -> list[tuple[str, str]]:
+    """(header, token) of every bearer credential presented: each one must verify (a second factor
+    is not optional). A credential header that is repeated, empty or not `Bearer <token>` is a 401,
+    never skipped: what a proxy in front read may not be what we would read. gunicorn (under
+    functions-framework) joins a repeated header with "," into one WSGI value; werkzeug's Headers
+    may hold several: both are refused."""
     tokens = []
-    for name in ("X-Serverless-Authorization", "Authorization"):
-        value = headers.get(name) or ""
-        if value[:7].lower() == "bearer ":
-            tokens.append(value[7:].strip())
+    for name in CLOUD_RUN_VERIFIED_HEADERS:
+        values = header_values(headers, name)
+        if len(values) > 1:
+            raise AuthenticationError(f"repeated {name} header")
+        if not values:
+            continue
+        match = _BEARER.fullmatch(values[0])
+        if match is None:
+            raise AuthenticationError(f"malformed {name} header: send one `Bearer <token>`")
+        tokens.append((name, match[1]))
     return tokens
+
+
+def _verified_header(headers: RequestHeaders) -> str:
+    """The header whose token Cloud Run IAM verified before stripping its signature."""
+    first, second = CLOUD_RUN_VERIFIED_HEADERS
+    return first if header_values(headers, first) else second

@@ -2,8 +2,9 @@
 
 An n8n workflow passes `callback_url` (its Wait node's `$execution.resumeUrl`) and learns the
 outcome when the job settles. A callback URL is caller input that makes us send requests, so it
-is held to a server-side policy (SSRF): https only, a host on SAFESEND_CALLBACK_ALLOWED_HOSTS,
-no credentials in the URL, and at delivery every resolved address must be public (checked on
+is held to a server-side policy (SSRF): https only, a host name of letters, digits, dots and
+hyphens on SAFESEND_CALLBACK_ALLOWED_HOSTS, no credentials in the URL, and at delivery every
+resolved address must be public and not an IPv6 form that carries an IPv4 address (checked on
 the address actually connected to). Local stacks may allow plain http and loopback.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,6 +24,18 @@ MAX_CALLBACKS = 10  # per job: each webhook execution may bring its own
 MAX_NOTICES = 60  # per job, delivered ones included (audit); bounded like the events
 # Delay before each delivery try: the first waits for the caller to reach its Wait node.
 DELIVERY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+# A callback host is a DNS name or an IPv4 literal: letters, digits, dots and hyphens (lowercased by
+# urlsplit). No IPv6 literal, no underscore, percent or other character a resolver or proxy may
+# read differently from the allowlist match.
+_HOST_NAME = re.compile(r"[a-z0-9.-]{1,253}")
+# IPv6 ranges that route to an IPv4 address carried inside them (IPv4-mapped and -translated,
+# IPv4-compatible, NAT64 well-known and local-use, 6to4, Teredo). Refused outright, whatever they
+# embed: `is_global` judges the IPv6 prefix, not the private or metadata address inside, and a
+# callback host has no reason to publish such an address.
+_EMBEDS_IPV4 = tuple(
+    ipaddress.IPv6Network(net)
+    for net in ("::ffff:0:0/96", "::ffff:0:0:0/96", "::/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
+)
 
 
 class CallbackUrlError(ValueError):
@@ -53,6 +67,8 @@ class CallbackPolicy:
         if parts.username is not None or parts.password is not None:
             raise CallbackUrlError("must not carry credentials")
         host = (parts.hostname or "").lower()
+        if host and not _HOST_NAME.fullmatch(host):
+            raise CallbackUrlError("the host name may hold only letters, digits, dots and hyphens")
         if not host or not self.host_allowed(host):
             raise CallbackUrlError(f"host {host!r} is not on this server's callback allowlist")
         if port == 0:
@@ -66,12 +82,15 @@ class CallbackPolicy:
         return False
 
     def address_allowed(self, address: str) -> bool:
-        """A resolved address we may connect to: public unicast only, unless local http is allowed."""
+        """A resolved address we may connect to: public unicast only, unless local http is allowed.
+        IPv6 forms that carry an IPv4 address (_EMBEDS_IPV4) are refused outright."""
         if self.allow_http:
             return True
         try:
             ip = ipaddress.ip_address(address.split("%", 1)[0])
         except ValueError:
+            return False
+        if isinstance(ip, ipaddress.IPv6Address) and any(ip in net for net in _EMBEDS_IPV4):
             return False
         return ip.is_global and not ip.is_multicast
 

@@ -32,6 +32,7 @@ class TransportErrorKind(str, Enum):
     TIMEOUT = "timeout"  # any timeout, connect included (conservative, by design)
     DISCONNECTED_AFTER_WRITE = "disconnected_after_write"  # reset/closed once the request was (partly) written
     PROTOCOL = "protocol"  # garbage response, truncated body
+    BODY_TOO_LARGE = "body_too_large"  # an answer (or its decompressed form) over the transport's cap
     UNEXPECTED = "unexpected"  # an exception we did not foresee: assume the worst
 
 

@@ -29,6 +29,12 @@ FALLBACK_DOMAIN = "safesend.localhost"
 # stays far below Gmail's 35 MB message limit.
 MAX_STORABLE_BODY_BYTES = 700_000
 PROJECT_ALIASES = ("GCLOUD_PROJECT", "SAFESEND_PROJECT")
+# Set by Cloud Run for every service, Cloud Functions included (both generations run on it).
+# FUNCTION_TARGET is no sign of a deployment: functions-framework sets it on a laptop too.
+CLOUD_MARKERS = ("K_SERVICE", "K_REVISION", "K_CONFIGURATION")
+# Local-only switches read outside the declarations below: the emulator hosts that make the client
+# libraries talk plain HTTP, with a fake token, to whatever address they name.
+LOCAL_ONLY_ENVIRONMENT = ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST")
 
 Parser = Callable[[str, str], Any]  # (environment name, raw text) -> value; raises ConfigurationError
 
@@ -394,6 +400,7 @@ class Settings:
         """Every declared setting from `env` (default: the process environment), then the rules
         that tie several together. Raises ConfigurationError naming the setting at fault."""
         env = os.environ if env is None else env
+        refuse_local_only_on_cloud(env)
         values: dict[str, Any] = {}
         for spec in fields(cls):
             raw = env.get(spec.metadata["env"]) or ""
@@ -533,7 +540,7 @@ def settings_table() -> str:
         meta = spec.metadata
         shown = meta["shown"] if meta["shown"] is not None else _shown(spec.default)
         notes = (" Secret Manager in the deployment." if meta["secret"] else "") + (
-            " Local stacks only: never deployed." if meta["local_only"] else ""
+            " Local stacks only: refused at start-up on Cloud Run." if meta["local_only"] else ""
         )
         rows.append(f"| `{meta['env']}` | {shown} | {meta['doc']}.{notes} |")
     return "\n".join(rows) + "\n"
@@ -552,6 +559,25 @@ def _shown(default: Any) -> str:
 def local_only_settings() -> frozenset[str]:
     """What a deployed configuration must never carry (the infra policy tests read this)."""
     return frozenset(spec.metadata["env"] for spec in fields(Settings) if spec.metadata["local_only"])
+
+
+def on_google_cloud(env: Mapping[str, str]) -> bool:
+    """Running as a Cloud Run service or a Cloud Function (CLOUD_MARKERS present)."""
+    return any(env.get(name) for name in CLOUD_MARKERS)
+
+
+def refuse_local_only_on_cloud(env: Mapping[str, str]) -> None:
+    """Start-up gate: a local-only switch set on a deployed function (one stray --update-env-vars)
+    would turn authentication off or open callbacks to plain http and private addresses.
+    Refused there whatever its value: an "off" has no business in a deployment either."""
+    if not on_google_cloud(env):
+        return
+    found = sorted(name for name in (*local_only_settings(), *LOCAL_ONLY_ENVIRONMENT) if env.get(name))
+    if found:
+        marker = next(name for name in CLOUD_MARKERS if env.get(name))
+        raise ConfigurationError(
+            f"{', '.join(found)}: local stacks only, refused on Cloud Run / Cloud Functions ({marker} is set)"
+        )
 
 
 def env_name(field_name: str) -> str:

@@ -48,7 +48,7 @@ from .keys import is_job_id
 from .logs import log, mask_emails
 from .model import Job
 from .request_body import detach_body, discard_rest, read_capped
-from .review import gmail_search_link
+from .review import gmail_search_link, not_sent_hits
 from .reviewer_auth import CsrfError, Reviewer, ReviewerAuth, ReviewerAuthError, ReviewerForbiddenError
 from .states import HUMAN_STATES
 
@@ -633,12 +633,21 @@ def _error_fact(error: Mapping[str, Any] | None, label: str) -> str:
 
 
 def _mailbox(job: Job) -> str:
+    """The mailbox evidence. A search hit without the SENT label is somebody else's message that
+    carries our (predictable) Message-ID: marked as such, so a planted message cannot pass for a copy."""
     hits = "".join(
         f'<li><code>{e(h.get("gmail_id"))}</code> <span class="muted">thread {e(h.get("thread_id") or "—")}</span> '
         + "".join(f'<span class="label">{e(label)}</span>' for label in (h.get("label_ids") or []))
+        + (
+            ' <span class="hit sent">sent copy</span>'
+            if "SENT" in (h.get("label_ids") or [])
+            else ' <strong class="hit not-sent warn">NOT a sent copy: received or planted, '
+            "not proof ours went out</strong>"
+        )
         + "</li>"
         for h in job.mailbox_hits
     )
+    others = not_sent_hits(job.mailbox_hits)
     copies = "".join(f"<li><code>{e(c)}</code></li>" for c in job.known_copies)
     ref = job.provider_ref.get("gmail_id") if job.provider_ref else None
     stored = (
@@ -649,8 +658,13 @@ def _mailbox(job: Job) -> str:
     return (
         '<section class="card"><h2>Mailbox</h2>'
         f'<p><a class="button secondary" href="{e(gmail_search_link(job.message_id))}" target="_blank" '
-        'rel="noopener noreferrer">Search Gmail for this Message-ID ↗</a></p>'
-        f'<dl class="facts"><dt>Copies known</dt><dd>'
+        'rel="noopener noreferrer">Search Gmail for this Message-ID ↗</a> '
+        f'<a class="button secondary" href="{e(gmail_search_link(job.message_id, sent_only=True))}" '
+        'target="_blank" rel="noopener noreferrer">Sent mail only ↗</a></p>'
+        '<p class="muted small">Anyone can mail this mailbox a message carrying this Message-ID: only a hit '
+        "labelled SENT is a copy of ours.</p>"
+        + _not_sent_summary(others)
+        + '<dl class="facts"><dt>Copies known</dt><dd>'
         + (f'<ul class="plain">{copies}</ul>' if copies else '<span class="muted">none</span>')
         + "</dd>"
         "<dt>Last search</dt><dd>"
@@ -662,6 +676,17 @@ def _mailbox(job: Job) -> str:
         + f' <span class="muted small">({job.checks} search{"" if job.checks == 1 else "es"})</span></dd>'
         + (f"<dt>Accepted as</dt><dd><code>{e(ref)}</code></dd>" if ref else "")
         + f"</dl>{stored}</section>"
+    )
+
+
+def _not_sent_summary(others: list[str]) -> str:
+    if not others:
+        return ""
+    one = len(others) == 1
+    return (
+        f'<p class="warn not-sent-summary">{len(others)} hit{"" if one else "s"} of the last search '
+        f"{'is' if one else 'are'} NOT a sent copy (received or planted mail carrying this Message-ID): "
+        "not proof that the message went out.</p>"
     )
 
 
@@ -776,6 +801,7 @@ border-radius:.6rem;padding:.8rem 1rem;margin:0 0 .6rem;color:inherit;text-decor
 .detail{font-size:.85rem;color:var(--muted);overflow-wrap:anywhere}
 .plain{list-style:none;margin:0;padding:0}
 .label{font-size:.72rem;border:1px solid var(--line);border-radius:.3rem;padding:0 .3rem;margin-left:.25rem}
+.hit{font-size:.78rem;margin-left:.35rem;padding:0 .3rem;border-radius:.3rem}.hit.sent{background:#d3f0dc;color:#0f5127}
 .muted{color:var(--muted)}.small{font-size:.82rem}
 .button,button{display:inline-block;font:inherit;font-weight:600;border-radius:.45rem;padding:.6rem 1rem;
 border:1px solid transparent;cursor:pointer;text-decoration:none;text-align:center}

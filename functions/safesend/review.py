@@ -27,9 +27,17 @@ _ATTEMPT_EVENTS = frozenset(
 )
 
 
-def gmail_search_link(message_id: str) -> str:
-    """Opens the sender's mailbox on a search for this Message-ID."""
-    return GMAIL_SEARCH_URL + quote(f"rfc822msgid:{bare_message_id(message_id)}", safe="")
+def gmail_search_link(message_id: str, sent_only: bool = False) -> str:
+    """Opens the sender's mailbox on a search for this Message-ID. Our Message-IDs are predictable,
+    so anyone can mail the mailbox a message carrying one: `sent_only` narrows to our sent mail."""
+    query = f"rfc822msgid:{bare_message_id(message_id)}" + (" in:sent" if sent_only else "")
+    return GMAIL_SEARCH_URL + quote(query, safe="")
+
+
+def not_sent_hits(hits: list[dict[str, Any]]) -> list[str]:
+    """Gmail ids of search hits without the SENT label: received (or planted) messages carrying our
+    Message-ID, never evidence that ours went out. Only SENT hits count as copies."""
+    return [str(h.get("gmail_id")) for h in hits if "SENT" not in (h.get("label_ids") or [])]
 
 
 def review_item(job: Job, include_body: bool = False) -> dict[str, Any]:
@@ -53,9 +61,11 @@ def review_item(job: Job, include_body: bool = False) -> dict[str, Any]:
         "last_error": job.last_error,
         "history": [event_as_json(e) for e in job.events if e.get("kind") in _ATTEMPT_EVENTS],
         "mailbox_hits": job.mailbox_hits,
-        "known_copies": list(job.known_copies),  # Gmail ids of every copy known to exist
+        "not_sent_hits": not_sent_hits(job.mailbox_hits),  # found by the search, but not copies of ours
+        "known_copies": list(job.known_copies),  # Gmail ids of every copy known to exist (SENT)
         "provider_ref": job.provider_ref,
         "gmail_search_url": gmail_search_link(job.message_id),
+        "gmail_sent_search_url": gmail_search_link(job.message_id, sent_only=True),
         "created_at": iso(job.created_at),
         "entered_at": iso(job.updated_at),
     }

@@ -1,10 +1,16 @@
 """What reviewers read in their chat: a Google Chat card and a Slack message per review entry, and
 the line that answers it once someone decided. Built from the review item (review.py), so they
 carry the same evidence and the same privacy: masked recipients, never a body unless the channel
-opted in (and even then not in chat: bodies stay in the console)."""
+opted in (and even then not in chat: bodies stay in the console).
+
+Every value is attacker-influenced (a subject, a dedup key, a reviewer's note). A Google Chat card's
+decoratedText renders <a href>, <b> and <font>, so every value in a card is HTML-escaped; a Chat
+text message turns `<users/all>` into a mention and `<url|text>` into a link, so its angle brackets
+become look-alikes (U+2039, U+203A). Slack's mrkdwn is escaped with its own three entities."""
 
 from __future__ import annotations
 
+import html
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -12,6 +18,7 @@ from urllib.parse import quote
 from .logs import mask_emails
 
 MAX_FIELD_CHARS = 300  # chat cards truncate long values anyway; keep the payload small and stable
+_CHAT_TEXT_SYNTAX = str.maketrans({"<": "\u2039", ">": "\u203a"})  # single angle quotation marks
 
 
 def console_link(console_url: str | None, job_id: str) -> str | None:
@@ -45,7 +52,16 @@ def _facts(item: dict[str, Any]) -> list[tuple[str, str]]:
         ("Last error", _short(f"{error.get('code')} ({error.get('bucket')})" if error else "none")),
         ("Copies in the mailbox", _short(", ".join(copies) if copies else "none found")),
         ("Message-ID", _short(item.get("message_id"))),
+        *_not_sent_fact(item),
     ]
+
+
+def _not_sent_fact(item: dict[str, Any]) -> list[tuple[str, str]]:
+    """Search hits that are not SENT copies (received or planted mail with our Message-ID)."""
+    others = item.get("not_sent_hits") or []
+    if not others:
+        return []
+    return [("NOT sent copies (received or planted: not proof)", _short(", ".join(others)))]
 
 
 def chat_card(item: dict[str, Any], console_url: str | None) -> dict[str, Any]:
@@ -55,18 +71,19 @@ def chat_card(item: dict[str, Any], console_url: str | None) -> dict[str, Any]:
     if link:
         buttons.insert(0, {"text": "Open in the console", "onClick": {"openLink": {"url": link}}})
     widgets: list[dict[str, Any]] = [
-        {"decoratedText": {"topLabel": label, "text": value, "wrapText": True}} for label, value in _facts(item)
+        {"decoratedText": {"topLabel": label, "text": _chat_html(value), "wrapText": True}}
+        for label, value in _facts(item)
     ]
     widgets.append({"buttonList": {"buttons": buttons}})
     return {
-        "text": f"safesend: job {item['job_id']} needs a person ({item.get('reason')})",
+        "text": _chat_text(f"safesend: job {item['job_id']} needs a person ({item.get('reason')})"),
         "cardsV2": [
             {
                 "cardId": item["review_id"].replace(":", "-"),
                 "card": {
                     "header": {
-                        "title": f"Review: {_short(item.get('reason'))}",
-                        "subtitle": f"{item.get('channel')} · {item.get('dedup_key')}",
+                        "title": _chat_html(f"Review: {_short(item.get('reason'))}"),
+                        "subtitle": _chat_html(_short(f"{item.get('channel')} · {item.get('dedup_key')}")),
                     },
                     "sections": [{"widgets": widgets}],
                 },
@@ -121,7 +138,7 @@ def decision_update(target: str, record: dict[str, Any], job_id: str) -> dict[st
     line = decision_line(record)
     if target == "slack":
         return {"text": f"safesend job {job_id}: {_slack_escape(line)}"}
-    return {"text": line}
+    return {"text": _chat_text(line)}
 
 
 def reviewer_email(item: dict[str, Any], console_url: str | None) -> tuple[str, str]:
@@ -134,3 +151,13 @@ def reviewer_email(item: dict[str, Any], console_url: str | None) -> tuple[str, 
 
 def _slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _chat_html(text: str) -> str:
+    """A value inside a Chat card: text, never markup (a fake "Open in the console" link)."""
+    return html.escape(text)
+
+
+def _chat_text(text: str) -> str:
+    """A Chat text message: no `<users/all>` mention, no `<url|text>` link can form."""
+    return text.translate(_CHAT_TEXT_SYNTAX)

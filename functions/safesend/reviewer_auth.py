@@ -22,7 +22,10 @@ the project) gets nothing:
 Locally there is no IAP: `SAFESEND_REVIEW_DEV_IDENTITY=dev@localhost` makes every request from
 loopback that reviewer. It must be an address at `localhost` (it can never name a real person),
 it is refused on Cloud Run (`K_SERVICE` set) and together with an IAP audience, and the console
-shows it in a red banner on every page. infra/ never sets it (infra policy test).
+shows it in a red banner on every page. infra/ never sets it (infra policy test). DNS rebinding:
+a page of evil.example whose name rebinds to 127.0.0.1 reaches a loopback console from the
+reviewer's own browser, so in development the request's Host must be a loopback name or address,
+and the console URL (the only origin a decision may come from) must be set, on loopback.
 
 CSRF: nothing changes on GET. A decision is a POST that must carry a token bound to the reviewer
 and the review_id it answers (HMAC-SHA256 with `SAFESEND_REVIEW_CSRF_SECRET`, valid for
@@ -47,8 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from .auth import RequestHeaders
-from .config import env_name
+from .auth import UNIX_SECONDS, RequestHeaders
+from .config import env_name, on_google_cloud
 from .errors import ConfigurationError, SafesendError
 from .jwt_parts import MalformedTokenError, b64url, json_object, numeric_date
 from .logs import log
@@ -94,6 +97,8 @@ _AUDIENCE_FORMS = (
 _DOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+")
 _EMAIL = re.compile(r"[^@\s<>\"',;]{1,64}@([^@\s<>\"',;]{1,253})")
 _DEV_EMAIL = re.compile(r"[a-z0-9._+-]{1,64}@(?:[a-z0-9-]+\.)*localhost")
+# A Host header (or a URL's host:port) that names this machine: localhost, 127.x.y.z or [::1].
+_LOOPBACK_HOST = re.compile(r"(?:localhost|(127(?:\.[0-9]{1,3}){3})|\[::1\])(?::[0-9]{1,5})?", re.IGNORECASE)
 
 
 # ----------------------------------------------------------------------------- errors
@@ -152,7 +157,7 @@ class ReviewerSettings:
             csrf_secret=get(ENV_CSRF_SECRET).encode(),
             console_url=get(ENV_CONSOLE_URL).rstrip("/") or None,
             iap_keys_url=get(ENV_IAP_KEYS_URL) or IAP_KEYS_URL,
-            on_cloud_run=bool(get("K_SERVICE")),
+            on_cloud_run=on_google_cloud(env),
         )
         settings.check()
         return settings
@@ -218,6 +223,11 @@ class ReviewerSettings:
             raise ConfigurationError(
                 f"{ENV_DEV_IDENTITY} must be an address at localhost (e.g. dev@localhost), "
                 "so it can never name a real reviewer"
+            )
+        if self.console_url is None or not is_loopback_host(urlsplit(self.console_url).netloc):
+            raise ConfigurationError(
+                f"{ENV_DEV_IDENTITY} needs {ENV_CONSOLE_URL} on loopback (e.g. http://127.0.0.1:8080): "
+                "decisions are accepted from that origin only (DNS rebinding)"
             )
 
     def allows(self, email: str, hosted_domain: str | None) -> bool:
@@ -389,6 +399,12 @@ class Reviewer:
         return self.source == "dev"
 
 
+def is_loopback_host(host: str | None) -> bool:
+    """A Host header (host[:port]) naming this machine: what a rebound DNS name never sends."""
+    match = _LOOPBACK_HOST.fullmatch(host or "")
+    return match is not None and (match[1] is None or _is_loopback(match[1]))
+
+
 def _is_loopback(address: str | None) -> bool:
     try:
         return address is not None and ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
@@ -414,6 +430,8 @@ class ReviewerAuth:
         if self.settings.dev_mode:
             if not _is_loopback(remote_addr):
                 raise ReviewerAuthError("the development identity is only accepted from loopback")
+            if not is_loopback_host(headers.get("Host")):
+                raise ReviewerAuthError("the development identity is only accepted for a loopback Host")
             if not self._warned:
                 self._warned = True
                 log(
@@ -461,7 +479,7 @@ class ReviewerAuth:
         """The token is ours, for this reviewer and review_id, and recent."""
         version, _, rest = (token or "").partition(".")
         issued_text, _, mac = rest.partition(".")
-        if version != "v1" or not issued_text.isdigit() or len(issued_text) > 12 or not mac:
+        if version != "v1" or not UNIX_SECONDS.fullmatch(issued_text) or not mac:
             raise CsrfError("the form's security token is missing or malformed: reload the page")
         issued = int(issued_text)
         now = self.clock()

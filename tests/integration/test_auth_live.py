@@ -162,3 +162,42 @@ def test_internal_endpoints_need_the_invokers_id_token(server):
     assert reconcile.status_code == 200 and reconcile.json()["action"] == "not_found"
     sweep = requests.post(f"{server}/sweep", data="{}", headers=invoker, timeout=30)
     assert sweep.status_code == 200 and sweep.json()["errors"] == 0
+
+
+def raw_post(server: str, path: str, body: bytes, headers: list[tuple[str, str]]) -> tuple[int, bytes]:
+    """One POST whose header list is sent as given: repeated names stay repeated on the wire."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(server)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.putrequest("POST", path)
+        for name, value in [*headers, ("Content-Type", "application/json"), ("Content-Length", str(len(body)))]:
+            conn.putheader(name, value)
+        conn.endheaders(body)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [("Authorization", "Basic dXNlcjpwYXNz")],
+        [("Authorization", f"Bearer {id_token()}"), ("Authorization", "Bearer ssk_x_y")],
+        [("X-Serverless-Authorization", f"Bearer {id_token()}"), ("X-Serverless-Authorization", "Bearer z")],
+    ],
+    ids=["unparseable", "repeated authorization", "repeated x-serverless"],
+)
+def test_repeated_or_unparseable_credential_headers_are_401_on_the_wire(server, firestore_emulator, extra):
+    """Issue 18.11 through gunicorn, which joins repeated headers with a comma: next to a valid
+    signature, such a header is a 401 (it was skipped, or its first value read)."""
+    body = json.dumps(
+        {"dedup_key": "live-18-11", "channel": "transactional", "to": "ann@example.com", "subject": "s", "text": "t"}
+    ).encode()
+    signature = (SIGNATURE_HEADER, sign(SECRET.encode(), int(time.time()), body))
+    status, answer = raw_post(server, "/send", body, [signature, *extra])
+    assert status == 401, answer[:300]
+    assert documents(firestore_emulator) == 0

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
 
-from devstack.receiver import RecordingReceiver
+from devstack.chaos import find_gunicorn_worker
+from devstack.receiver import RecordingReceiver, gzip_bomb
 from devstack.stack import LocalStack
 from safesend.adapters.callback_http import HttpNotifier
 from safesend.auth import SIGNATURE_HEADER, verify_signature
@@ -125,3 +127,31 @@ def test_two_executions_of_one_key_both_resume_and_one_email_goes_out(stack, n8n
 def test_a_callback_to_a_host_off_the_allowlist_is_a_400(stack, n8n):
     response = n8n.send(n8n.job(callback_url="https://attacker.example/x"))
     assert response.status_code == 400 and "allowlist" in response.json()["fields"]["callback_url"]
+
+
+def test_a_callback_host_answering_a_gzip_bomb_costs_the_worker_no_memory(stack, n8n, receiver):
+    """Issue 18.7 on the stack: the receiver answers the notice with ~500 KB of gzip that inflates to
+    512 MiB. The worker asks for identity, reads a few KB, counts the 200, and its peak memory stays put."""
+    worker = find_gunicorn_worker(stack.functions.pid)
+    assert worker is not None
+    gzip_bomb()  # built here, before the measurement (the receiver serves it from this process)
+    Path(f"/proc/{worker}/clear_refs").write_text("5")  # reset the worker's peak RSS
+    before = memory_kb(worker, "VmRSS")
+    receiver.bomb_next(1)
+    response = n8n.send(n8n.job(callback_url=f"{receiver.url}/wait/bomb"))
+    (notice,) = notices(receiver, "/wait/bomb")
+    assert notice["state"] == "sent"
+    view = n8n.wait_for(response.json()["job_id"], SETTLED)
+    deadline = time.monotonic() + 30
+    while [c["state"] for c in n8n.status(view["job_id"])["callbacks"]] != ["delivered"]:
+        assert time.monotonic() < deadline, "the bombed notice was never recorded as delivered"
+        time.sleep(0.5)
+    assert find_gunicorn_worker(stack.functions.pid) == worker  # not crashed and respawned
+    assert (memory_kb(worker, "VmHWM") - before) * 1024 < 128 * (1 << 20)
+
+
+def memory_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{field} missing for pid {pid}")

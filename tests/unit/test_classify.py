@@ -90,6 +90,7 @@ TRANSPORT_TABLE = {
     "timeout": (MAYBE, False),
     "disconnected_after_write": (MAYBE, False),
     "protocol": (MAYBE, False),
+    "body_too_large": (MAYBE, False),
     "unexpected": (MAYBE, False),
 }
 

@@ -305,7 +305,9 @@ def test_settings_from_env_for_a_deployment():
 
 
 def test_settings_for_a_local_stack():
-    settings = ReviewerSettings.from_env(env(dev_identity="dev@localhost", csrf_secret=SECRET))
+    settings = ReviewerSettings.from_env(
+        env(dev_identity="dev@localhost", csrf_secret=SECRET, console_url="http://127.0.0.1:8080")
+    )
     assert settings.dev_mode and settings.dev_identity == "dev@localhost"
 
 
@@ -380,8 +382,8 @@ def test_the_development_identity_is_refused_on_cloud_run():
 def test_the_development_identity_only_answers_loopback(address, accepted):
     auth = ReviewerAuth(ReviewerSettings(dev_identity="dev@localhost", csrf_secret=SECRET.encode()))
     if accepted:
-        assert auth.identify({}, address) == Reviewer("dev@localhost", "dev")
-        assert auth.identify({}, address).is_dev
+        assert auth.identify({"Host": "127.0.0.1:8080"}, address) == Reviewer("dev@localhost", "dev")
+        assert auth.identify({"Host": "127.0.0.1:8080"}, address).is_dev
     else:
         with pytest.raises(ReviewerAuthError, match="loopback"):
             auth.identify({}, address)

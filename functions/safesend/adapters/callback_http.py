@@ -45,7 +45,8 @@ class HttpNotifier:
             "User-Agent": "safesend-callback",
             SIGNATURE_HEADER: sign(self._secret, int(self._clock()), body),
         }
-        http = OneShotHttp(timeout=self._timeout_s, allow_address=self.policy.address_allowed)
+        # status_only: the host's answer is never decompressed nor read past a few KB (a bomb stays a 200).
+        http = OneShotHttp(timeout=self._timeout_s, allow_address=self.policy.address_allowed, status_only=True)
         try:
             response, _ = http.request(url, "POST", body=body, headers=headers)
         except TransportError as exc:

@@ -38,7 +38,7 @@ class WebhookPoster:
             )
         body = json.dumps(notice["payload"], ensure_ascii=False, default=str).encode("utf-8")
         try:
-            response, _ = OneShotHttp(timeout=self._timeout_s).request(
+            response, _ = OneShotHttp(timeout=self._timeout_s, status_only=True).request(
                 url, "POST", body=body, headers={"Content-Type": "application/json; charset=UTF-8"}
             )
         except TransportError as exc:

@@ -19,14 +19,13 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..auth import AuthenticationError
+from ..auth import CLOUD_RUN_STRIPPED_SIGNATURE, AuthenticationError
 from ..jwt_parts import MalformedTokenError, json_object, numeric_date
 from ..logs import log
 
 GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
-# Behind Cloud Run IAM the token reaching the container has its signature replaced by this marker
-# (Cloud Run troubleshooting: "signature-removed"); Cloud Run verified it before forwarding.
-CLOUD_RUN_STRIPPED_SIGNATURE = "SIGNATURE_REMOVED_BY_GOOGLE"
+# Behind Cloud Run IAM the token reaching the container has its signature replaced by
+# CLOUD_RUN_STRIPPED_SIGNATURE (auth.py: the authenticator checks which header carried it).
 GOOGLE_ISSUERS = frozenset({"https://accounts.google.com", "accounts.google.com"})
 GOOGLE_ALGORITHM = "RS256"  # the only one Google signs ID tokens with; anything else is a forgery attempt
 CERTS_TTL_S = 3600.0

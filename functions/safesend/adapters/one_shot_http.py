@@ -12,14 +12,17 @@ to messages.send that is a second email. Here:
   request): each phase's socket timeout is the time left, and a watchdog shuts the socket down when
   the deadline passes. A per-operation timeout alone is not a deadline: a server writing one byte
   just inside it keeps the call open indefinitely. request() returns or raises at most
-  DEADLINE_SLACK_S after the deadline.
+  DEADLINE_SLACK_S after the deadline;
+- a bounded answer: at most `max_body_bytes` are read, and a compressed answer is inflated in steps
+  that never produce more than that (a 500 KB gzip of 512 MiB is a BODY_TOO_LARGE error, never a
+  truncated body and never 512 MiB in memory). `status_only` callers (callbacks, chat webhooks)
+  ask for `identity`, read at most STATUS_ONLY_READ_BYTES and decode nothing: only the status counts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import gzip
 import http.client
 import ipaddress
 import socket
@@ -40,6 +43,10 @@ if TYPE_CHECKING:
 # interrupted call. Generous for a loaded instance; measured in milliseconds on an idle one.
 DEADLINE_SLACK_S = 0.25
 MIN_PHASE_TIMEOUT_S = 0.001  # settimeout(0) would make the socket non-blocking, not "no time left"
+# Gmail's JSON answers (a search page, a change-log page, one message's metadata) are kilobytes.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+STATUS_ONLY_READ_BYTES = 4096  # what a status-only caller reads of an answer before closing
+MAX_GZIP_MEMBERS = 64  # a gzip answer may be several members; more is not an answer but an attack
 
 
 class TransportError(Exception):
@@ -64,9 +71,14 @@ class OneShotHttp:
         ssl_context: ssl.SSLContext | None = None,
         deadline: float | None = None,
         allow_address: Callable[[str], bool] | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        status_only: bool = False,
     ):
         self.timeout = timeout
         self.deadline = deadline
+        self.max_body_bytes = max_body_bytes
+        # Only the status is used: ask for an uncompressed answer, read a little of it, decode nothing.
+        self.status_only = status_only
         # Callers' URLs (callbacks): only resolved addresses this accepts are connected to, and the
         # connection goes to the very address that was checked (no second lookup to rebind).
         self.allow_address = allow_address
@@ -91,7 +103,7 @@ class OneShotHttp:
             raise TransportError(TransportErrorKind.CONNECT_FAILED, f"unsupported URL {uri!r}")
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         send_headers = {k: v for k, v in (headers or {}).items() if k.lower() != "accept-encoding"}
-        send_headers["accept-encoding"] = "gzip"
+        send_headers["accept-encoding"] = "identity" if self.status_only else "gzip"
         send_headers["connection"] = "close"
         payload = _body_bytes(body)
 
@@ -102,13 +114,17 @@ class OneShotHttp:
         try:
             self._connect(conn, watchdog)
             _require_time_left(deadline, "after connecting, before writing the request")
-            return self._exchange(conn, method, path, payload, send_headers, deadline, watchdog)
+            return self._exchange(conn, method, path, payload, send_headers, deadline, watchdog, self._body_limit())
         finally:
             watchdog.disarm()
             conn.close()
 
     def close(self) -> None:
         """Nothing pooled, nothing to close: present because httplib2.Http has it."""
+
+    def _body_limit(self) -> int | None:
+        """Bytes of the answer's body to read: a cap (Gmail), or None for status only."""
+        return None if self.status_only else self.max_body_bytes
 
     def _connection(
         self, scheme: str, host: str, port: int | None, deadline: float, watchdog: _Watchdog
@@ -148,8 +164,11 @@ class OneShotHttp:
         headers: dict[str, str],
         deadline: float,
         watchdog: _Watchdog,
+        limit: int | None,
     ) -> tuple[httplib2.Response, bytes]:
         """Phase 2: from the first byte written on, a failure means the request may have been processed.
+
+        `limit`: the most body bytes read (one more tells an answer over it); None: status only.
 
         The watchdog's shutdown looks like EOF to http.client, which may even take a body read
         until close as complete: once it fired, the outcome is a timeout, whatever was read.
@@ -160,14 +179,18 @@ class OneShotHttp:
             conn.request(method, path, body=payload, headers=headers)
             conn.sock.settimeout(max(_time_left(deadline), MIN_PHASE_TIMEOUT_S))
             raw = conn.getresponse()
-            content = raw.read()
+            content = raw.read(STATUS_ONLY_READ_BYTES if limit is None else limit + 1)
         except Exception as exc:
             if watchdog.disarm():
                 raise TransportError(TransportErrorKind.TIMEOUT, f"{where}: attempt deadline passed") from exc
             _raise_exchange_failure(exc, where)
         if watchdog.disarm():
             raise TransportError(TransportErrorKind.TIMEOUT, f"{where}: attempt deadline passed while reading")
-        return _response(raw, content)
+        if limit is None:
+            return _response(raw, b"", decode=False)
+        if len(content) > limit:
+            raise TransportError(TransportErrorKind.BODY_TOO_LARGE, f"{where}: answer over {limit} bytes")
+        return _response(raw, content, limit)
 
 
 class _Watchdog:
@@ -333,11 +356,15 @@ def _raise_exchange_failure(exc: Exception, where: str) -> NoReturn:
     raise exc
 
 
-def _response(raw: http.client.HTTPResponse, content: bytes) -> tuple[httplib2.Response, bytes]:
+def _response(
+    raw: http.client.HTTPResponse, content: bytes, limit: int = MAX_BODY_BYTES, decode: bool = True
+) -> tuple[httplib2.Response, bytes]:
     import httplib2  # ~25 ms (pyparsing): callbacks and webhooks import this module, status needs neither
 
     info = {k.lower(): v for k, v in raw.getheaders()}
-    content = _decode(content, info.pop("content-encoding", ""))
+    encoding = info.pop("content-encoding", "")
+    if decode:
+        content = _decode(content, encoding, limit)
     info["status"] = str(raw.status)
     info["content-length"] = str(len(content))
     response = httplib2.Response(info)
@@ -364,13 +391,30 @@ def _body_bytes(body: Any) -> bytes | None:
     raise TypeError(f"unsupported request body type {type(body).__name__}")
 
 
-def _decode(content: bytes, encoding: str) -> bytes:
+def _decode(content: bytes, encoding: str, limit: int) -> bytes:
+    """The body, inflated to at most `limit` bytes: more is BODY_TOO_LARGE, never a silent cut."""
     encoding = encoding.strip().lower()
+    if encoding not in ("gzip", "deflate"):
+        return content
     try:
-        if encoding == "gzip":
-            return gzip.decompress(content)
-        if encoding == "deflate":
-            return zlib.decompress(content)
-    except (OSError, zlib.error) as exc:
+        return _inflate(content, 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS, limit)
+    except zlib.error as exc:
         raise TransportError(TransportErrorKind.PROTOCOL, f"bad {encoding} body: {exc}") from exc
-    return content
+
+
+def _inflate(content: bytes, wbits: int, limit: int) -> bytes:
+    """zlib/gzip members one after the other (gzip allows several), each inflated with max_length
+    set to what is left of `limit`: memory never holds more than limit + 1 inflated bytes."""
+    out = bytearray()
+    rest = content
+    for _ in range(MAX_GZIP_MEMBERS):
+        inflater = zlib.decompressobj(wbits)
+        out += inflater.decompress(rest, limit + 1 - len(out))
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise TransportError(TransportErrorKind.BODY_TOO_LARGE, f"answer inflates past {limit} bytes")
+        if not inflater.eof:
+            raise TransportError(TransportErrorKind.PROTOCOL, "compressed answer ends before its end marker")
+        rest = inflater.unused_data
+        if not rest:
+            return bytes(out)
+    raise TransportError(TransportErrorKind.PROTOCOL, f"compressed answer of more than {MAX_GZIP_MEMBERS} members")
