@@ -17,8 +17,17 @@ record from ``history.list`` until it is that old. The ``historyId`` of getProfi
 response is the mailbox's current id, records still hidden by the lag included: a checkpoint taken from it
 can be past a record that is not listed yet (the conservative reading of Gmail's documentation).
 
-Standard library only. Binds 127.0.0.1 only. Single mailbox: every ``userId`` ("me" or an address) sees the
-same messages; the userId used to send is recorded in the effects log.
+Gmail's limits (devstack.gmail_quota, all off by default): the per-user units-per-minute moving window,
+the rolling-24 h message and recipient limits and the per-message recipient limit, each refused with
+Gmail's own error body; set through ``set_limits`` or ``/_sim/config``. Every window reads the
+simulator's clock, which ``advance_clock`` (``POST /_sim/clock``) moves forward.
+
+Mailboxes: by default every ``userId`` ("me" or an address) sees the same mailbox. A mailbox declared with
+``add_mailbox`` (``/_sim/config {"mailboxes": [...]}``) has its own messages (the Message-ID index),
+change log, limits and usage; requests reach it by its address as userId, or as "me" with a bearer
+token given for it (a delegated user's token). The effects log is shared and names the mailbox.
+
+Standard library only (plus its sibling gmail_quota). Binds 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
+from devstack.gmail_quota import PRESETS, Limits, MailboxQuota, Refusal
+
 __all__ = ["GmailSimulator", "SimError", "google_error_body", "is_strict_message_id", "main"]
 
 LOOPBACK = "127.0.0.1"
@@ -68,6 +79,7 @@ HISTORY_TYPES = ("messageAdded", "messageDeleted", "labelAdded", "labelRemoved")
 HISTORY_ID_MAX_GAP = 4  # each change advances the historyId by 1..4: valid ids are not contiguous
 FIRST_HISTORY_ID = 1000
 DEFAULT_EMAIL_ADDRESS = "sim-mailbox@safesend.localhost"
+MAX_CLOCK_ADVANCE_S = 400 * 86400.0  # one advance_clock() step
 
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
@@ -125,7 +137,7 @@ _HIDDEN_LABELS = ("SPAM", "TRASH")
 _FORMATS = ("minimal", "full", "raw", "metadata")
 
 
-def google_error_body(code: int, message: str | None = None, reason: str | None = None) -> dict:
+def google_error_body(code: int, message: str | None = None, reason: str | None = None, domain: str = "global") -> dict:
     """Build the JSON error body Google APIs return, so googleapiclient's HttpError parses it like prod."""
     reason = reason or _DEFAULT_REASONS.get(code, "invalidArgument" if code == 400 else "unknown")
     message = message or _REASON_MESSAGES.get(reason) or _STATUS_MESSAGES.get(code) or f"HTTP {code}"
@@ -133,7 +145,7 @@ def google_error_body(code: int, message: str | None = None, reason: str | None 
         "error": {
             "code": code,
             "message": message,
-            "errors": [{"message": message, "domain": "global", "reason": reason}],
+            "errors": [{"message": message, "domain": domain, "reason": reason}],
             "status": _STATUS_NAMES.get(code, "UNKNOWN"),
         }
     }
@@ -146,6 +158,13 @@ class SimError(Exception):
         super().__init__(message or str(code))
         self.code = code
         self.body = google_error_body(code, message, reason)
+
+    @classmethod
+    def from_refusal(cls, refusal: Refusal) -> SimError:
+        """A quota refusal (rate, daily, recipients) with its own domain and message."""
+        err = cls(refusal.status, refusal.message, refusal.reason)
+        err.body = refusal.body()
+        return err
 
 
 def is_strict_message_id(value: str) -> bool:
@@ -331,6 +350,28 @@ class _HistoryRecord:
         return out
 
 
+class _Mailbox:
+    """One mailbox: its messages (the Message-ID index), its change log and its quota usage."""
+
+    def __init__(self, address: str, limits: Limits, history_seed: int | str | None) -> None:
+        self.address = address
+        self.messages: dict[str, _Stored] = {}
+        self.order: list[str] = []
+        self.history = FIRST_HISTORY_ID  # the mailbox's current historyId
+        self.history_log: list[_HistoryRecord] = []  # oldest first; ids strictly increasing
+        self.history_expired_through = FIRST_HISTORY_ID  # a startHistoryId below this answers 404
+        self.history_rng = random.Random(history_seed)
+        self.quota = MailboxQuota(limits)
+
+    def forget(self) -> None:
+        """reset(): messages, change log and usage go; the historyId keeps growing, the limits stay."""
+        self.messages.clear()
+        self.order.clear()
+        self.history_log.clear()
+        self.history_expired_through = self.history
+        self.quota.reset()
+
+
 class GmailSimulator:
     """In-process Gmail API subset server; controllable from Python or over ``/_sim/*`` HTTP endpoints."""
 
@@ -353,24 +394,23 @@ class GmailSimulator:
         self._host = host
         self._port = port
         self._clock = clock
+        self._clock_offset_s = 0.0
         self._effects_path = effects_path
         self._lock = threading.RLock()
-        self._messages: dict[str, _Stored] = {}
-        self._order: list[str] = []
         self._effects: list[dict] = []
         self._errors: list[tuple[int, str | None]] = []
         self._index_lag_s = 0.0
         self._latency_s = 0.0
         self._read_latency_s: float | None = None
-        self._history = FIRST_HISTORY_ID  # the mailbox's current historyId
-        self._history_log: list[_HistoryRecord] = []  # oldest first; ids strictly increasing
-        self._history_expired_through = FIRST_HISTORY_ID  # a startHistoryId below this answers 404
         self._history_lag_s = 0.0
         self._history_max_records: int | None = MAX_HISTORY_RECORDS
         self._history_max_age_s: float | None = None
-        self._history_rng = random.Random(history_seed)
+        self._history_seed = history_seed
         self._rewrite_all_message_ids = False
         self._email_address = email_address
+        self._default = _Mailbox(email_address, Limits(), history_seed)
+        self._mailboxes: dict[str, _Mailbox] = {}  # declared mailboxes by lower-case address
+        self._token_mailboxes: dict[str, str] = {}  # bearer token -> address: what "me" means for it
         self._id_counter = 0
         self._server: _SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -435,6 +475,88 @@ class GmailSimulator:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    # ------------------------------------------------------------------- time
+    def now(self) -> float:
+        """The simulator's clock: the clock it was given, plus every advance_clock()."""
+        with self._lock:
+            return float(self._clock()) + self._clock_offset_s
+
+    def advance_clock(self, seconds: float) -> float:
+        """Move the simulator's clock forward (lags, windows and daily limits all read it); returns now()."""
+        seconds = float(seconds)
+        if not 0.0 <= seconds <= MAX_CLOCK_ADVANCE_S:
+            raise ValueError(f"advance_s must be within [0, {MAX_CLOCK_ADVANCE_S}]")
+        with self._lock:
+            self._clock_offset_s += seconds
+            return self.now()
+
+    # -------------------------------------------------------------- mailboxes
+    def add_mailbox(self, address: str, access_tokens: Iterable[str] = ()) -> None:
+        """Declare a mailbox of its own: userId ``address`` (or "me" with one of ``access_tokens``, as a
+        delegated user's token) sees only its messages, change log and limits. Undeclared userIds keep
+        sharing the default mailbox (the simulator's behaviour before mailboxes). Its limits start as the
+        default mailbox's."""
+        if not isinstance(address, str) or "@" not in address or len(address) > 320:
+            raise ValueError("a mailbox is an email address")
+        key = address.lower()
+        with self._lock:
+            if key not in self._mailboxes and key != self._email_address.lower():
+                seed = None if self._history_seed is None else f"{self._history_seed}/{key}"
+                self._mailboxes[key] = _Mailbox(address, self._default.quota.limits, seed)
+            for token in access_tokens:
+                if not isinstance(token, str) or not token:
+                    raise ValueError("access tokens are non-empty strings")
+                self._token_mailboxes[token] = key
+
+    def mailboxes(self) -> list[str]:
+        """Every mailbox's address, the default one first."""
+        with self._lock:
+            return [self._email_address, *(m.address for m in self._mailboxes.values())]
+
+    def _box(self, user: str | None, token: str | None = None) -> _Mailbox:
+        """The mailbox a userId (and, for "me", a bearer token) names; lock held or not needed."""
+        key = (user or "me").lower()
+        if key == "me" and token is not None:
+            key = self._token_mailboxes.get(token, key)
+        return self._mailboxes.get(key, self._default)
+
+    def _all_boxes(self) -> list[_Mailbox]:
+        return [self._default, *self._mailboxes.values()]
+
+    def _box_of(self, gmail_id: str) -> _Mailbox:
+        for box in self._all_boxes():
+            if gmail_id in box.messages:
+                return box
+        raise KeyError(f"no message {gmail_id!r}")
+
+    # ------------------------------------------------------------------ limits
+    def set_limits(self, mailbox: str | None = None, preset: str | None = None, **changes: Any) -> None:
+        """Set Gmail's limits (gmail_quota.Limits fields, on top of ``preset``: none, workspace, trial...)
+        for ``mailbox``, or for every mailbox (and those declared later) when it is None."""
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
+        with self._lock:
+            known = {*self._mailboxes, self._email_address.lower()}
+            if mailbox is not None and mailbox.lower() not in known:
+                raise ValueError(f"unknown mailbox {mailbox!r}")
+            boxes = self._all_boxes() if mailbox is None else [self._box(mailbox)]
+            for box in boxes:
+                base = PRESETS[preset] if preset is not None else box.quota.limits
+                box.quota.limits = base.changed(changes)
+
+    def usage(self) -> dict[str, dict]:
+        """Per mailbox: units in the moving window, messages and recipients in the last 24 h, refusals."""
+        with self._lock:
+            now = self.now()
+            return {box.address: box.quota.usage(now) for box in self._all_boxes()}
+
+    def _charge(self, box: _Mailbox, method: str) -> None:
+        """Spend ``method``'s quota units in ``box`` or raise its rate-limit refusal."""
+        with self._lock:
+            refusal = box.quota.charge(method, self.now())
+        if refusal is not None:
+            raise SimError.from_refusal(refusal)
+
     # ------------------------------------------------------------------ controls
     def effects(self) -> list[dict]:
         """Copy of the acceptance log (one dict per accepted message, in acceptance order)."""
@@ -442,15 +564,14 @@ class GmailSimulator:
             return copy.deepcopy(self._effects)
 
     def reset(self) -> None:
-        """Forget messages, effects, injected errors and the change log; truncates effects_path so the
-        file agrees. The historyId keeps growing (as a mailbox's does): checkpoints from before answer 404."""
+        """Forget messages, effects, injected errors, change logs and usage; truncates effects_path so the
+        file agrees. Mailboxes and limits stay. The historyId keeps growing (as a mailbox's does):
+        checkpoints from before answer 404."""
         with self._lock:
-            self._messages.clear()
-            self._order.clear()
+            for box in self._all_boxes():
+                box.forget()
             self._effects.clear()
             self._errors.clear()
-            self._history_log.clear()
-            self._history_expired_through = self._history
             if self._effects_path:
                 with open(self._effects_path, "w", encoding="utf-8"):
                     pass
@@ -476,8 +597,8 @@ class GmailSimulator:
         self, max_records: int | None = MAX_HISTORY_RECORDS, max_age_s: float | None = None
     ) -> None:
         """Keep only the last ``max_records`` changes and/or the changes younger than ``max_age_s``
-        (None: no bound of that kind; the count never exceeds MAX_HISTORY_RECORDS). A startHistoryId
-        before the oldest change kept answers 404, as Gmail does for an out-of-date one."""
+        (None: no bound of that kind; the count never exceeds MAX_HISTORY_RECORDS), in every mailbox. A
+        startHistoryId before the oldest change kept answers 404, as Gmail does for an out-of-date one."""
         if max_records is not None and (
             isinstance(max_records, bool)
             or not isinstance(max_records, int)
@@ -489,7 +610,8 @@ class GmailSimulator:
         with self._lock:
             self._history_max_records = MAX_HISTORY_RECORDS if max_records is None else max_records
             self._history_max_age_s = None if max_age_s is None else float(max_age_s)
-            self._prune_history()
+            for box in self._all_boxes():
+                self._prune_history(box)
 
     def set_rewrite_message_ids(self, rewrite: bool) -> None:
         """Rewrite every Message-ID, strictly valid ones too (what lieer#198 reports of Gmail's API);
@@ -504,43 +626,46 @@ class GmailSimulator:
 
     @property
     def current_history_id(self) -> int:
-        """The mailbox's current historyId (what getProfile answers)."""
-        with self._lock:
-            return self._history
+        """The default mailbox's current historyId (what getProfile answers); history_id() for another."""
+        return self.history_id()
 
-    def history_records(self) -> list[dict]:
-        """The change log as kept (retention applied, history lag ignored): History resources, oldest first."""
+    def history_id(self, mailbox: str | None = None) -> int:
+        """A mailbox's current historyId (what getProfile answers for it)."""
         with self._lock:
-            self._prune_history()
-            return [record.resource() for record in self._history_log]
+            return self._box(mailbox).history
+
+    def history_records(self, mailbox: str | None = None) -> list[dict]:
+        """A mailbox's change log as kept (retention applied, history lag ignored): oldest first."""
+        with self._lock:
+            box = self._box(mailbox)
+            self._prune_history(box)
+            return [record.resource() for record in box.history_log]
 
     def modify_labels(self, gmail_id: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
         """Add/remove labels (like users.messages.modify): one labelAdded and/or one labelRemoved record."""
         add_ids = [label for label in dict.fromkeys(add) if isinstance(label, str) and label]
         remove_ids = [label for label in dict.fromkeys(remove) if isinstance(label, str) and label]
         with self._lock:
-            m = self._messages.get(gmail_id)
-            if m is None:
-                raise KeyError(f"no message {gmail_id!r}")
+            box = self._box_of(gmail_id)
+            m = box.messages[gmail_id]
             added = [label for label in add_ids if label not in m.label_ids and label not in remove_ids]
             removed = [label for label in remove_ids if label in m.label_ids]
-            now = float(self._clock())
+            now = self.now()
             if added:
                 m.label_ids = m.label_ids + added
-                m.history_id = self._record("labelAdded", m, now, tuple(added))
+                m.history_id = self._record(box, "labelAdded", m, now, tuple(added))
             if removed:
                 m.label_ids = [label for label in m.label_ids if label not in removed]
-                m.history_id = self._record("labelRemoved", m, now, tuple(removed))
+                m.history_id = self._record(box, "labelRemoved", m, now, tuple(removed))
             return list(m.label_ids)
 
     def delete_message(self, gmail_id: str) -> None:
         """Delete for good (like users.messages.delete): a messageDeleted record; the effects log keeps it."""
         with self._lock:
-            m = self._messages.pop(gmail_id, None)
-            if m is None:
-                raise KeyError(f"no message {gmail_id!r}")
-            self._order.remove(gmail_id)
-            self._record("messageDeleted", m, float(self._clock()))
+            box = self._box_of(gmail_id)
+            m = box.messages.pop(gmail_id)
+            box.order.remove(gmail_id)
+            self._record(box, "messageDeleted", m, self.now())
 
     def set_latency(self, seconds: float, read_seconds: float | None = None) -> None:
         """Model Gmail's response time: wait ``seconds`` before answering messages.send (the message is
@@ -578,8 +703,9 @@ class GmailSimulator:
             self._errors.extend([(status, reason)] * count)
 
     def insert_message(self, raw: bytes, label_ids: Iterable[str] = ("SENT",), user: str = "me") -> str:
-        """Store a message as if it already existed (e.g. a duplicate); it is recorded in effects too."""
-        return self._accept(raw, list(label_ids), user, source="insert").gmail_id
+        """Store a message as if it already existed (e.g. a duplicate); it is recorded in effects too, but
+        spends no quota and counts toward no daily limit."""
+        return self._accept(self._box(user), raw, list(label_ids), user, source="insert").gmail_id
 
     # ------------------------------------------------------------------- Gmail ops
     def _take_injected_error(self) -> SimError | None:
@@ -589,11 +715,14 @@ class GmailSimulator:
             status, reason = self._errors.pop(0)
         return SimError(status, reason=reason)
 
-    def send(self, raw: bytes, user: str, source: str, thread_id: str | None = None) -> dict:
-        """messages.send semantics: injected errors first, then recipient validation, then acceptance."""
+    def send(self, raw: bytes, user: str, source: str, thread_id: str | None = None, token: str | None = None) -> dict:
+        """messages.send semantics: injected errors first, then the rate quota, recipient validation, the
+        per-message and daily limits, then acceptance."""
         injected = self._take_injected_error()
         if injected is not None:
             raise injected
+        box = self._box(user, token)
+        self._charge(box, "send")
         msg = _parse(raw)
         headers = _raw_headers(msg)
         parsed = email.utils.getaddresses([v for n, v in headers if n.lower() in ("to", "cc", "bcc")])
@@ -602,20 +731,25 @@ class GmailSimulator:
             raise SimError(400, "Recipient address required", "invalidArgument")
         if any("@" not in addr for addr in addresses):
             raise SimError(400, "Invalid To header", "invalidArgument")
-        stored = self._accept(raw, ["SENT"], user, source=source, thread_id=thread_id)
+        with self._lock:  # the daily check and the acceptance are one step: no burst slips past the limit
+            refusal = box.quota.admit_send(len(addresses), self.now())
+            if refusal is not None:
+                raise SimError.from_refusal(refusal)
+            stored = self._accept(box, raw, ["SENT"], user, source=source, thread_id=thread_id)
+            box.quota.record_send(len(addresses), stored.accepted_at)
         return {"id": stored.gmail_id, "threadId": stored.thread_id, "labelIds": list(stored.label_ids)}
 
-    def _new_gmail_id(self) -> str:
+    def _new_gmail_id(self, box: _Mailbox) -> str:
         for _ in range(100):
             self._id_counter += 1
-            ms = int(self._clock() * 1000) & ((1 << 44) - 1)
+            ms = int(self.now() * 1000) & ((1 << 44) - 1)
             candidate = f"{ms:011x}{self._id_counter & 0xFFFFF:05x}"
-            if candidate not in self._messages:
+            if candidate not in box.messages:
                 return candidate
         return secrets.token_hex(8)
 
     def _accept(
-        self, raw: bytes, label_ids: list[str], user: str, source: str, thread_id: str | None = None
+        self, box: _Mailbox, raw: bytes, label_ids: list[str], user: str, source: str, thread_id: str | None = None
     ) -> _Stored:
         headers = _raw_headers(_parse(raw))
         given = _header_value(headers, "Message-ID")
@@ -629,10 +763,10 @@ class GmailSimulator:
             original = given
             stored_raw = _rewrite_message_id(raw, message_id, original)
         with self._lock:
-            gmail_id = self._new_gmail_id()
-            if thread_id is None or not any(m.thread_id == thread_id for m in self._messages.values()):
+            gmail_id = self._new_gmail_id(box)
+            if thread_id is None or not any(m.thread_id == thread_id for m in box.messages.values()):
                 thread_id = gmail_id
-            now = float(self._clock())
+            now = self.now()
             stored = _Stored(
                 gmail_id=gmail_id,
                 thread_id=thread_id,
@@ -646,15 +780,16 @@ class GmailSimulator:
                 raw_sha256=hashlib.sha256(raw).hexdigest(),
                 headers=_raw_headers(_parse(stored_raw)),
             )
-            self._messages[gmail_id] = stored
-            self._order.append(gmail_id)
-            stored.history_id = self._record("messageAdded", stored, now)
+            box.messages[gmail_id] = stored
+            box.order.append(gmail_id)
+            stored.history_id = self._record(box, "messageAdded", stored, now)
             effect = {
                 "gmail_id": gmail_id,
                 "thread_id": thread_id,
                 "message_id": message_id,
                 "original_message_id": original,
                 "user": user,
+                "mailbox": box.address,
                 "to": _header_value(stored.headers, "To") or "",
                 "subject": _header_value(stored.headers, "Subject") or "",
                 "accepted_at": now,
@@ -669,46 +804,51 @@ class GmailSimulator:
                     fh.flush()
             return copy.deepcopy(stored)
 
-    def _record(self, kind: str, m: _Stored, at: float, changed: tuple[str, ...] = ()) -> int:
-        """Append one change to the log under a new historyId (lock held); returns the id."""
-        self._history += 1 + self._history_rng.randrange(HISTORY_ID_MAX_GAP)
-        self._history_log.append(
-            _HistoryRecord(self._history, at, kind, m.gmail_id, m.thread_id, tuple(m.label_ids), changed)
+    def _record(self, box: _Mailbox, kind: str, m: _Stored, at: float, changed: tuple[str, ...] = ()) -> int:
+        """Append one change to a mailbox's log under a new historyId (lock held); returns the id."""
+        box.history += 1 + box.history_rng.randrange(HISTORY_ID_MAX_GAP)
+        box.history_log.append(
+            _HistoryRecord(box.history, at, kind, m.gmail_id, m.thread_id, tuple(m.label_ids), changed)
         )
-        self._prune_history()
-        return self._history
+        self._prune_history(box)
+        return box.history
 
-    def _prune_history(self) -> None:
+    def _prune_history(self, box: _Mailbox) -> None:
         """Drop changes beyond the retention (lock held); remember the newest id dropped."""
-        log = self._history_log
+        log = box.history_log
         cut = 0
         if self._history_max_records is not None and len(log) > self._history_max_records:
             cut = len(log) - self._history_max_records
         if self._history_max_age_s is not None:
-            oldest_kept = float(self._clock()) - self._history_max_age_s
+            oldest_kept = self.now() - self._history_max_age_s
             while cut < len(log) and log[cut].at < oldest_kept:
                 cut += 1
         if cut:
-            self._history_expired_through = max(self._history_expired_through, log[cut - 1].history_id)
+            box.history_expired_through = max(box.history_expired_through, log[cut - 1].history_id)
             del log[:cut]
 
-    def get_profile(self, user: str) -> dict:
+    def get_profile(self, user: str, token: str | None = None) -> dict:
         """users.getProfile: the address, the totals and the mailbox's current historyId."""
+        box = self._box(user, token)
+        self._charge(box, "profile")
         with self._lock:
-            threads = {m.thread_id for m in self._messages.values()}
+            threads = {m.thread_id for m in box.messages.values()}
+            declared = box is not self._default
             return {
-                "emailAddress": user if "@" in user else self._email_address,
-                "messagesTotal": len(self._messages),
+                "emailAddress": box.address if declared or "@" not in user else user,
+                "messagesTotal": len(box.messages),
                 "threadsTotal": len(threads),
-                "historyId": str(self._history),
+                "historyId": str(box.history),
             }
 
-    def list_history(self, params: dict[str, list[str]]) -> dict:
+    def list_history(self, params: dict[str, list[str]], user: str = "me", token: str | None = None) -> dict:
         """users.history.list: the changes after startHistoryId, oldest first, filtered and paged.
 
         404 when startHistoryId is older than the retention or newer than the mailbox; records younger
         than the history lag are not shown yet; ``historyId`` is the mailbox's current id.
         """
+        box = self._box(user, token)
+        self._charge(box, "history")
         start_values = params.get("startHistoryId") or []
         if not start_values or start_values[-1] == "":
             raise SimError(400, "Missing required parameter: startHistoryId", "invalidArgument")
@@ -724,22 +864,22 @@ class GmailSimulator:
                 if kind not in HISTORY_TYPES:
                     raise SimError(400, f"Invalid value for historyTypes: {kind!r}", "invalidArgument")
                 kinds = (kinds or set()) | {kind}
-        token = (params.get("pageToken") or [""])[-1]
+        token_value = (params.get("pageToken") or [""])[-1]
         after = start
-        if token:
-            match = _PAGE_TOKEN.fullmatch(token)
+        if token_value:
+            match = _PAGE_TOKEN.fullmatch(token_value)
             if match is None or int(match[1]) < start:
                 raise SimError(400, "Invalid pageToken", "invalidArgument")
             after = int(match[1])
         with self._lock:
-            self._prune_history()
-            if start < self._history_expired_through or start > self._history or after < self._history_expired_through:
+            self._prune_history(box)
+            if start < box.history_expired_through or start > box.history or after < box.history_expired_through:
                 raise SimError(404, "Requested entity was not found.", "notFound")
-            visible_until = float(self._clock()) - self._history_lag_s
+            visible_until = self.now() - self._history_lag_s
             page: list[_HistoryRecord] = []
             more = False
-            first = bisect.bisect_right(self._history_log, after, key=lambda r: r.history_id)
-            for record in self._history_log[first:]:  # bounded by the retention
+            first = bisect.bisect_right(box.history_log, after, key=lambda r: r.history_id)
+            for record in box.history_log[first:]:  # bounded by the retention
                 if record.at > visible_until:
                     break  # ids grow with time: everything after this is younger still
                 if not record.matches(label, kinds):
@@ -753,11 +893,13 @@ class GmailSimulator:
                 out["history"] = [record.resource() for record in page]
             if more:
                 out["nextPageToken"] = f"h{page[-1].history_id}"
-            out["historyId"] = str(self._history)
+            out["historyId"] = str(box.history)
             return out
 
-    def list_messages(self, params: dict[str, list[str]]) -> dict:
+    def list_messages(self, params: dict[str, list[str]], user: str = "me", token: str | None = None) -> dict:
         """messages.list; the index lag applies to q= searches only (label listing is immediate)."""
+        box = self._box(user, token)
+        self._charge(box, "list")
         q = (params.get("q") or [""])[-1].strip()
         wanted_ids = _parse_query(q)
         labels = [lbl for value in params.get("labelIds", []) for lbl in value.split(",") if lbl]
@@ -765,10 +907,10 @@ class GmailSimulator:
         max_results = _parse_int(params.get("maxResults"), "maxResults", default=100, low=1, high=500)
         offset = _parse_int(params.get("pageToken"), "pageToken", default=0, low=0, high=10**9)
         with self._lock:
-            horizon = float(self._clock()) - self._index_lag_s
+            horizon = self.now() - self._index_lag_s
             hits = []
-            for gmail_id in reversed(self._order):  # newest first, like Gmail
-                m = self._messages[gmail_id]
+            for gmail_id in reversed(box.order):  # newest first, like Gmail
+                m = box.messages[gmail_id]
                 if wanted_ids is not None and (m.accepted_at > horizon or m.message_id[1:-1] not in wanted_ids):
                     continue
                 if any(lbl not in m.label_ids for lbl in labels):
@@ -786,18 +928,22 @@ class GmailSimulator:
         out["resultSizeEstimate"] = len(hits)
         return out
 
-    def get_message(self, gmail_id: str, params: dict[str, list[str]]) -> dict:
+    def get_message(
+        self, gmail_id: str, params: dict[str, list[str]], user: str = "me", token: str | None = None
+    ) -> dict:
         """messages.get in minimal / metadata / full / raw formats."""
+        box = self._box(user, token)
+        self._charge(box, "get")
         fmt = (params.get("format") or ["full"])[-1].lower()
         if fmt not in _FORMATS:
             raise SimError(400, f"Invalid value at 'format' ({fmt})", "invalidArgument")
         if not _GMAIL_ID.fullmatch(gmail_id):
             raise SimError(400, "Invalid id value", "invalidArgument")
         with self._lock:
-            m = self._messages.get(gmail_id)
-            if m is None:
+            found = box.messages.get(gmail_id)
+            if found is None:
                 raise SimError(404, "Requested entity was not found.", "notFound")
-            m = copy.deepcopy(m)
+            m = copy.deepcopy(found)
         out: dict[str, Any] = {"id": m.gmail_id, "threadId": m.thread_id, "labelIds": list(m.label_ids)}
         if fmt == "minimal":
             return {**out, **_stats(m)}
@@ -978,30 +1124,32 @@ class _SimHandler(BaseHTTPRequestHandler):
         params = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
         sim = self.server.sim
         if path.startswith("/_sim/"):
-            return _control(sim, method, path, body)
+            return _control(sim, method, path, body, params)
+        auth = self.headers.get("Authorization") or ""
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else None
         match = _API_PATH.fullmatch(path)
         if match:
             user = urllib.parse.unquote(match["user"])
             rest = match["rest"]
             if rest is None and method == "GET":
-                return 200, sim.list_messages(params)
+                return 200, sim.list_messages(params, user, token)
             if rest == "send" and method == "POST":
                 raw, thread_id = _json_send_payload(body)
-                return 200, sim.send(raw, user, source="send", thread_id=thread_id)
+                return 200, sim.send(raw, user, source="send", thread_id=thread_id, token=token)
             if rest not in (None, "send") and method == "GET":
-                return 200, sim.get_message(urllib.parse.unquote(rest), params)
+                return 200, sim.get_message(urllib.parse.unquote(rest), params, user, token)
         match = _PROFILE_PATH.fullmatch(path)
         if match and method == "GET":
-            return 200, sim.get_profile(urllib.parse.unquote(match["user"]))
+            return 200, sim.get_profile(urllib.parse.unquote(match["user"]), token)
         match = _HISTORY_PATH.fullmatch(path)
         if match and method == "GET":
-            return 200, sim.list_history(params)
+            return 200, sim.list_history(params, urllib.parse.unquote(match["user"]), token)
         match = _UPLOAD_PATH.fullmatch(path)
         if match and method == "POST":
             user = urllib.parse.unquote(match["user"])
             upload_type = (params.get("uploadType") or [""])[-1]
             raw, thread_id = _upload_payload(upload_type, self.headers.get("Content-Type") or "", body)
-            return 200, sim.send(raw, user, source=f"upload-{upload_type}", thread_id=thread_id)
+            return 200, sim.send(raw, user, source=f"upload-{upload_type}", thread_id=thread_id, token=token)
         raise SimError(404, f"Not Found: {method} {path}", "notFound")
 
 
@@ -1076,7 +1224,46 @@ def _upload_payload(upload_type: str, content_type: str, body: bytes) -> tuple[b
     raise SimError(400, f"uploadType {upload_type!r} is not supported (use media or multipart)", "invalidArgument")
 
 
-def _control(sim: GmailSimulator, method: str, path: str, body: bytes) -> tuple[int, Any]:
+_LIMIT_KEYS = (
+    "units_per_window",
+    "window_s",
+    "messages_per_day",
+    "recipients_per_day",
+    "recipients_per_message",
+    "rate_limit_status",
+    "rate_limit_reason",
+)
+
+
+def _configure(sim: GmailSimulator, payload: dict) -> None:
+    """``POST /_sim/config``: every key optional; limits apply to ``mailbox``, or to all when absent."""
+    if "index_lag_s" in payload:
+        sim.set_index_lag(payload["index_lag_s"])
+    if "latency_s" in payload or "read_latency_s" in payload:
+        sim.set_latency(payload.get("latency_s", sim.latency[0]), payload.get("read_latency_s"))
+    if "history_lag_s" in payload:
+        sim.set_history_lag(payload["history_lag_s"])
+    if "history_max_records" in payload or "history_max_age_s" in payload:
+        sim.set_history_retention(payload.get("history_max_records"), payload.get("history_max_age_s"))
+    if "rewrite_message_ids" in payload:
+        if not isinstance(payload["rewrite_message_ids"], bool):
+            raise ValueError("rewrite_message_ids must be true or false")
+        sim.set_rewrite_message_ids(payload["rewrite_message_ids"])
+    mailboxes = payload.get("mailboxes", [])
+    if not isinstance(mailboxes, list):
+        raise ValueError("mailboxes must be a list of addresses or {address, tokens} objects")
+    for entry in mailboxes:
+        if isinstance(entry, dict):
+            sim.add_mailbox(str(entry["address"]), _str_list(entry.get("tokens", [])))
+        else:
+            sim.add_mailbox(entry)
+    limits = {key: payload[key] for key in _LIMIT_KEYS if key in payload}
+    if limits or "limits" in payload:
+        mailbox = payload.get("mailbox")
+        sim.set_limits(None if mailbox is None else str(mailbox), payload.get("limits"), **limits)
+
+
+def _control(sim: GmailSimulator, method: str, path: str, body: bytes, params: dict[str, list[str]]) -> tuple[int, Any]:
     """``/_sim/*``: the same controls as the Python API, for an out-of-process simulator."""
     try:
         payload = json.loads(body.decode("utf-8")) if body.strip() else {}
@@ -1093,21 +1280,15 @@ def _control(sim: GmailSimulator, method: str, path: str, body: bytes) -> tuple[
             sim.reset()
             return 200, {"ok": True}
         if method == "POST" and path == "/_sim/config":
-            if "index_lag_s" in payload:
-                sim.set_index_lag(payload["index_lag_s"])
-            if "latency_s" in payload or "read_latency_s" in payload:
-                sim.set_latency(payload.get("latency_s", sim.latency[0]), payload.get("read_latency_s"))
-            if "history_lag_s" in payload:
-                sim.set_history_lag(payload["history_lag_s"])
-            if "history_max_records" in payload or "history_max_age_s" in payload:
-                sim.set_history_retention(payload.get("history_max_records"), payload.get("history_max_age_s"))
-            if "rewrite_message_ids" in payload:
-                if not isinstance(payload["rewrite_message_ids"], bool):
-                    raise ValueError("rewrite_message_ids must be true or false")
-                sim.set_rewrite_message_ids(payload["rewrite_message_ids"])
+            _configure(sim, payload)
             return 200, {"ok": True}
+        if method == "GET" and path == "/_sim/usage":
+            return 200, {"mailboxes": sim.usage(), "now": sim.now()}
+        if method == "POST" and path == "/_sim/clock":
+            return 200, {"now": sim.advance_clock(payload.get("advance_s", 0.0))}
         if method == "GET" and path == "/_sim/history":
-            return 200, {"history": sim.history_records(), "historyId": str(sim.current_history_id)}
+            mailbox = params["mailbox"][-1] if params.get("mailbox") else None
+            return 200, {"history": sim.history_records(mailbox), "historyId": str(sim.history_id(mailbox))}
         if method == "POST" and path == "/_sim/labels":
             labels = sim.modify_labels(
                 str(payload["id"]), _str_list(payload.get("add", [])), _str_list(payload.get("remove", []))

@@ -9,6 +9,10 @@ forwards each request with a fresh ``http.client`` connection.
 ``trickle-response`` forwards, then writes the real answer one byte every ``delay_s``: each read the client makes
 succeeds just inside a per-operation socket timeout, so only a wall-clock deadline on the client ends the wait.
 
+Per mailbox: a mode set with ``mailbox`` applies only to Gmail API requests whose path names that userId
+(``/gmail/v1/users/<mailbox>/...``), and takes precedence there over the mode set without one; so one relay
+in front of a simulator with several mailboxes can fault one mailbox and leave the others alone.
+
 Standard library only. Binds 127.0.0.1 only. Control endpoints live under ``/_relay/`` and are never forwarded.
 """
 
@@ -18,6 +22,7 @@ import argparse
 import contextlib
 import http.client
 import json
+import re
 import select
 import signal
 import socket
@@ -213,6 +218,7 @@ class FaultRelay:
         self._port = port
         self._lock = threading.Lock()
         self._state = _ModeState()
+        self._mailbox_states: dict[str, _ModeState] = {}  # by lower-case userId; wins over _state
         self._stats: dict[str, Any] = {}
         self._reset_stats()
         self._stop = threading.Event()
@@ -272,8 +278,16 @@ class FaultRelay:
         return f"http://{self._host}:{self.port}/"
 
     # ------------------------------------------------------------------- controls
-    def set_mode(self, mode: str, match: str = "send", count: int | None = None, delay_s: float = 30.0) -> None:
-        """Apply ``mode`` to the next ``count`` requests that ``match`` ("send" or "all"), then revert."""
+    def set_mode(
+        self,
+        mode: str,
+        match: str = "send",
+        count: int | None = None,
+        delay_s: float = 30.0,
+        mailbox: str | None = None,
+    ) -> None:
+        """Apply ``mode`` to the next ``count`` requests that ``match`` ("send" or "all"), then revert.
+        With ``mailbox``, only to that mailbox's requests; its NORMAL mode drops the mailbox's own mode."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         if match not in MATCHES:
@@ -283,9 +297,17 @@ class FaultRelay:
         delay_s = float(delay_s)
         if not 0.0 <= delay_s <= MAX_DELAY_S:
             raise ValueError(f"delay_s must be within [0, {MAX_DELAY_S}]")
+        if mailbox is not None and (not isinstance(mailbox, str) or not mailbox or "/" in mailbox):
+            raise ValueError("mailbox must be a userId (an address or 'me')")
         with self._lock:
             remaining = None if mode == NORMAL else count
-            self._state = _ModeState(mode, match, remaining, delay_s)
+            state = _ModeState(mode, match, remaining, delay_s)
+            if mailbox is None:
+                self._state = state
+            elif mode == NORMAL:
+                self._mailbox_states.pop(mailbox.lower(), None)
+            else:
+                self._mailbox_states[mailbox.lower()] = state
 
     def stats(self) -> dict:
         """Counters plus the active mode; ``faulted`` counts requests each fault was applied to."""
@@ -296,6 +318,10 @@ class FaultRelay:
                 match=self._state.match,
                 remaining=self._state.remaining,
                 delay_s=self._state.delay_s,
+                mailboxes={
+                    box: {"mode": st.mode, "match": st.match, "remaining": st.remaining, "delay_s": st.delay_s}
+                    for box, st in self._mailbox_states.items()
+                },
             )
             return out
 
@@ -319,9 +345,11 @@ class FaultRelay:
 
     def _decide(self, request: _Request) -> tuple[str, float]:
         """Pick the mode for one data-path request and consume one unit of ``count`` atomically."""
+        user = _path_user(request)
         with self._lock:
             self._stats["requests"] += 1
-            state = self._state
+            own = self._mailbox_states.get(user) if user is not None else None
+            state = own or self._state
             if state.mode == NORMAL or not _matches(state.match, request):
                 return NORMAL, state.delay_s
             mode, delay = state.mode, state.delay_s
@@ -329,7 +357,10 @@ class FaultRelay:
             if state.remaining is not None:
                 state.remaining -= 1
                 if state.remaining <= 0:
-                    self._state = _ModeState(NORMAL, state.match, None, state.delay_s)
+                    if own is not None and user is not None:
+                        del self._mailbox_states[user]
+                    else:
+                        self._state = _ModeState(NORMAL, state.match, None, state.delay_s)
             return mode, delay
 
     # -------------------------------------------------------------------- serving
@@ -478,11 +509,21 @@ class FaultRelay:
                     payload.get("match", "send"),
                     payload.get("count"),
                     payload.get("delay_s", 30.0),
+                    payload.get("mailbox"),
                 )
             except (KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
                 return _json_response(400, google_error_body(400, f"bad mode request: {exc}", "invalidArgument"))
             return _json_response(200, {"ok": True, **self.stats()})
         return _json_response(404, google_error_body(404, f"Unknown relay endpoint {request.method} {path}"))
+
+
+_USER_PATH = re.compile(r"(?:/upload)?/gmail/v1/users/(?P<user>[^/]+)(?:/.*)?")
+
+
+def _path_user(request: _Request) -> str | None:
+    """The lower-case userId a Gmail API request names, None for any other path."""
+    match = _USER_PATH.fullmatch(request.path)
+    return urllib.parse.unquote(match["user"]).lower() if match else None
 
 
 def _matches(match: str, request: _Request) -> bool:

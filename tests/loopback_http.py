@@ -20,8 +20,15 @@ class QuietHandler(BaseHTTPRequestHandler):
 class LoopbackHttpServer:
     """`handler` served on 127.0.0.1:<free port> until stop(); `host` is "127.0.0.1:port", `url` its http URL."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler], name: str = "loopback-http"):
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    def __init__(self, handler: type[BaseHTTPRequestHandler], name: str = "loopback-http", backlog: int = 5):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler, bind_and_activate=False)
+        self.server.request_queue_size = backlog  # listen() backlog: 5 drops connects of a burst (1 s SYN retry)
+        try:
+            self.server.server_bind()
+            self.server.server_activate()
+        except BaseException:
+            self.server.server_close()
+            raise
         self.server.daemon_threads = True  # a kept-alive client connection must not hold up stop()
         self.port = int(self.server.server_address[1])
         self.host = f"127.0.0.1:{self.port}"

@@ -7,6 +7,7 @@ accepted (no connection, or an explicit 4xx refusal) are safe to send again.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 
 from .model import Bucket, Failure
@@ -16,10 +17,54 @@ RATE_LIMIT_REASONS = frozenset(
     {
         "rateLimitExceeded",
         "userRateLimitExceeded",
-        "dailyLimitExceeded",
         "quotaExceeded",
     }
 )
+
+# The mailbox's daily sending limit, which is not a rate limit: waiting a minute does not help, and
+# an account that keeps hitting it may be suspended. Gmail's guide (handle-errors, "Mail sending
+# limits") says exceeding it returns "HTTP 429 Too Many Requests 'User-rate limit exceeded' '(Mail
+# sending)' ... with time to retry", and that it may last "for multiple hours". The reason field is
+# the rate limit's own (`rateLimitExceeded`, domain `usageLimits`); only the message tells them apart,
+# e.g. "User-rate limit exceeded.  Retry after 2024-11-12T11:16:42.247Z (Forwarding rules)" for a
+# sibling per-user limit (googleapis/google-api-ruby-client#20544; taers232c/GAMADV-XTD3#337 shows the
+# same "Retry after <time>" text). `dailyLimitExceeded` (domain usageLimits: "Daily Limit Exceeded",
+# phw198/OutlookGoogleCalendarSync#14) is Google's generic daily-quota reason: daily as well.
+DAILY_LIMIT_REASONS = frozenset({"dailyLimitExceeded"})
+_MAIL_SENDING_LIMIT = re.compile(r"\(mail sending\)", re.IGNORECASE)
+DAILY_LIMIT_CODE = "daily_limit"
+# "can't send new messages for up to 24 hours" (Workspace Admin Help, Gmail sending limits): with no
+# better estimate, the mailbox is exhausted for the whole rolling window.
+DAILY_LIMIT_WAIT_S = 24 * 3600.0
+
+
+class RefusalKind(str, Enum):
+    """Why Gmail refused a send (nothing was accepted): what the caller of classify_http should do next."""
+
+    RATE_LIMIT = "rate_limit"  # slow this mailbox down, retry in seconds to minutes
+    DAILY_LIMIT = "daily_limit"  # mailbox exhausted: do not send from it again for up to 24 h
+    AUTH = "auth"  # credentials: retry after a refresh
+    OTHER = "other"  # anything else
+
+
+def is_daily_limit(status: int, reason: str | None, message: str = "") -> bool:
+    """True for Gmail's daily sending-limit refusal (see DAILY_LIMIT_REASONS for the sources)."""
+    if status not in (403, 429):
+        return False
+    return reason in DAILY_LIMIT_REASONS or _MAIL_SENDING_LIMIT.search(message or "") is not None
+
+
+def refusal_kind(failure: Failure) -> RefusalKind | None:
+    """The kind of a refusal (Bucket 1); None for a failure that may have been accepted."""
+    if failure.bucket is not Bucket.NOT_ACCEPTED or failure.status is None:
+        return None
+    if failure.code == DAILY_LIMIT_CODE:
+        return RefusalKind.DAILY_LIMIT
+    if failure.status == 401:
+        return RefusalKind.AUTH
+    if failure.status == 429 or (failure.status == 403 and failure.retryable):
+        return RefusalKind.RATE_LIMIT
+    return RefusalKind.OTHER
 
 
 class TransportErrorKind(str, Enum):
@@ -59,11 +104,16 @@ def classify_http(
 
     5xx: maybe accepted (Gmail may have queued it before failing). 4xx: refused,
     so not accepted; 429, rate-limit 403s and 401 (after the auth layer's own
-    refresh) are worth retrying later, the rest are permanent.
+    refresh) are worth retrying later, the rest are permanent. The daily sending
+    limit (429/403, `detail` is Gmail's message) is its own code: retryable, but
+    not before the rolling day allows it (DAILY_LIMIT_WAIT_S at least).
     """
     code = f"http_{status}" + (f"_{reason}" if reason else "")
     if status >= 500:
         return Failure(Bucket.MAYBE_ACCEPTED, False, code, detail, status, retry_after_s)
+    if is_daily_limit(status, reason, detail):
+        wait_s = max(retry_after_s or 0.0, DAILY_LIMIT_WAIT_S)
+        return Failure(Bucket.NOT_ACCEPTED, True, DAILY_LIMIT_CODE, detail, status, wait_s)
     if status in (401, 429) or (status == 403 and reason in RATE_LIMIT_REASONS):
         return Failure(Bucket.NOT_ACCEPTED, True, code, detail, status, retry_after_s)
     if status == 408:  # the server gave up reading the request: it was not processed

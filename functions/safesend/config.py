@@ -134,6 +134,15 @@ class Settings:
     channels_json: str | None = setting(
         "SAFESEND_CHANNELS_JSON", None, _text, "channel policies merged over the file (JSON)"
     )
+    mailboxes_file: str | None = setting(
+        "SAFESEND_MAILBOXES_FILE",
+        None,
+        _text,
+        "sender mailboxes, their limits and pools (TOML, see safesend/mailboxes.py); unset: one mailbox, as today",
+    )
+    mailboxes_json: str | None = setting(
+        "SAFESEND_MAILBOXES_JSON", None, _text, "the same document as JSON (instead of the file)"
+    )
     # The job store (runtime.build_store)
     store: str = setting("SAFESEND_STORE", "firestore", _store_kind, "job store: `firestore` or `postgres`")
     postgres_dsn: str | None = setting(

@@ -372,3 +372,41 @@ def test_trickle_response_is_cut_short_by_stop(sim: GmailSimulator) -> None:
     assert time.monotonic() - started < 3.0
     with conn:
         assert conn.recv(100) == b""  # closed without a byte of the held-back answer
+
+
+def test_a_mode_can_fault_one_mailbox_and_leave_the_others_alone(
+    sim: GmailSimulator, relay: FaultRelay, gmail: Any
+) -> None:
+    sim.add_mailbox("a@shop.example")
+    sim.add_mailbox("b@shop.example")
+    raw = base64.urlsafe_b64encode(make_raw("<box.1@safesend.test>")).decode("ascii")
+
+    def send_as(user: str) -> dict:
+        return gmail.send(userId=user, body={"raw": raw}).execute()
+
+    status, body = relay_control(
+        relay.url, "POST", "/_relay/mode", {"mode": "429-before-forward", "mailbox": "A@shop.example", "count": 2}
+    )
+    assert status == 200 and body["mailboxes"]["a@shop.example"]["mode"] == "429-before-forward"
+    with pytest.raises(HttpError) as info:
+        send_as("a@shop.example")
+    assert info.value.status_code == 429
+    send_as("b@shop.example")  # b is not faulted, nor is the default mailbox
+    send(gmail)
+    relay.set_mode("fail-before-forward")  # a mode for every mailbox: a's own mode still wins for a
+    with pytest.raises(HttpError):
+        send_as("a@shop.example")
+    assert relay.stats()["mailboxes"] == {}  # a's two faults are used up: a follows the global mode again
+    with pytest.raises(CONNECTION_FAILURES):
+        send_as("a@shop.example")
+    relay.set_mode("forward-and-respond")
+    relay.set_mode("slow-response", match="all", mailbox="b@shop.example", delay_s=0.0)
+    relay.set_mode("forward-and-respond", mailbox="b@shop.example")  # drops b's own mode
+    assert relay.stats()["mailboxes"] == {}
+    send_as("a@shop.example")
+    assert sorted(e["mailbox"] for e in sim.effects()) == [
+        "a@shop.example",
+        "b@shop.example",
+        "sim-mailbox@safesend.localhost",
+    ]
+    assert relay_control(relay.url, "POST", "/_relay/mode", {"mode": "429-before-forward", "mailbox": ""})[0] == 400

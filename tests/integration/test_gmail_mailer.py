@@ -17,6 +17,7 @@ from googleapiclient.discovery import build
 from devstack.gmail_sim import GmailSimulator
 from safesend.adapters import gmail_mailer
 from safesend.adapters.gmail_mailer import GmailMailer
+from safesend.classify import DAILY_LIMIT_CODE, RefusalKind, refusal_kind
 from safesend.errors import HistoryExpiredError, MailboxUnavailableError
 from safesend.keys import job_id_for, message_id_for
 from safesend.mime import OutgoingMessage, build_mime, encode_raw
@@ -310,3 +311,18 @@ def test_message_ids_of_fails_whole_but_keeps_what_it_read(sim, relay, mailer):
     with pytest.raises(MailboxUnavailableError):
         mailer.message_ids_of([first, second])
     assert relay.stats()["requests"] == 3  # only the uncached id, retried like any read
+
+
+def test_the_simulators_limits_reach_the_mailer_as_gmail_would_answer(sim, mailer):
+    """The real client reads the simulator's refusals like Gmail's: the per-minute window is a rate
+    limit, the daily sending limit is its own kind; neither accepted anything."""
+    sim.set_limits(units_per_window=100)
+    assert isinstance(mailer.send(RAW), Accepted)
+    rate = mailer.send(RAW)
+    assert isinstance(rate, Failure) and refusal_kind(rate) is RefusalKind.RATE_LIMIT
+    assert (rate.bucket, rate.status, rate.retryable) == (Bucket.NOT_ACCEPTED, 429, True)
+    sim.set_limits(units_per_window=None, messages_per_day=1)
+    daily = mailer.send(RAW)
+    assert isinstance(daily, Failure) and refusal_kind(daily) is RefusalKind.DAILY_LIMIT
+    assert (daily.bucket, daily.code, daily.status) == (Bucket.NOT_ACCEPTED, DAILY_LIMIT_CODE, 429)
+    assert sent_copies(sim) == 1

@@ -624,3 +624,197 @@ def test_rewrite_every_message_id_knob(sim: GmailSimulator, gmail: Any) -> None:
     assert control(sim.url, "POST", "/_sim/config", {"rewrite_message_ids": False})[0] == 200
     kept = send(gmail, make_raw("<valid.2@safesend.test>"))
     assert search(gmail, "<valid.2@safesend.test>")["messages"][0]["id"] == kept["id"]
+
+
+# ----------------------------------------------------------------------------- Gmail's limits, mailboxes
+T_LIMITS = 1_800_000_000.0  # a fixed clock: only advance_clock (POST /_sim/clock) moves it
+
+
+@pytest.fixture
+def limited(make_client: Callable[..., Any]) -> Iterator[tuple[GmailSimulator, Any]]:
+    with GmailSimulator(clock=lambda: T_LIMITS) as simulator:
+        yield simulator, make_client(simulator.url).users().messages()
+
+
+def refusal(call: Callable[[], Any]) -> tuple[int, dict]:
+    """Run a client call that must be refused; (status, the error object of Gmail's body)."""
+    with pytest.raises(HttpError) as info:
+        call()
+    return info.value.status_code, json.loads(info.value.content)["error"]
+
+
+def advance(sim: GmailSimulator, seconds: float) -> float:
+    status, body = control(sim.url, "POST", "/_sim/clock", {"advance_s": seconds})
+    assert status == 200
+    return float(body["now"])
+
+
+def to_many(count: int) -> str:
+    return ", ".join(f"r{i}@example.com" for i in range(count))
+
+
+def test_default_config_enforces_no_limit(limited: tuple[GmailSimulator, Any]) -> None:
+    sim, gmail = limited
+    for i in range(70):  # 7,000 units inside one minute: over Gmail's 6,000, the simulator's default allows it
+        send(gmail, make_raw(f"<nolimit.{i}@safesend.test>", to=to_many(3 if i else 150)))
+    usage = sim.usage()["sim-mailbox@safesend.localhost"]
+    assert usage["units_in_window"] == 7000 and usage["messages_today"] == 70 and usage["refused"] == {}
+
+
+def test_units_per_minute_is_a_moving_window_refused_with_gmails_quota_error(
+    limited: tuple[GmailSimulator, Any],
+) -> None:
+    sim, gmail = limited
+    assert control(sim.url, "POST", "/_sim/config", {"units_per_window": 250})[0] == 200
+    send(gmail, make_raw("<rate.1@safesend.test>"))  # 100 units at t=0
+    advance(sim, 30)
+    send(gmail, make_raw("<rate.2@safesend.test>"))  # 200 at t=30
+    search(gmail, "<rate.1@safesend.test>")  # 205
+    status, error = refusal(lambda: send(gmail, make_raw("<rate.3@safesend.test>")))
+    assert status == 429 and error["status"] == "RESOURCE_EXHAUSTED"
+    assert error["errors"] == [{"message": error["message"], "domain": "usageLimits", "reason": "rateLimitExceeded"}]
+    assert error["message"].startswith(
+        "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user'"
+    )
+    assert len(sim.effects()) == 2  # refused: nothing accepted, and no units spent
+    advance(sim, 30)  # t=60: the first send leaves the window, the second and the list stay (105 units)
+    send(gmail, make_raw("<rate.3@safesend.test>"))
+    status, _ = refusal(lambda: send(gmail, make_raw("<rate.4@safesend.test>")))
+    assert status == 429
+    assert sim.usage()["sim-mailbox@safesend.localhost"]["units_in_window"] == 205
+    assert sim.usage()["sim-mailbox@safesend.localhost"]["refused"] == {"rate": 2}
+
+
+def test_each_method_costs_its_documented_units(limited: tuple[GmailSimulator, Any], make_client: Callable) -> None:
+    sim, gmail = limited
+    users = make_client(sim.url).users()
+    sim.set_limits(units_per_window=113, rate_limit_status=403, rate_limit_reason="userRateLimitExceeded")
+    sent = send(gmail, make_raw("<cost.1@safesend.test>"))  # send 100
+    users.getProfile(userId="me").execute()  # getProfile 1
+    users.history().list(userId="me", startHistoryId=str(sim.current_history_id)).execute()  # history.list 2
+    gmail.list(userId="me", labelIds=["SENT"]).execute()  # list 5
+    gmail.get(userId="me", id=sent["id"], format="minimal").execute()  # get 5: 113
+    status, error = refusal(lambda: users.getProfile(userId="me").execute())  # even 1 more unit is refused
+    assert status == 403 and error["status"] == "PERMISSION_DENIED"
+    assert (error["errors"][0]["reason"], error["errors"][0]["domain"]) == ("userRateLimitExceeded", "usageLimits")
+    assert sim.usage()["sim-mailbox@safesend.localhost"]["units_in_window"] == 113
+
+
+def test_daily_message_limit_is_a_rolling_24_hours_refused_with_the_mail_sending_error(
+    limited: tuple[GmailSimulator, Any],
+) -> None:
+    sim, gmail = limited
+    assert control(sim.url, "POST", "/_sim/config", {"messages_per_day": 3})[0] == 200
+    for i in range(3):  # at t = 0 h, 1 h, 2 h
+        send(gmail, make_raw(f"<day.{i}@safesend.test>"))
+        advance(sim, 3600)
+    status, error = refusal(lambda: send(gmail, make_raw("<day.3@safesend.test>")))  # t = 3 h
+    first_free = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(T_LIMITS + 86400))
+    assert status == 429 and error["status"] == "RESOURCE_EXHAUSTED"
+    assert error["message"] == f"User-rate limit exceeded.  Retry after {first_free} (Mail sending)"
+    assert error["errors"][0]["reason"] == "rateLimitExceeded" and error["errors"][0]["domain"] == "usageLimits"
+    assert len(sim.effects()) == 3
+    advance(sim, 21 * 3600 - 1)  # one second before the first send is 24 h old: still refused
+    assert refusal(lambda: send(gmail, make_raw("<day.3@safesend.test>")))[0] == 429
+    advance(sim, 1)  # rolling, not a fixed time of day: the first send left the window
+    send(gmail, make_raw("<day.3@safesend.test>"))
+    assert refusal(lambda: send(gmail, make_raw("<day.4@safesend.test>")))[0] == 429
+    assert sim.usage()["sim-mailbox@safesend.localhost"]["refused"] == {"daily": 3}
+
+
+def test_daily_recipient_limit_and_recipients_per_message(limited: tuple[GmailSimulator, Any]) -> None:
+    sim, gmail = limited
+    assert control(sim.url, "POST", "/_sim/config", {"limits": "workspace", "recipients_per_day": 150})[0] == 200
+    assert sim.usage()["sim-mailbox@safesend.localhost"]["limits"]["messages_per_day"] == 2000
+    status, error = refusal(lambda: send(gmail, make_raw("<rcpt.0@safesend.test>", to=to_many(101))))
+    assert status == 400 and error["errors"][0]["reason"] == "invalidArgument"
+    send(gmail, make_raw("<rcpt.1@safesend.test>", to=to_many(100)))  # 100 is allowed
+    status, error = refusal(lambda: send(gmail, make_raw("<rcpt.2@safesend.test>", to=to_many(51))))
+    assert status == 429 and error["message"].endswith("(Mail sending)")  # 151 recipients today > 150
+    send(gmail, make_raw("<rcpt.3@safesend.test>", to=to_many(50)))  # exactly 150
+    assert [e["message_id"] for e in sim.effects()] == ["<rcpt.1@safesend.test>", "<rcpt.3@safesend.test>"]
+
+
+def test_a_concurrent_burst_never_passes_the_daily_limit(limited: tuple[GmailSimulator, Any]) -> None:
+    sim, _ = limited
+    sim.set_limits(messages_per_day=10)
+    port = sim.port
+    outcomes: list[int] = []
+
+    def one(i: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            body = json.dumps({"raw": b64(make_raw(f"<burst.{i}@safesend.test>"))})
+            conn.request("POST", "/gmail/v1/users/me/messages/send", body=body)
+            resp = conn.getresponse()
+            resp.read()
+            outcomes.append(resp.status)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(15)
+    assert sorted(outcomes) == [200] * 10 + [429] * 14
+    assert len(sim.effects()) == 10
+
+
+def test_limit_settings_are_checked(limited: tuple[GmailSimulator, Any]) -> None:
+    sim, _ = limited
+    for bad in (
+        {"units_per_window": -1},
+        {"units_per_window": 1.5},
+        {"window_s": 0},
+        {"rate_limit_status": 500},
+        {"rate_limit_reason": "backendError"},
+        {"limits": "unlimited-please"},
+        {"mailbox": "nobody@example.com", "messages_per_day": 1},
+        {"mailboxes": ["not-an-address"]},
+    ):
+        assert control(sim.url, "POST", "/_sim/config", bad)[0] == 400, bad
+    assert control(sim.url, "POST", "/_sim/clock", {"advance_s": -1})[0] == 400
+    assert sim.usage()["sim-mailbox@safesend.localhost"]["limits"]["units_per_window"] is None
+
+
+def test_mailboxes_have_their_own_message_index_change_log_and_limits(
+    limited: tuple[GmailSimulator, Any], make_client: Callable[..., Any]
+) -> None:
+    sim, _ = limited
+    config = {"mailboxes": ["a@shop.example", {"address": "b@shop.example", "tokens": ["token-b"]}]}
+    assert control(sim.url, "POST", "/_sim/config", config)[0] == 200
+    assert control(sim.url, "POST", "/_sim/config", {"mailbox": "a@shop.example", "messages_per_day": 1})[0] == 200
+    users = make_client(sim.url).users()
+    start = {box: sim.history_id(box) for box in ("a@shop.example", "b@shop.example")}
+    raw = b64(make_raw("<box.1@safesend.test>"))
+    sent_a = users.messages().send(userId="a@shop.example", body={"raw": raw}).execute()
+
+    def found(user: str) -> list[str]:
+        hits = users.messages().list(userId=user, q="rfc822msgid:box.1@safesend.test", labelIds=["SENT"]).execute()
+        return [m["id"] for m in hits.get("messages", [])]
+
+    assert found("a@shop.example") == [sent_a["id"]]
+    assert found("b@shop.example") == [] and found("me") == []  # the default mailbox has nothing either
+    assert users.getProfile(userId="a@shop.example").execute()["emailAddress"] == "a@shop.example"
+    a_log = users.history().list(userId="a@shop.example", startHistoryId=str(start["a@shop.example"])).execute()
+    assert [r["messagesAdded"][0]["message"]["id"] for r in a_log["history"]] == [sent_a["id"]]
+    b_log = users.history().list(userId="b@shop.example", startHistoryId=str(start["b@shop.example"])).execute()
+    assert "history" not in b_log
+    # a has reached its own daily limit; b has none and takes the same message (its own index: one copy each).
+    status, error = refusal(lambda: users.messages().send(userId="a@shop.example", body={"raw": raw}).execute())
+    assert status == 429 and error["message"].endswith("(Mail sending)")
+    sent_b = users.messages().send(userId="b@shop.example", body={"raw": raw}).execute()
+    # "me" with b's token is b: a delegated user's token names its mailbox.
+    profile = users.getProfile(userId="me")
+    profile.headers["authorization"] = "Bearer token-b"
+    assert profile.execute()["emailAddress"] == "b@shop.example"
+    assert users.getProfile(userId="me").execute()["emailAddress"] == "sim-mailbox@safesend.localhost"
+    assert [(e["mailbox"], e["gmail_id"]) for e in sim.effects()] == [
+        ("a@shop.example", sent_a["id"]),
+        ("b@shop.example", sent_b["id"]),
+    ]
+    usage = control(sim.url, "GET", "/_sim/usage")[1]["mailboxes"]
+    assert usage["a@shop.example"]["refused"] == {"daily": 1} and usage["b@shop.example"]["messages_today"] == 1
+    status, body = control(sim.url, "GET", "/_sim/history?mailbox=b@shop.example")
+    assert status == 200 and len(body["history"]) == 1 and body["historyId"] == str(sim.history_id("b@shop.example"))

@@ -2,16 +2,39 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.classify import TransportErrorKind, classify_http, classify_transport, crash_failure
+from safesend import lifecycle
+from safesend.classify import (
+    DAILY_LIMIT_CODE,
+    DAILY_LIMIT_WAIT_S,
+    RefusalKind,
+    TransportErrorKind,
+    classify_http,
+    classify_transport,
+    crash_failure,
+    is_daily_limit,
+    refusal_kind,
+)
+from safesend.lifecycle import ReviewReason, Timing
 from safesend.model import Bucket
+from safesend.policy import ChannelPolicy
+from safesend.states import State
 
 PROPS = settings(max_examples=200, deadline=None)
 NOT, MAYBE = Bucket.NOT_ACCEPTED, Bucket.MAYBE_ACCEPTED
-RATE_LIMIT_REASONS = ["rateLimitExceeded", "userRateLimitExceeded", "dailyLimitExceeded", "quotaExceeded"]
+RATE_LIMIT_REASONS = ["rateLimitExceeded", "userRateLimitExceeded", "quotaExceeded"]
+# Gmail's daily sending-limit refusal, as its guide and reported answers word it (sources in classify.py).
+MAIL_SENDING = "User-rate limit exceeded.  Retry after 2026-12-01T15:03:49.658Z (Mail sending)"
+# The per-minute quota refusal, as reported (same reason, no "(Mail sending)").
+PER_MINUTE = (
+    "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user' of service "
+    "'gmail.googleapis.com' for consumer 'project_number:123'."
+)
 
 # (status, reason) -> (bucket, retryable), from the Gmail error guide as documented in classify.py.
 HTTP_TABLE = [
@@ -62,8 +85,83 @@ def test_every_4xx_is_not_accepted(status, reason):
 @PROPS
 @given(status=st.integers(400, 499), reason=st.none() | st.text(max_size=20))
 def test_4xx_is_retryable_only_for_401_408_429_and_rate_limit_403(status, reason):
-    expected = status in (401, 408, 429) or (status == 403 and reason in RATE_LIMIT_REASONS)
+    expected = status in (401, 408, 429) or (status == 403 and reason in [*RATE_LIMIT_REASONS, "dailyLimitExceeded"])
     assert classify_http(status, reason).retryable is expected
+
+
+DAILY_TABLE = [
+    (429, "rateLimitExceeded", MAIL_SENDING),
+    (403, "rateLimitExceeded", MAIL_SENDING),
+    (403, "userRateLimitExceeded", "User-rate limit exceeded (mail SENDING)"),
+    (403, "dailyLimitExceeded", "Daily Limit Exceeded"),
+    (429, "dailyLimitExceeded", ""),
+]
+
+
+@pytest.mark.parametrize("status,reason,message", DAILY_TABLE)
+def test_the_daily_sending_limit_is_its_own_kind_not_a_rate_limit(status, reason, message):
+    failure = classify_http(status, reason, detail=message)
+    assert is_daily_limit(status, reason, message)
+    assert failure.bucket is NOT  # a refusal: Gmail took nothing
+    assert failure.code == DAILY_LIMIT_CODE and failure.status == status
+    assert refusal_kind(failure) is RefusalKind.DAILY_LIMIT
+    assert failure.retryable  # it may go out later, from this mailbox once the day allows, or another
+    assert failure.retry_after_s == DAILY_LIMIT_WAIT_S  # not before the rolling 24 h allow it
+    assert classify_http(status, reason, detail=message, retry_after_s=2 * DAILY_LIMIT_WAIT_S).retry_after_s == (
+        2 * DAILY_LIMIT_WAIT_S
+    )
+
+
+RATE_TABLE = [
+    (429, "rateLimitExceeded", PER_MINUTE),
+    (403, "rateLimitExceeded", PER_MINUTE),
+    (429, "rateLimitExceeded", "Resource has been exhausted (e.g. check quota)."),
+    (403, "userRateLimitExceeded", "User-rate limit exceeded"),
+    (429, None, ""),
+]
+
+
+@pytest.mark.parametrize("status,reason,message", RATE_TABLE)
+def test_per_minute_rate_limits_stay_rate_limits(status, reason, message):
+    failure = classify_http(status, reason, detail=message, retry_after_s=3.0)
+    assert not is_daily_limit(status, reason, message)
+    assert (failure.bucket, failure.retryable, failure.retry_after_s) == (NOT, True, 3.0)
+    assert refusal_kind(failure) is RefusalKind.RATE_LIMIT
+
+
+@PROPS
+@given(status=st.integers(100, 599).filter(lambda s: s not in (403, 429)), reason=st.none() | st.text(max_size=20))
+def test_only_403_and_429_can_be_the_daily_limit(status, reason):
+    assert not is_daily_limit(status, reason, MAIL_SENDING)
+    assert classify_http(status, reason, detail=MAIL_SENDING).code != DAILY_LIMIT_CODE
+
+
+def test_refusal_kinds_of_other_failures():
+    assert refusal_kind(classify_http(401, "authError")) is RefusalKind.AUTH
+    assert refusal_kind(classify_http(400, "invalidArgument")) is RefusalKind.OTHER
+    assert refusal_kind(classify_http(403, "forbidden")) is RefusalKind.OTHER
+    assert refusal_kind(classify_http(503, "backendError", detail=MAIL_SENDING)) is None  # maybe accepted
+    assert refusal_kind(classify_transport(TransportErrorKind.DNS)) is None  # no HTTP answer at all
+
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _refused_once(outcome):
+    job = lifecycle.new_job("j1", "k1", "<m1@x>", "default", {}, "h", T0)
+    job = lifecycle.start_attempt(job, T0, "owner-1", Timing())
+    return lifecycle.record_outcome(job, outcome, "owner-1", T0, ChannelPolicy(name="default"), Timing(), min)
+
+
+def test_a_daily_limit_refusal_is_not_retried_against_the_exhausted_mailbox_within_the_hour():
+    # Filed with the rate limits, it was retried with backoff for the whole 1 h retry horizon, each
+    # retry refused again (and repeated excess can get an account suspended). Until pacing moves it to
+    # another mailbox or queues it, it stops at once: nothing went out, a person hears it.
+    job = _refused_once(classify_http(429, "rateLimitExceeded", detail=MAIL_SENDING))
+    assert job.state is State.FAILED and job.review_reason == ReviewReason.RETRY_HORIZON
+    assert job.attempts == 1 and job.maybe_landed == 0
+    rate_limited = _refused_once(classify_http(429, "rateLimitExceeded", detail=PER_MINUTE))
+    assert rate_limited.state is State.RETRY_WAIT  # a per-minute refusal is still retried soon
 
 
 @PROPS
