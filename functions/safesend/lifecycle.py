@@ -840,5 +840,13 @@ def _recorded(
         "copies": list(job.known_copies),
     }
     changed.decisions.append(record)
-    changed.add_event(now, "decision", decision=decision, reviewer=reviewer, result=result, review_id=review_id)
+    changed.add_event(
+        now,
+        "decision",
+        decision=decision,
+        reviewer=reviewer,
+        result=result,
+        review_id=review_id,
+        copies=list(job.known_copies),  # what the reviewer saw: guarantee 5 is checked against it
+    )
     return changed
