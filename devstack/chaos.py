@@ -12,6 +12,8 @@ What they do, and why each is safe to use on a developer machine:
 - ``RelayCycler``: walks the fault relay through every mode in ``relay.MODES`` with small counts and
   short delays, waiting for each fault to be consumed (bounded) before the next one.
 - ``ChaosRunner``: runs a timeline of process-level actions (kills, freezes) in one thread.
+- ``ScriptedReviewer``: a person at the review console: lists the open items, opens one, and posts a
+  decision through the console's form (its CSRF token, the console's Origin), as a browser would.
 
 Only processes started by this test session are signalled, always by pid / pgid. Every loop is
 bounded in time and count. Standard library + ``requests``.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -29,6 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import requests
 
@@ -40,6 +44,7 @@ __all__ = [
     "GroupFreezer",
     "RecordingSweepTicker",
     "RelayCycler",
+    "ScriptedReviewer",
     "children_of",
     "find_gunicorn_worker",
     "kill_gunicorn_worker",
@@ -394,3 +399,116 @@ class ChaosRunner:
         for entry in self.log:
             done[entry["action"] + (" (error)" if "error" in entry else "")] += 1
         return done
+
+
+_ITEM_LINK = re.compile(r'href="/review/items/([0-9a-f]{32})"')
+_HIDDEN = re.compile(r'<input type="hidden" name="(review_id|csrf)" value="([^"]*)"')
+_BUTTON = re.compile(r'<button type="submit" name="decision" value="([a-z_]+)"')
+DECISION_KINDS = ("resend", "mark_sent", "cancel", "acknowledge")
+
+
+class ScriptedReviewer:
+    """A reviewer working through the console's open items while the storm runs.
+
+    Each pass GETs ``/review``, opens the items it has not answered (one entry, one decision), reads
+    the form's review id, CSRF token and the decisions offered, and POSTs the one it has made least
+    often so far (ties: seeded), with the console's Origin, exactly like the browser form. Every
+    answer is recorded: the 303's ``result`` or the HTTP status. ``accept(job_id)`` limits it to the
+    storm's own jobs. Bounded in passes, in items per pass and in time per request.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        rng: random.Random,
+        accept: Callable[[str], bool],
+        interval_s: float = 0.5,
+        per_pass: int = 10,
+        max_passes: int = 2000,
+        timeout_s: float = 15.0,
+    ):
+        self.url = url.rstrip("/")
+        self.rng = rng
+        self.accept = accept
+        self.interval_s = interval_s
+        self.per_pass = per_pass
+        self.max_passes = max_passes
+        self.timeout_s = timeout_s
+        self.decisions: list[dict[str, Any]] = []
+        self.made: Counter[str] = Counter()
+        self.errors: list[str] = []
+        self._answered: set[str] = set()  # review ids
+        self._refused: set[str] = set()  # review ids whose resend found a copy: decide again, not resend
+        self._stop = threading.Event()
+        self._session = requests.Session()
+        self._thread = threading.Thread(target=self._run, name="storm-reviewer", daemon=True)
+
+    def start(self) -> ScriptedReviewer:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout=timeout_s)
+        self._session.close()
+
+    def _refusals(self) -> set[tuple[str, str]]:
+        return {("resend", review_id) for review_id in self._refused}
+
+    def _run(self) -> None:
+        for _ in range(self.max_passes):
+            if self._stop.is_set():
+                return
+            try:
+                self._pass()
+            except requests.RequestException as exc:  # a worker restarting: the next pass tries again
+                self.errors.append(f"connection: {type(exc).__name__}")
+            self._stop.wait(self.interval_s)
+
+    def _pass(self) -> None:
+        listing = self._session.get(f"{self.url}/review", timeout=self.timeout_s)
+        if listing.status_code != 200:
+            self.errors.append(f"GET /review: {listing.status_code}")
+            return
+        job_ids = [j for j in dict.fromkeys(_ITEM_LINK.findall(listing.text)) if self.accept(j)]
+        self.rng.shuffle(job_ids)
+        for job_id in job_ids[: self.per_pass]:
+            if self._stop.is_set():
+                return
+            self._decide(job_id)
+
+    def _decide(self, job_id: str) -> None:
+        page = self._session.get(f"{self.url}/review/items/{job_id}", timeout=self.timeout_s)
+        if page.status_code != 200:
+            self.errors.append(f"GET item {job_id}: {page.status_code}")
+            return
+        hidden = dict(_HIDDEN.findall(page.text))
+        review_id = hidden.get("review_id")
+        offered = [
+            d for d in _BUTTON.findall(page.text) if d in DECISION_KINDS and (d, review_id) not in self._refusals()
+        ]
+        if not review_id or "csrf" not in hidden or not offered or review_id in self._answered:
+            return  # decided meanwhile, or answered by us already
+        fewest = min(self.made[d] for d in offered)
+        decision = self.rng.choice([d for d in offered if self.made[d] == fewest])
+        answer = self._session.post(
+            f"{self.url}/review/items/{job_id}/decision",
+            data={"review_id": review_id, "csrf": hidden["csrf"], "decision": decision, "note": "storm reviewer"},
+            headers={"Origin": self.url},
+            allow_redirects=False,
+            timeout=self.timeout_s,
+        )
+        result: str | None = None
+        if answer.status_code == 303:
+            found = parse_qs(urlsplit(answer.headers.get("Location", "")).query).get("result")
+            result = found[0] if found else None
+        if result == "refused_copy_found":
+            self._refused.add(review_id)  # the entry stays open: the next pass marks it sent or cancels
+        else:
+            self._answered.add(review_id)
+        if result not in (None, "replayed"):
+            self.made[decision] += 1
+        self.decisions.append(
+            {"job_id": job_id, "review_id": review_id, "decision": decision, "status": answer.status_code}
+            | {"result": result, "t": round(time.monotonic(), 2)}
+        )

@@ -21,6 +21,7 @@ from typing import Any
 from safesend.adapters.store_common import readable_job
 from safesend.errors import ConcurrentUpdateError
 from safesend.model import Job, as_utc
+from safesend.ports import Cursor
 from safesend.states import State
 
 
@@ -79,12 +80,13 @@ class InMemoryJobStore:
             self._docs[job.id] = _document(stored)
         return stored
 
-    def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
+    def find_due(self, state: State, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
         now = as_utc(now)
         return self._query(
             lambda d: d.get("state") == state.value and _at_or_before(d.get("next_check_at"), now),
             "next_check_at",
             limit,
+            start_after,
         )
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
@@ -96,9 +98,9 @@ class InMemoryJobStore:
             limit,
         )
 
-    def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
+    def find_notices_due(self, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
         now = as_utc(now)
-        return self._query(lambda d: _at_or_before(d.get("notice_due_at"), now), "notice_due_at", limit)
+        return self._query(lambda d: _at_or_before(d.get("notice_due_at"), now), "notice_due_at", limit, start_after)
 
     def all(self) -> list[Job]:
         with self._lock:
@@ -110,13 +112,25 @@ class InMemoryJobStore:
         with self._lock:
             self._docs[job_id] = _stored(document)
 
-    def _query(self, matches: Callable[[dict[str, Any]], bool], order_by: str, limit: int) -> list[Job]:
-        """Like the real stores: match on the stored fields, order by (field, id), limit, then read
-        each document as a job, leaving out (and logging) the ones that are not."""
+    def _query(
+        self,
+        matches: Callable[[dict[str, Any]], bool],
+        order_by: str,
+        limit: int,
+        start_after: Cursor | None = None,
+    ) -> list[Job]:
+        """Like the real stores: match on the stored fields, order by (field, id), start after the
+        cursor, limit, then read each document as a job, leaving out (and logging) the ones that are not."""
+        after = (as_utc(start_after[0]), start_after[1]) if start_after is not None else None
         with self._lock:
-            found = [(doc[order_by], job_id, _stored(doc)) for job_id, doc in self._docs.items() if matches(doc)]
-        found.sort(key=lambda item: (item[0], item[1]))
-        readable = (readable_job(Job.from_dict, doc, job_id) for _, job_id, doc in found[: max(limit, 0)])
+            found = [
+                (doc[order_by], job_id, doc)
+                for job_id, doc in self._docs.items()
+                if matches(doc) and (after is None or (doc[order_by], job_id) > after)
+            ]
+            found.sort(key=lambda item: (item[0], item[1]))
+            page = [(job_id, _stored(doc)) for _, job_id, doc in found[: max(limit, 0)]]
+        readable = (readable_job(Job.from_dict, doc, job_id) for job_id, doc in page)
         return [job for job in readable if job is not None]
 
 

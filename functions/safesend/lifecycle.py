@@ -41,6 +41,7 @@ class ReviewReason:
     RETRY_HORIZON = "retry_horizon"  # refused (429, rate limits...) for longer than the retry horizon
     UNVERIFIED = "unverified"  # at the verification horizon the mailbox did not show exactly our copy
     LATE_ACCEPT = "late_accept"  # an attempt we had given up on was accepted after all
+    SENT_AFTER_CANCEL = "sent_after_cancel"  # a reviewer cancelled, then a copy landed anyway
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,12 @@ def record_outcome(
         return _enter_unknown(job, outcome, now, first_check_at(job, now, policy, timing))
     refused = job.copy()
     refused.maybe_landed = max(0, refused.maybe_landed - 1)  # Gmail provably did not take this one
+    if refused.known_copies:
+        # A copy is already known (a late 200 recorded meanwhile): settle on it, never try again.
+        refused.add_event(now, "attempt_refused", error=outcome.as_dict())
+        settled = settle_on_known_copies(refused, now, policy, timing)
+        if settled is not None:
+            return settled
     if not outcome.retryable:
         return _give_up(refused, ReviewReason.PERMANENT_ERROR, now, outcome)
     return _schedule_retry(refused, outcome, now, policy, timing, uniform)
@@ -210,12 +217,15 @@ def _record_acceptance(
             return _enter_human(changed, State.REVIEW, ReviewReason.DUPLICATE, now, None)
         return _mark_sent(changed, ref, now, "accepted", policy, timing)
     changed.add_event(now, "late_accept", provider_ref=ref)
-    if job.state is State.SENT and len(changed.known_copies) > 1:
+    if job.state is State.SENT and _unaccepted_duplicate(changed):
         return _enter_human(changed, State.REVIEW, ReviewReason.DUPLICATE, now, None)
     if job.state in HUMAN_STATES:
         # A human was told "not sent" or "unclear": the news that it went out must reach them too.
         return _enter_human(changed, State.REVIEW, ReviewReason.LATE_ACCEPT, now, None)
-    return changed  # sending (another attempt in flight: its outcome will count this copy), cancelled
+    if job.state is State.CANCELLED:
+        # A person cancelled because nothing had gone out; it has now: they must hear it.
+        return _enter_human(changed, State.REVIEW, ReviewReason.SENT_AFTER_CANCEL, now, None)
+    return changed  # sending: another attempt is in flight, and its outcome counts this copy
 
 
 def note_stored_message_id(job: Job, stored_message_id: str | None, now: datetime) -> Job:
@@ -331,6 +341,14 @@ def apply_mailbox_check(
     return start_attempt(checked, now, owner, timing)
 
 
+def settle_on_known_copies(job: Job, now: datetime, policy: ChannelPolicy, timing: Timing) -> Job | None:
+    """Before any new attempt: a copy already known (a late 200 recorded meanwhile) settles the job
+    (one: sent, more: duplicate) instead of a send that would make one more. None: no copy known."""
+    if not job.known_copies:
+        return None
+    return _settled_by_copies(job, [], now, "settled_on_known_copies", policy, timing)
+
+
 def resume_after_refusals(job: Job, now: datetime, owner: str, timing: Timing) -> Job:
     """A retry_wait job none of whose attempts can have landed: resend without asking the mailbox."""
     if job.state is not State.RETRY_WAIT or job.maybe_landed:
@@ -348,7 +366,7 @@ def apply_verification(job: Job, hits: Sequence[MailboxHit], now: datetime) -> J
     if not needs_verification(job):
         raise ValueError("only an unverified sent job is verified")
     checked, sent = _checked(job, hits, now, "verification_checked")
-    if len(checked.known_copies) > 1:
+    if _unaccepted_duplicate(checked):
         return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
     if checked.verify_until is not None and now < checked.verify_until:
         checked.next_check_at = checked.verify_until
@@ -358,7 +376,29 @@ def apply_verification(job: Job, hits: Sequence[MailboxHit], now: datetime) -> J
         checked.next_check_at = None
         checked.add_event(now, "verified", gmail_id=sent[0].gmail_id)
         return checked
+    if person_accepted_copies(checked) is not None:
+        # A person settled it with the copies they saw; no further copy appeared up to the horizon.
+        checked.next_check_at = None
+        checked.add_event(now, "verification_ended", known_copies=len(checked.known_copies))
+        return checked
     return _enter_human(checked, State.REVIEW, ReviewReason.UNVERIFIED, now, None)
+
+
+def person_accepted_copies(job: Job) -> frozenset[str] | None:
+    """The copies a reviewer saw when their decision made this job `sent` (mark sent, acknowledge);
+    None when the job is `sent` by the automatic path."""
+    applied = [d for d in job.decisions if d.get("applied")]
+    if job.state is not State.SENT or not applied or applied[-1]["result"] not in ("marked_sent", "acknowledged"):
+        return None
+    return frozenset(applied[-1].get("copies") or ())
+
+
+def _unaccepted_duplicate(job: Job) -> bool:
+    """More than one copy, and not only those a person already accepted: a duplicate to report."""
+    if len(job.known_copies) <= 1:
+        return False
+    accepted = person_accepted_copies(job)
+    return accepted is None or not set(job.known_copies) <= accepted
 
 
 def claim_review_publish(job: Job, now: datetime, timing: Timing) -> Job:
@@ -376,7 +416,8 @@ def mark_review_published(job: Job, now: datetime, message_id: str, notify_timeo
     within `notify_timeout_s`, else it is published again (an item Pub/Sub dead-lettered)."""
     changed = job.copy()
     changed.review_published_at = now
-    changed.next_check_at = now + timedelta(seconds=notify_timeout_s) if notify_timeout_s else None
+    notified = job.review_notified_entry == job.review_entries  # notify's first write came first
+    changed.next_check_at = now + timedelta(seconds=notify_timeout_s) if notify_timeout_s and not notified else None
     changed.updated_at = now
     changed.add_event(now, "review_published", pubsub_message_id=message_id, reason=job.review_reason)
     return changed
@@ -389,6 +430,24 @@ def needs_republish(job: Job, now: datetime) -> bool:
         and job.review_notified_entry != job.review_entries
         and is_due(job, now)
     )
+
+
+def has_stale_due_time(job: Job, now: datetime) -> bool:
+    """A published and notified review entry waits for a person only: a due time on it is left over
+    (written by a publisher that lost a race to notify) and would keep the job due for ever."""
+    return (
+        job.state in HUMAN_STATES
+        and job.review_published_at is not None
+        and job.review_notified_entry == job.review_entries
+        and is_due(job, now)
+    )
+
+
+def clear_stale_due_time(job: Job, now: datetime) -> Job:
+    changed = job.copy()
+    changed.next_check_at = None
+    changed.updated_at = now
+    return changed
 
 
 def republish_unnotified(job: Job, now: datetime) -> Job:
@@ -584,7 +643,8 @@ def add_review_notices(
             added = True
     if not suffix and changed.review_notified_entry != job.review_entries:
         changed.review_notified_entry = job.review_entries
-        changed.next_check_at = None  # nothing left due for this review entry (see republish_unnotified)
+        if changed.review_published_at is not None:  # else the publisher's hold stays until it marks it
+            changed.next_check_at = None  # nothing left due for this review entry (see republish_unnotified)
         added = True
     return changed if added else None
 
@@ -631,7 +691,7 @@ def _refresh_notice_due(job: Job) -> None:
 class Decision:
     RESEND = "resend"  # a fresh mailbox check first; refused if any copy exists
     MARK_SENT = "mark_sent"  # the reviewer's word, with whatever copy the mailbox shows
-    CANCEL = "cancel"  # terminal: nothing more is sent
+    CANCEL = "cancel"  # nothing more is sent (a copy landing later still reaches a person)
     ACKNOWLEDGE = "acknowledge"  # a duplicate went out: the reviewer has seen it
 
     ALL = (RESEND, MARK_SENT, CANCEL, ACKNOWLEDGE)
@@ -648,7 +708,7 @@ def current_review_id(job: Job) -> str | None:
 def allowed_decisions(job: Job) -> list[str]:
     if job.state not in HUMAN_STATES:
         return []
-    if job.review_reason == ReviewReason.DUPLICATE:
+    if job.review_reason in (ReviewReason.DUPLICATE, ReviewReason.SENT_AFTER_CANCEL):
         return [Decision.ACKNOWLEDGE]  # the copies are out: resending or cancelling changes nothing
     return [Decision.RESEND, Decision.MARK_SENT, Decision.CANCEL]
 
@@ -705,16 +765,64 @@ def decide(
         decided = _moved(
             _recorded(checked, review_id, decision, reviewer, note, now, "cancelled", True), State.CANCELLED, now
         )
-        decided.next_check_at = None
-        return decided, "cancelled"
+        return _watch_after_cancel(decided, now, timing), "cancelled"
     result = "acknowledged" if decision == Decision.ACKNOWLEDGE else "marked_sent"
     decided = _moved(_recorded(checked, review_id, decision, reviewer, note, now, result, True), State.SENT, now)
     if len(sent) == 1:
         decided.provider_ref = sent[0].as_dict()
-    decided.verified = len(copies) == 1 and len(sent) == 1  # one copy, and the mailbox shows it
-    decided.next_check_at = None
     decided.lease_owner = decided.lease_until = None
-    return decided, result
+    return _verify_after_decision(decided, len(copies) == 1 and len(sent) == 1, now, timing), result
+
+
+def _watch_after_cancel(job: Job, now: datetime, timing: Timing) -> Job:
+    """A cancel stops sending, not the truth: if an attempt may have landed and the search may not
+    show it yet, the mailbox is searched again up to the verification horizon (apply_cancel_check)."""
+    last_attempt = job.last_attempt_at or job.created_at
+    horizon = last_attempt + timedelta(seconds=timing.verify_horizon_s)
+    job.lease_owner = job.lease_until = None
+    if job.maybe_landed >= 1 and now < horizon:
+        job.verify_until = horizon
+        job.next_check_at = min(now + timedelta(seconds=timing.recheck_s), horizon)
+        return job
+    job.next_check_at = None
+    return job
+
+
+def watches_after_cancel(job: Job) -> bool:
+    return job.state is State.CANCELLED and job.next_check_at is not None
+
+
+def apply_cancel_check(job: Job, hits: Sequence[MailboxHit], now: datetime) -> Job:
+    """A cancelled job whose attempt may have landed: a copy found reaches a person
+    (`sent_after_cancel`); none up to the horizon ends the watch."""
+    if not watches_after_cancel(job):
+        raise ValueError("only a cancelled job under watch is checked")
+    checked, _ = _checked(job, hits, now, "mailbox_checked")
+    if checked.known_copies:
+        return _enter_human(checked, State.REVIEW, ReviewReason.SENT_AFTER_CANCEL, now, None)
+    if checked.verify_until is not None and now < checked.verify_until:
+        checked.next_check_at = checked.verify_until
+        return checked
+    checked.next_check_at = None
+    checked.add_event(now, "cancel_confirmed")
+    return checked
+
+
+def _verify_after_decision(job: Job, one_copy_shown: bool, now: datetime, timing: Timing) -> Job:
+    """Guarantee 2 holds for a person's decision too: while more than one attempt may have landed and
+    the verification horizon has not passed, the job is searched again (apply_verification) and any
+    copy beyond those the reviewer saw reaches a person. Otherwise the decision ends the checks."""
+    last_attempt = job.last_attempt_at or job.created_at
+    horizon = last_attempt + timedelta(seconds=timing.verify_horizon_s)
+    if job.maybe_landed >= 2 and now < horizon:
+        job.verified = False
+        job.verify_until = horizon
+        job.next_check_at = min(now + timedelta(seconds=timing.recheck_s), horizon)
+        job.add_event(now, "verification_pending", maybe_landed=job.maybe_landed)
+        return job
+    job.verified = one_copy_shown  # one copy, and the mailbox shows it
+    job.next_check_at = None
+    return job
 
 
 def _recorded(
@@ -732,5 +840,13 @@ def _recorded(
         "copies": list(job.known_copies),
     }
     changed.decisions.append(record)
-    changed.add_event(now, "decision", decision=decision, reviewer=reviewer, result=result, review_id=review_id)
+    changed.add_event(
+        now,
+        "decision",
+        decision=decision,
+        reviewer=reviewer,
+        result=result,
+        review_id=review_id,
+        copies=list(job.known_copies),  # what the reviewer saw: guarantee 5 is checked against it
+    )
     return changed

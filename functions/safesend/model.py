@@ -155,6 +155,9 @@ class Job:
     notice_due_at: datetime | None = None  # earliest undelivered notice: the sweeper scans it
     events: list[dict[str, Any]] = field(default_factory=list)
     events_dropped: int = 0
+    # A fresh id on every write the service makes (service._cas): a write the store reports as a lost
+    # race although it landed is recognised as ours by reading it back.
+    write_mark: str | None = None
     version: int = 0
     # The store's concurrency token for the copy we hold (Firestore: the document's update time).
     # Not persisted; carried through copies so a compare-and-set can be a single conditional write.

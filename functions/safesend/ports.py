@@ -9,6 +9,9 @@ from typing import Any, Protocol
 from .model import Accepted, Delivery, Failure, HistoryPage, Job, MailboxHit
 from .states import State
 
+# A keyset cursor: the (due time, job id) of the last job of the previous page.
+Cursor = tuple[datetime, str]
+
 
 class JobStore(Protocol):
     """Persistence for jobs (Firestore in production). Every write bumps `version`."""
@@ -29,15 +32,17 @@ class JobStore(Protocol):
         still land: re-read, never assume it did not).
         """
 
-    def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
-        """Jobs in `state` with next_check_at <= now, oldest first, at most `limit`. A stored
-        document that cannot be read as a job is logged and left out, never raised."""
+    def find_due(self, state: State, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
+        """Jobs in `state` with next_check_at <= now, ordered by (next_check_at, id), at most `limit`,
+        only those after `start_after` when given (keyset pagination). A stored document that cannot
+        be read as a job is logged and left out, never raised."""
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
         """Jobs in review or failed, oldest update first, at most `limit`: what reviewers work through."""
 
-    def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
-        """Jobs with a callback notice due (notice_due_at <= now), oldest first, at most `limit`."""
+    def find_notices_due(self, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
+        """Jobs with a notice due (notice_due_at <= now), ordered by (notice_due_at, id), at most
+        `limit`, only those after `start_after` when given (keyset pagination)."""
 
 
 class Mailer(Protocol):

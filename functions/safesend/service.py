@@ -15,13 +15,12 @@ Invariants kept here:
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -50,14 +49,14 @@ from .mime import build_mime
 from .model import Accepted, Failure, Job
 from .notify import REVIEW_EMAIL_KEY_PREFIX, ReviewerTargets
 from .policy import ChannelPolicies, ChannelPolicy
-from .ports import CheckScheduler, JobStore, Mailer, Notifier, ReviewPublisher
+from .ports import CheckScheduler, Cursor, JobStore, Mailer, Notifier, ReviewPublisher
 from .review import review_attributes, review_item
 from .review_messages import decision_update, reviewer_email
 from .states import SWEPT_STATES, State
 from .validation import SendRequest, message_from_payload, parse_send_request
 
 MAX_RECORD_TRIES = 8  # compare-and-set retries when recording an outcome we must not lose
-MAX_SWEEP_BATCHES = 20  # per state and sweep; the time budget bounds it too
+MAX_SWEEP_BATCHES = 200  # pages per state and sweep (10,000 jobs at 50 a page); the time budget bounds it too
 MAX_NOTICES_PER_ADVANCE = 10  # callback POSTs in one reconcile call (each bounded by its deadline)
 
 
@@ -206,6 +205,10 @@ class SafeSendService:
                 if self.monotonic() + wait_s + self.send_timeout_s > deadline:
                     break
                 self.sleep(wait_s)
+                settled = lifecycle.settle_on_known_copies(job, self.clock(), policy, self.timing)
+                if settled is not None:  # a copy is known: no attempt may add another
+                    job = self._cas(job, settled)
+                    break
                 job = self._cas(job, lifecycle.start_attempt(job, self.clock(), owner, self.timing))
             except ConcurrentUpdateError:
                 return self._reload(job)
@@ -286,7 +289,8 @@ class SafeSendService:
         if isinstance(outcome, Accepted) and "late_accept" in kinds:
             log(
                 logging.ERROR,
-                "accepted after our lease was taken over: possible duplicate, verification follows",
+                "accepted after our lease was taken over: possible duplicate, "
+                + ("a person is told" if stored.state is State.REVIEW else "the attempt in flight counts it"),
                 job_id=stored.id,
                 gmail_id=outcome.gmail_id,
                 state=stored.state.value,
@@ -374,12 +378,17 @@ class SafeSendService:
             )
         if lifecycle.needs_publish(job):
             return job, self._publish_review(job)
-        if not (job.state in (State.UNKNOWN, State.RETRY_WAIT) or lifecycle.needs_verification(job)):
+        if lifecycle.has_stale_due_time(job, now):
+            try:
+                return self._cas(job, lifecycle.clear_stale_due_time(job, now)), "due_time_cleared"
+            except ConcurrentUpdateError:
+                return self._reload(job), "conflict"
+        if not (job.state in (State.UNKNOWN, State.RETRY_WAIT) or _verifying(job)):
             return job, "notices_delivered" if delivered else "nothing_to_do"
         if not lifecycle.is_due(job, now):
             self._follow_up(job)  # make sure a task exists for the real due time
             return job, "not_due"
-        if job.state is State.SENT:
+        if job.state in (State.SENT, State.CANCELLED):
             return self._verify(job)
         return self._check_mailbox_and_act(job, policy)
 
@@ -387,7 +396,7 @@ class SafeSendService:
         owner = self.new_owner()
         if lifecycle.uses_history(job, self.clock(), policy, self.timing):
             return self._check_history(job, policy)
-        if job.state is State.RETRY_WAIT and job.maybe_landed == 0:
+        if job.state is State.RETRY_WAIT and job.maybe_landed == 0 and not job.known_copies:
             decided = lifecycle.resume_after_refusals(job, self.clock(), owner, self.timing)
             hits_seen = None
         else:
@@ -431,10 +440,12 @@ class SafeSendService:
         return stored, f"history_{stored.state.value}"
 
     def _verify(self, job: Job) -> tuple[Job, str]:
-        """A verification check of a sent job that may have two copies (see lifecycle)."""
+        """A verification check of a sent job that may have two copies, or of a cancelled one whose
+        attempt may still land (see lifecycle)."""
         hits = self.mailer.find_by_message_id(job.message_id)
+        check = lifecycle.apply_cancel_check if job.state is State.CANCELLED else lifecycle.apply_verification
         try:
-            stored = self._cas(job, lifecycle.apply_verification(job, hits, self.clock()))
+            stored = self._cas(job, check(job, hits, self.clock()))
         except ConcurrentUpdateError:
             return self._reload(job), "conflict"
         if stored.state is State.REVIEW:
@@ -651,30 +662,50 @@ class SafeSendService:
         return report
 
     def _sweep_notices(self, batch: int, deadline: float, report: SweepReport) -> None:
-        """Callback notices whose task was lost: one bounded batch per sweep."""
+        """Notices whose task was lost, page after page past any this instance cannot act on."""
         if self.notifier is None:
             return
-        for job in self.store.find_notices_due(self.clock(), batch):
-            if self.monotonic() >= deadline:
-                report.stopped_early = True
-                return
-            report.examined += 1
-            report.count(self._advance_isolated(job, report))
+        self._sweep_pages(
+            lambda cursor: self.store.find_notices_due(self.clock(), batch, start_after=cursor),
+            lambda job: job.notice_due_at,
+            deadline,
+            report,
+        )
 
     def _sweep_state(self, state: State, batch: int, deadline: float, report: SweepReport) -> bool:
         """Advance the due jobs of one state; False when the time budget ran out."""
-        seen: set[str] = set()
+        return self._sweep_pages(
+            lambda cursor: self.store.find_due(state, self.clock(), batch, start_after=cursor),
+            lambda job: job.next_check_at,
+            deadline,
+            report,
+        )
+
+    def _sweep_pages(
+        self,
+        query: Callable[[Cursor | None], Sequence[Job]],
+        due_of: Callable[[Job], datetime | None],
+        deadline: float,
+        report: SweepReport,
+    ) -> bool:
+        """Keyset pagination on (due time, id): each page starts after the last job of the one before,
+        so any number of due jobs that cannot be advanced never hide the ones behind them. The due
+        time is the one the query read (the advance may move it). False when the budget ran out."""
+        cursor: Cursor | None = None
         for _ in range(MAX_SWEEP_BATCHES):
-            fresh = [j for j in self.store.find_due(state, self.clock(), batch) if j.id not in seen]
-            for job in fresh:
+            page = query(cursor)
+            for job in page:
                 if self.monotonic() >= deadline:
                     report.stopped_early = True
                     return False
-                seen.add(job.id)
                 report.examined += 1
                 report.count(self._advance_isolated(job, report))
-            if len(fresh) < batch:
-                break  # this state has nothing more due (what is left was already handled once)
+            if not page:
+                return True  # a short page may only mean unreadable records were left out: ask once more
+            last_due = due_of(page[-1])
+            if last_due is None:
+                return True
+            cursor = (last_due, page[-1].id)
         return True
 
     def _advance_isolated(self, job: Job, report: SweepReport) -> str:
@@ -700,11 +731,13 @@ class SafeSendService:
     # -------------------------------------------------------------- helpers
     def _follow_up(self, job: Job) -> None:
         """After a change: make sure a reconcile task is queued, or the review item is out."""
-        checking = job.state in (State.UNKNOWN, State.RETRY_WAIT) or lifecycle.needs_verification(job)
+        checking = job.state in (State.UNKNOWN, State.RETRY_WAIT) or _verifying(job)
         if checking and job.next_check_at:
-            self._schedule(
-                job, f"a{job.attempts}-c{job.checks}" + ("-v" if job.state is State.SENT else ""), job.next_check_at
-            )
+            # Unique per due check (Cloud Tasks refuses a name it has seen): a due time that moves
+            # without a check (the change log's 404 falls back to the search) gets its own task.
+            due_ms = int(job.next_check_at.timestamp() * 1000)
+            step = f"a{job.attempts}-c{job.checks}-{due_ms}" + ("-v" if _verifying(job) else "")
+            self._schedule(job, step, job.next_check_at)
         if job.notice_due_at and self.notifier:
             self._schedule(job, f"n{job.notice_seq}-{int(job.notice_due_at.timestamp() * 1000)}", job.notice_due_at)
         if lifecycle.needs_publish(job):
@@ -752,16 +785,51 @@ class SafeSendService:
             reason=job.review_reason,
             pubsub_message_id=pubsub_id,
         )
-        timeout = self.reviewers.notify_timeout_s or None  # 0: no notify function is deployed
-        # A lost race is fine: published; at worst it is published again after the hold, same review_id.
-        with contextlib.suppress(ConcurrentUpdateError):
-            self._cas(held, lifecycle.mark_review_published(held, self.clock(), pubsub_id, timeout))
+        self._mark_published(held, pubsub_id)
         return "review_published"
 
+    def _mark_published(self, held: Job, pubsub_id: str) -> None:
+        """Record the publish, re-applied over a lost race (notify's first write often lands first:
+        the push is fast). Left unrecorded, the job would be published again and keep a due time."""
+        timeout = self.reviewers.notify_timeout_s or None  # 0: no notify function is deployed
+        review_id = lifecycle.current_review_id(held)
+        current = held
+        for _ in range(MAX_RECORD_TRIES):
+            try:
+                self._cas(current, lifecycle.mark_review_published(current, self.clock(), pubsub_id, timeout))
+                return
+            except ConcurrentUpdateError:
+                current = self._reload(current)
+            if lifecycle.current_review_id(current) != review_id or current.review_published_at is not None:
+                return  # decided, re-entered, or marked by another publisher: nothing left to record
+        # At worst it is published again after the hold: same review_id, consumers dedupe on it.
+        log(logging.WARNING, "review publish not recorded after repeated conflicts", job_id=held.id)
+
     def _cas(self, before: Job, after: Job) -> Job:
-        """Every write: a job that settles queues its callback notices in the same write."""
+        """Every write: a job that settles queues its callback notices in the same write. Each write
+        carries a fresh mark, so a store that reports our own landed write as a lost race (an answer
+        lost after the commit) cannot turn it into a skipped send or a review item."""
         after = lifecycle.queue_notices(before, after, self.clock())
-        return self.store.compare_and_set(after, expected_version=before.version)
+        after = after.copy() if after is before else after
+        after.write_mark = uuid.uuid4().hex
+        try:
+            return self.store.compare_and_set(after, expected_version=before.version)
+        except ConcurrentUpdateError:
+            landed = self._own_write(after, before.version + 1)
+            if landed is None:
+                raise
+            log(logging.WARNING, "the store reported our own write as a lost race; it landed", job_id=after.id)
+            return landed
+
+    def _own_write(self, after: Job, version: int) -> Job | None:
+        """The stored job if it is exactly our write (its mark and version), else None."""
+        try:
+            stored = self.store.get(after.id)
+        except StoreUnavailableError:
+            return None
+        if stored is not None and stored.write_mark == after.write_mark and stored.version == version:
+            return stored
+        return None
 
     def _reload(self, job: Job) -> Job:
         """The stored job after a lost race; the copy we hold if the store cannot say."""
@@ -770,3 +838,8 @@ class SafeSendService:
         except StoreUnavailableError:
             return job
         return fresh if fresh is not None else job
+
+
+def _verifying(job: Job) -> bool:
+    """A settled job still searched: sent with two attempts in doubt, or cancelled with one."""
+    return lifecycle.needs_verification(job) or lifecycle.watches_after_cancel(job)

@@ -15,9 +15,10 @@
                   sending / sent / cancelled (a reviewer decided: resend, mark sent, cancel)
     review     -> sending (a reviewer resends, after a fresh mailbox check found no copy),
                   sent (a reviewer marks it sent or acknowledges a duplicate), cancelled
-    cancelled: terminal.
+    cancelled  -> review (a copy landed after all: an attempt in flight when a reviewer cancelled)
+                  Nothing is ever sent for a cancelled job.
 
-`sent` and `failed` are *settled* (callers get their final answer) but not terminal: a job
+`sent`, `failed` and `cancelled` are *settled* (callers get their final answer) but not terminal: a job
 that ended `sent` while more than one of its attempts may have landed stays under verification
 until the mailbox proves a single copy, and any late evidence of a second copy reaches a human.
 """
@@ -51,7 +52,7 @@ ALLOWED_TRANSITIONS: dict[State, frozenset[State]] = {
     State.SENT: frozenset({State.REVIEW}),
     State.FAILED: frozenset({State.REVIEW, State.SENDING, State.SENT, State.CANCELLED}),
     State.REVIEW: frozenset({State.SENDING, State.SENT, State.CANCELLED}),
-    State.CANCELLED: frozenset(),
+    State.CANCELLED: frozenset({State.REVIEW}),
 }
 
 TERMINAL_STATES = frozenset(s for s, targets in ALLOWED_TRANSITIONS.items() if not targets)
@@ -60,7 +61,16 @@ SETTLED_STATES = frozenset({State.SENT, State.FAILED, State.REVIEW, State.CANCEL
 # States that need a human: entering one publishes a review item.
 HUMAN_STATES = frozenset({State.REVIEW, State.FAILED})
 # States the sweeper scans by next_check_at (sent: a verification check is due).
-SWEPT_STATES = (State.SENDING, State.UNKNOWN, State.RETRY_WAIT, State.SENT, State.REVIEW, State.FAILED)
+# (cancelled: a search is due while an attempt may still land after a reviewer cancelled.)
+SWEPT_STATES = (
+    State.SENDING,
+    State.UNKNOWN,
+    State.RETRY_WAIT,
+    State.SENT,
+    State.REVIEW,
+    State.FAILED,
+    State.CANCELLED,
+)
 
 
 def can_transition(source: State, target: State) -> bool:

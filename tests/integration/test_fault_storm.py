@@ -6,6 +6,12 @@ emulators at once, against the whole local stack (devstack/stack.py), in two pha
   beyond-window   the index lag (4 s) exceeds the window: a `retry` channel may resend a copy that
                   already landed, but every such duplicate must end in `review` / `duplicate` with a
                   review item (SAFESEND_VERIFY_HORIZON_S re-checks `sent` jobs).
+  reviewers       as beyond-window, with fewer jobs, while a scripted reviewer (devstack.chaos.
+                  ScriptedReviewer) decides every open item through the console's form POST (CSRF
+                  token, Origin) as attempts still land late: each kind (resend, mark sent, cancel,
+                  acknowledge) at least once. After it, README guarantee 5: a job a person made
+                  `sent` holds no copy the person did not see, a cancelled job has no copy, and any
+                  other copy is in `review` with a review item.
 
 In both phases: 0 jobs lost (every job exists and settles; a `sent` job has a copy; no job with a
 copy is `failed`; every `review` / `failed` job has a review item on Pub/Sub), 0 `failed` jobs (the
@@ -38,7 +44,7 @@ import pytest
 import requests
 
 from devstack import relay as relay_module
-from devstack.chaos import ChaosAction, ChaosRunner, RecordingSweepTicker, RelayCycler
+from devstack.chaos import DECISION_KINDS, ChaosAction, ChaosRunner, RecordingSweepTicker, RelayCycler, ScriptedReviewer
 from devstack.stack import LocalStack, StackConfig
 
 pytestmark = pytest.mark.integration
@@ -78,6 +84,8 @@ class Phase:
     sim_index_lag_s: float
     env: dict[str, str]
     beyond_window: bool
+    reviewer: bool = False  # a scripted reviewer decides through the console while the storm runs
+    jobs: int | None = None  # None: SAFESEND_STORM_JOBS
 
 
 PHASES = [
@@ -86,7 +94,17 @@ PHASES = [
     Phase(
         "beyond-window", 4.0, {"SAFESEND_UNKNOWN_WINDOW_S": "3", "SAFESEND_VERIFY_HORIZON_S": "10"}, beyond_window=True
     ),
+    Phase(
+        "reviewers",
+        4.0,
+        {"SAFESEND_UNKNOWN_WINDOW_S": "3", "SAFESEND_VERIFY_HORIZON_S": "10"},
+        beyond_window=True,
+        reviewer=True,
+        jobs=int(os.environ.get("SAFESEND_STORM_REVIEW_JOBS", "60")),
+    ),
 ]
+REVIEWER_TAIL_S = 8.0  # the reviewer keeps deciding this long after the traffic, then leaves
+PERSON_RESULTS = ("marked_sent", "acknowledged")  # decisions that make a job `sent` on a person's word
 
 
 # --------------------------------------------------------------------------- the traffic
@@ -133,7 +151,8 @@ def plan_jobs(rng: random.Random, phase: Phase, seed: int) -> list[JobSpec]:
     from safesend.keys import compose_dedup_key, job_id_for, message_id_for
 
     jobs = []
-    for i in range(N_JOBS):
+    count = phase.jobs or N_JOBS
+    for i in range(count):
         channel = "transactional" if rng.random() < 0.55 else "payments"
         body = {
             "customer_id": f"storm-{seed}-{phase.name}-{i:03d}",
@@ -156,7 +175,7 @@ def plan_jobs(rng: random.Random, phase: Phase, seed: int) -> list[JobSpec]:
                 start_at_s=i * ARRIVAL_SPACING_S + rng.uniform(0.0, 0.1),
             )
         )
-    spread = N_JOBS // (len(CRASH_POINTS) + 1)
+    spread = count // (len(CRASH_POINTS) + 1)
     for k, point in enumerate(CRASH_POINTS):
         if spread:
             jobs[(k + 1) * spread - rng.randint(0, spread // 2)].crash_point = point
@@ -212,8 +231,17 @@ def get_status(url: str, job_id: str, auth: dict[str, str], tries: int = 10) -> 
 def is_settled(view: dict[str, Any] | None, phase: Phase) -> bool:
     if view is None or view.get("state") not in SETTLED:
         return False
-    # Not settled while a verification check is still pending.
-    return not (phase.beyond_window and view["state"] == "sent" and view.get("next_check_at") is not None)
+    # Not settled while a verification check (sent) or a search after a cancel is still pending.
+    watched = view["state"] in ("sent", "cancelled") and view.get("next_check_at") is not None
+    return not (phase.beyond_window and watched)
+
+
+def last_decision(view: dict[str, Any]) -> dict[str, Any] | None:
+    """The last decision a person made that was applied (a refused resend changes nothing)."""
+    applied = [
+        e for e in view.get("events") or [] if e.get("kind") == "decision" and e.get("result") != "refused_copy_found"
+    ]
+    return applied[-1] if applied else None
 
 
 # --------------------------------------------------------------------------- the storm
@@ -232,6 +260,7 @@ class Storm:
         self.ticker: RecordingSweepTicker | None = None
         self.cycler: RelayCycler | None = None
         self.chaos: ChaosRunner | None = None
+        self.reviewer: ScriptedReviewer | None = None
         self.unsettled_at_timeout: list[str] = []
         self.missing_review_items: list[str] = []
         self.relay_stats: dict[str, Any] = {}
@@ -267,8 +296,15 @@ class Storm:
             functions_master_pid=lambda: stack.functions.pid if stack.functions else None,
             functions_ready=stack.functions_serving,
         ).start()
+        if self.phase.reviewer:
+            self.reviewer = ScriptedReviewer(
+                stack.url, random.Random(f"{self.seed}/reviewer"), accept=lambda job_id: job_id in self.by_id
+            ).start()
         self._traffic()
         self.timings["traffic_s"] = time.monotonic() - t0
+        if self.reviewer is not None:  # still deciding while the last late copies land
+            time.sleep(REVIEWER_TAIL_S)
+            self.reviewer.stop()
         self.cycler.stop()  # the relay is back to forward-and-respond
         self.chaos.join(timeout_s=30.0)  # the last Pub/Sub freeze runs into the settling
         self.chaos.stop()
@@ -285,7 +321,7 @@ class Storm:
 
     def stop_background(self) -> None:
         """Idempotent; called in a finally before the stack stops: nothing may stay frozen."""
-        for part in (self.chaos, self.cycler, self.ticker):
+        for part in (self.reviewer, self.chaos, self.cycler, self.ticker):
             if part is not None:
                 try:
                     part.stop()
@@ -405,6 +441,9 @@ class Storm:
         for mid in copies:
             if mid not in job_by_mid:
                 failures["copy of a message id no job owns"].append(mid)
+        gmail_ids: dict[str, set[str]] = defaultdict(set)
+        for effect in self.effects:
+            gmail_ids[effect["message_id"]].add(effect["gmail_id"])
         for job in self.jobs:
             view = self.views.get(job.job_id)
             n = copies.get(job.message_id, 0)
@@ -412,10 +451,16 @@ class Storm:
             if view is None:
                 failures["lost: job does not exist"].append(job.job_id)
                 continue
+            decided = last_decision(view)
+            by_person = state == "sent" and decided is not None and decided.get("result") in PERSON_RESULTS
             if job.job_id in self.unsettled_at_timeout:
                 failures[f"lost: not settled after {SETTLE_TIMEOUT_S:.0f}s"].append(job.job_id)
-            if state == "sent" and n == 0:
+            if state == "sent" and n == 0 and not (by_person and decided and decided.get("result") == "marked_sent"):
                 failures["lost: sent but no copy in the acceptance log"].append(job.job_id)
+            if by_person and decided and not gmail_ids[job.message_id] <= set(decided.get("copies") or []):
+                failures["guarantee 5: a copy the reviewer did not see, not reported"].append(job.job_id)
+            if state == "cancelled" and n > 0:
+                failures["guarantee 5: a copy of a cancelled job, not reported"].append(job.job_id)
             if state == "failed" and n > 0:
                 failures["lost: failed although a copy was accepted"].append(job.job_id)
             if state in HUMAN and job.job_id in self.missing_review_items:
@@ -427,11 +472,12 @@ class Storm:
             if n > 1:
                 if not self.phase.beyond_window:
                     failures["duplicate inside the window"].append(job.job_id)
-                else:
+                elif not by_person:  # a person's decision covering every copy is checked above
                     reasons = {i["attributes"].get("reason") for i in self.review_items.get(job.job_id, [])}
-                    if (state, view.get("review_reason")) != ("review", "duplicate"):
+                    reason = view.get("review_reason")
+                    if state != "review" or reason not in ("duplicate", "sent_after_cancel"):
                         failures["duplicate not in review/duplicate"].append(job.job_id)
-                    elif "duplicate" not in reasons:
+                    elif reason not in reasons:
                         failures["duplicate without a `duplicate` review item"].append(job.job_id)
         for hook in self.webhooks:
             for t in hook.tries:
@@ -450,6 +496,13 @@ class Storm:
         for mode in relay_module.MODES:
             if mode != "forward-and-respond" and not faulted.get(mode):
                 failures["harness: relay mode never applied"].append(mode)
+        if self.reviewer is not None:
+            for kind in DECISION_KINDS:
+                if not self.reviewer.made[kind]:
+                    failures["harness: the reviewer never made this decision"].append(kind)
+            for made in self.reviewer.decisions:
+                if made["status"] not in (303, 409):  # 409: the entry changed since the page was read
+                    failures["decision POST answered neither 303 nor 409"].append(json.dumps(made))
         for entry in self.chaos.log if self.chaos else []:
             if "error" in entry:
                 failures["harness: chaos action failed"].append(json.dumps(entry))
@@ -483,6 +536,8 @@ class Storm:
         per_job = dict(sorted(Counter(j.webhooks for j in self.jobs).items()))
         crash_points = Counter(j.crash_point for j in self.jobs if j.crash_point)
         modes_set = dict(self.cycler.set_counts) if self.cycler else {}
+        decided = self.reviewer.decisions if self.reviewer else []
+        reviewer_results = dict(Counter(str(d["result"] or d["status"]) for d in decided))
         lines = [
             f"=== fault storm: phase {self.phase.name} (sim index lag {self.phase.sim_index_lag_s}s, "
             f"unknown window 3s{', verify horizon 10s' if self.phase.beyond_window else ''}), seed {self.seed} ===",
@@ -502,6 +557,7 @@ class Storm:
             f"claims traced   {len(self.claimed_traces)} (from the functions log; places a 503 before/after a claim)",
             f"sweeps          {dict(self.ticker.statuses) if self.ticker else {}} actions "
             f"{dict(self.ticker.actions) if self.ticker else {}}",
+            f"reviewer        {dict(self.reviewer.made) if self.reviewer else {}} results {reviewer_results}",
             f"time            total {total_s:.1f}s: " + ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()),
         ]
         slow = [t for t in tries if t.elapsed_s > WEBHOOK_TIMEOUT_S + 5]
@@ -565,6 +621,9 @@ class Storm:
             "chaos": self.chaos.log if self.chaos else [],
             "relay": self.cycler.log if self.cycler else [],
             "relay_stats": self.relay_stats,
+            "reviewer": {"decisions": self.reviewer.decisions, "errors": self.reviewer.errors}
+            if self.reviewer
+            else None,
             "jobs": [
                 {
                     "index": j.index,

@@ -350,6 +350,7 @@ def full_job() -> Job:
         notice_seq=2,
         notice_due_at=at + timedelta(seconds=10),
         events_dropped=7,
+        write_mark="mark-0001",
         version=0,
     )
     job.add_event(at - timedelta(hours=1), "created")
@@ -649,6 +650,77 @@ def test_find_notices_due_across_states_oldest_first_within_the_limit(harness):
     found = harness.store.find_notices_due(NOW, limit=10)
     assert [j.notice_due_at for j in found] == [NOW - timedelta(seconds=60), NOW - timedelta(seconds=30), NOW]
     assert [j.notice_due_at for j in harness.store.find_notices_due(NOW, limit=1)] == [NOW - timedelta(seconds=60)]
+
+
+def _walk(query: Callable[[tuple[datetime, str] | None], list[Job]], due_of: Callable[[Job], Any]) -> list[str]:
+    """Every page after the last one's (due time, id), as the sweeper walks them (bounded)."""
+    seen: list[str] = []
+    cursor = None
+    for _ in range(100):
+        page = query(cursor)
+        if not page:
+            return seen
+        seen += [j.id for j in page]
+        cursor = (due_of(page[-1]), page[-1].id)
+    raise AssertionError("keyset pages never ended")
+
+
+def test_keyset_pages_visit_every_due_job_once_in_order_across_ties(harness):
+    """Issue 18.2: pages start after the last (due time, id) seen, ties at a page boundary included."""
+    same = NOW - timedelta(minutes=2)
+    ids = [f"key{c * 29}" for c in "edcba"]
+    for i, job_id in enumerate(ids):
+        stored_draft(harness, f"page:{i}", job_id=job_id, state=State.REVIEW, next_check_at=same, notice_due_at=same)
+    stored_draft(harness, "page:old", job_id="key" + "z" * 29, state=State.REVIEW, next_check_at=same - timedelta(1))
+    stored_draft(harness, "page:new", job_id="key" + "0" * 29, state=State.REVIEW, next_check_at=NOW, notice_due_at=NOW)
+    expected = ["key" + "z" * 29, *sorted(ids), "key" + "0" * 29]
+    for size in (1, 2, 3, 50):
+        due = _walk(
+            lambda c, size=size: list(harness.store.find_due(State.REVIEW, NOW, size, start_after=c)),
+            lambda j: j.next_check_at,
+        )
+        assert due == expected, size
+        notices = _walk(
+            lambda c, size=size: list(harness.store.find_notices_due(NOW, size, start_after=c)),
+            lambda j: j.notice_due_at,
+        )
+        assert notices == [*sorted(ids), "key" + "0" * 29], size
+    after = harness.store.find_due(State.REVIEW, NOW, 10, start_after=(same.astimezone(PLUS2), sorted(ids)[1]))
+    assert [j.id for j in after] == [*sorted(ids)[2:], "key" + "0" * 29]  # the cursor's zone does not matter
+
+
+STUCK_JOBS = 2000
+
+
+def test_a_sweep_gets_past_thousands_of_stuck_review_jobs_to_the_one_behind_them(harness):
+    """Issue 18.2 on every store: 2,000 review jobs that are due but have nothing to do (published and
+    notified, a left-over due time) ahead of one whose review item was never published."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from safesend.notify import ReviewerTargets
+    from tests.unit.conftest import make_world
+
+    world = make_world(reviewers=ReviewerTargets(frozenset({"chat"}), notify_timeout_s=600))
+    world.store = world.service.store = harness.store
+    old = world.clock() - timedelta(hours=1)
+
+    def stuck(i: int) -> None:
+        job = new_job(f"stuck{i:027d}", f"stuck:{i}", f"<s{i}@x>", "payments", {}, "h", old)
+        job.state, job.review_reason, job.review_entries, job.review_notified_entry = State.REVIEW, "ambiguous", 1, 1
+        job.review_published_at = job.next_check_at = old
+        assert harness.store.claim_or_get(job)[1]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(stuck, range(STUCK_JOBS)))
+    target = new_job("target" + "0" * 26, "target:1", "<t@x>", "payments", {}, "h", old)
+    target.state, target.review_reason, target.review_entries = State.REVIEW, "ambiguous", 1
+    target.next_check_at = world.clock()
+    harness.store.claim_or_get(target)
+    world.clock.advance(1)
+    report = world.service.sweep(batch=50, budget_s=600)
+    assert [a["job_id"] for _, a in world.publisher.items] == [target.id]
+    assert report.examined >= STUCK_JOBS + 1 and not report.stopped_early
+    assert harness.store.find_due(State.REVIEW, world.clock(), 10) == []  # the left-over due times are cleared
 
 
 def _damaged(base: Job, damage: str) -> dict[str, Any]:

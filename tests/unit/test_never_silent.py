@@ -228,10 +228,10 @@ def test_a_store_outage_on_one_state_does_not_stop_the_other_states():
     (job_id,) = _due_unknown_jobs(world, ["k:e:1"])
     original = world.store.find_due
 
-    def find_due(state, now, limit):
+    def find_due(state, now, limit, start_after=None):
         if state is State.SENDING:
             raise StoreUnavailableError("index missing or store down")
-        return original(state, now, limit)
+        return original(state, now, limit, start_after)
 
     world.store.find_due = find_due
     report = world.service.sweep()
@@ -366,7 +366,7 @@ def test_a_missing_firestore_index_is_a_loud_500_not_an_empty_sweep(caplog):
 
     world = make_world()
 
-    def find_due(state, now, limit):
+    def find_due(state, now, limit, start_after=None):
         raise IndexMissingError("firestore_index_missing: 400 The query requires an index")
 
     world.store.find_due = find_due

@@ -25,7 +25,7 @@ from safesend.states import (
 #   sent       -> review
 #   failed     -> review, sending, sent, cancelled
 #   review     -> sending, sent, cancelled
-#   cancelled: terminal.
+#   cancelled  -> review (a copy landed after all); nothing is ever sent for it
 EXPECTED: set[tuple[str, str]] = {
     ("pending", "sending"),
     ("pending", "cancelled"),
@@ -51,6 +51,7 @@ EXPECTED: set[tuple[str, str]] = {
     ("review", "sending"),
     ("review", "sent"),
     ("review", "cancelled"),
+    ("cancelled", "review"),
 }
 ALL_STATE_NAMES = {"pending", "sending", "sent", "retry_wait", "unknown", "review", "failed", "cancelled"}
 ALL_PAIRS = list(itertools.product(State, State))
@@ -80,7 +81,7 @@ def test_check_transition_raises_exactly_for_undocumented_pairs(source, target):
 
 
 def test_number_of_allowed_transitions_matches_the_documented_list():
-    assert sum(can_transition(s, t) for s, t in ALL_PAIRS) == len(EXPECTED) == 24
+    assert sum(can_transition(s, t) for s, t in ALL_PAIRS) == len(EXPECTED) == 25
 
 
 def test_a_sent_job_moves_again_only_to_reach_a_human():
@@ -99,27 +100,24 @@ def test_only_a_reviewer_decision_sends_a_job_that_needed_a_human():
     }
 
 
-@pytest.mark.parametrize("terminal", ["cancelled"])
-def test_terminal_states_have_no_exits(terminal):
-    source = State(terminal)
-    assert not any(can_transition(source, target) for target in State)
-    for target in State:
-        with pytest.raises(IllegalTransitionError):
-            check_transition(source, target)
+def test_a_cancelled_job_is_never_sent_and_moves_only_to_reach_a_human():
+    """Issue 18.4: a copy that lands after a cancel reaches a person; nothing is sent for it."""
+    assert {t.value for t in State if can_transition(State.CANCELLED, t)} == {"review"}
+    with pytest.raises(IllegalTransitionError):
+        check_transition(State.CANCELLED, State.SENDING)
 
 
-def test_terminal_states_are_exactly_cancelled():
-    assert {s.value for s in TERMINAL_STATES} == {"cancelled"}
+def test_no_state_is_terminal_every_one_can_still_reach_a_human():
+    assert frozenset() == TERMINAL_STATES
 
 
 def test_settled_states_are_the_final_answers_a_caller_gets():
     assert {s.value for s in SETTLED_STATES} == {"sent", "failed", "review", "cancelled"}
 
 
-def test_every_non_terminal_state_has_an_exit():
+def test_every_state_has_an_exit():
     for source in State:
-        if source.value != "cancelled":
-            assert any(can_transition(source, t) for t in State), source
+        assert any(can_transition(source, t) for t in State), source
 
 
 def test_nothing_returns_to_pending():
@@ -133,10 +131,19 @@ def test_human_states_are_review_and_failed():
 
 
 def test_swept_states_are_the_ones_with_a_due_time():
-    assert [s.value for s in SWEPT_STATES] == ["sending", "unknown", "retry_wait", "sent", "review", "failed"]
+    assert [s.value for s in SWEPT_STATES] == [
+        "sending",
+        "unknown",
+        "retry_wait",
+        "sent",
+        "review",
+        "failed",
+        "cancelled",
+    ]
     assert len(set(SWEPT_STATES)) == len(SWEPT_STATES)
-    # Neither a fresh pending job nor a cancelled one is ever due (a sent one is, while unverified).
-    assert not {State.PENDING, State.CANCELLED} & set(SWEPT_STATES)
+    # A fresh pending job is never due; a sent one is while unverified, a cancelled one while an
+    # attempt may still land (issue 18.4).
+    assert State.PENDING not in SWEPT_STATES
 
 
 def test_state_str_is_its_value():

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from ..errors import ConcurrentUpdateError, IndexMissingError, StoreUnavailableError
 from ..model import Job
+from ..ports import Cursor
 from ..states import State
 from .firestore_rest import FirestoreApiError, FirestoreRestClient, FirestoreTransportError
 from .firestore_values import decode_fields, encode_fields, encode_value
@@ -130,32 +131,46 @@ class FirestoreJobStore:
         stored.store_token = update_time
         return stored
 
-    def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
+    def find_due(self, state: State, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
         """Needs the composite index (state ASC, next_check_at ASC): see infra/."""
         where = _all_of(_field("state", "EQUAL", state.value), _field("next_check_at", "LESS_THAN_OR_EQUAL", now))
-        return self._query(where, "next_check_at", limit)
+        return self._query(where, "next_check_at", limit, start_after)
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
         """Needs the composite index (state ASC, updated_at ASC): see infra/."""
         where = _field("state", "IN", [State.REVIEW.value, State.FAILED.value])
         return self._query(where, "updated_at", limit)
 
-    def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
+    def find_notices_due(self, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
         """One field, so Firestore's automatic single-field index serves it (no composite index)."""
-        return self._query(_field("notice_due_at", "LESS_THAN_OR_EQUAL", now), "notice_due_at", limit)
+        return self._query(_field("notice_due_at", "LESS_THAN_OR_EQUAL", now), "notice_due_at", limit, start_after)
 
     def _document(self, job: Job, write_id: str) -> Document:
         """The stored document: the job's fields plus the id of the write that put them there."""
         fields = encode_fields({**job.to_dict(), WRITE_ID_FIELD: write_id})
         return {"name": self.client.document_name(self._collection, job.id), "fields": fields}
 
-    def _query(self, where: Mapping[str, Any], order_by: str, limit: int) -> list[Job]:
-        query = {
+    def _query(
+        self, where: Mapping[str, Any], order_by: str, limit: int, start_after: Cursor | None = None
+    ) -> list[Job]:
+        """Ordered by (order_by, document id): the document id is written out, as Firestore adds it
+        anyway (indexes end with __name__ in the last field's direction), so a keyset cursor
+        (`start_after`: the last page's value and id) names both."""
+        query: dict[str, Any] = {
             "from": [{"collectionId": self._collection}],
             "where": where,
-            "orderBy": [{"field": {"fieldPath": order_by}, "direction": "ASCENDING"}],
+            "orderBy": [
+                {"field": {"fieldPath": order_by}, "direction": "ASCENDING"},
+                {"field": {"fieldPath": "__name__"}, "direction": "ASCENDING"},
+            ],
             "limit": limit,
         }
+        if start_after is not None:
+            reference = self.client.document_name(self._collection, start_after[1])
+            query["startAt"] = {
+                "values": [encode_value(start_after[0]), {"referenceValue": reference}],
+                "before": False,
+            }
         docs = self._reading(lambda timeout_s: self.client.run_query(query, timeout_s))
         return [job for doc in docs if (job := readable_job(_job_from, doc, _document_id(doc))) is not None]
 

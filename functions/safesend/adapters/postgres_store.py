@@ -36,6 +36,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import ConcurrentUpdateError, ConfigurationError, StoreUnavailableError
 from ..model import Job, as_utc
+from ..ports import Cursor
 from ..states import State
 from . import postgres_schema
 from .store_common import BoundedAttempts, readable_job
@@ -105,12 +106,21 @@ class _Sql:
     find_due = _select + (
         " WHERE state = %(state)s AND next_check_at <= %(now)s ORDER BY next_check_at, id LIMIT %(limit)s"
     )
+    # The next page (keyset on the index's own order): a row comparison after the last one seen.
+    find_due_after = _select + (
+        " WHERE state = %(state)s AND next_check_at <= %(now)s"
+        " AND (next_check_at, id) > (%(after_at)s, %(after_id)s) ORDER BY next_check_at, id LIMIT %(limit)s"
+    )
     find_open_reviews = _select + (
         " WHERE state IN ('review', 'failed') "  # ai_jobs_open_reviews
         "ORDER BY updated_at, id LIMIT %(limit)s"
     )
     find_notices_due = _select + (
         " WHERE notice_due_at <= %(now)s "  # ai_jobs_notices_due
+        "ORDER BY notice_due_at, id LIMIT %(limit)s"
+    )
+    find_notices_due_after = _select + (
+        " WHERE notice_due_at <= %(now)s AND (notice_due_at, id) > (%(after_at)s, %(after_id)s) "
         "ORDER BY notice_due_at, id LIMIT %(limit)s"
     )
 
@@ -142,6 +152,11 @@ def dumps(value: Any) -> str:
 
 def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text, object_hook=_decode)
+
+
+def _after(cursor: Cursor) -> dict[str, Any]:
+    """The keyset cursor's parameters: the last page's (due time, id)."""
+    return {"after_at": as_utc(cursor[0]), "after_id": cursor[1]}
 
 
 def job_row(job: Job, write_id: uuid.UUID) -> dict[str, Any]:
@@ -356,14 +371,20 @@ class PostgresJobStore:
             raise ConcurrentUpdateError(job.id)
         return stored
 
-    def find_due(self, state: State, now: datetime, limit: int) -> Sequence[Job]:
-        return self._jobs(_Sql.find_due, {"state": state.value, "now": as_utc(now), "limit": limit})
+    def find_due(self, state: State, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
+        params = {"state": state.value, "now": as_utc(now), "limit": limit}
+        if start_after is None:
+            return self._jobs(_Sql.find_due, params)
+        return self._jobs(_Sql.find_due_after, {**params, **_after(start_after)})
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
         return self._jobs(_Sql.find_open_reviews, {"limit": limit})
 
-    def find_notices_due(self, now: datetime, limit: int) -> Sequence[Job]:
-        return self._jobs(_Sql.find_notices_due, {"now": as_utc(now), "limit": limit})
+    def find_notices_due(self, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
+        params = {"now": as_utc(now), "limit": limit}
+        if start_after is None:
+            return self._jobs(_Sql.find_notices_due, params)
+        return self._jobs(_Sql.find_notices_due_after, {**params, **_after(start_after)})
 
     # -- schema
 
