@@ -148,9 +148,9 @@ class Terraform:
             env=self.env(),
         )
 
-    def init(self, config: Path) -> None:
+    def init(self, config: Path) -> subprocess.CompletedProcess[str]:
         """`terraform init` from the plugin directory (installs, no reattach), backend left out."""
-        proc = subprocess.run(
+        return subprocess.run(
             [self.binary, "init", "-backend=false", "-input=false", f"-plugin-dir={self.plugins}", "-no-color"],
             cwd=config,
             capture_output=True,
@@ -158,7 +158,6 @@ class Terraform:
             timeout=120,
             env=base_env(),
         )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def lock_files() -> dict[str, bytes]:

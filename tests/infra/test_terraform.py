@@ -38,12 +38,19 @@ def locks_before() -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="session")
-def initialized(terraform, tmp_path_factory, locks_before) -> Path:
+def inits(terraform, tmp_path_factory, locks_before) -> tuple[Path, dict[str, subprocess.CompletedProcess[str]]]:
     """One scratch copy of infra/ with every configuration initialized (shared by the session)."""
     tree = T.copy_tree(tmp_path_factory.mktemp("tf-tree"))
-    for config in T.CONFIGS.values():
-        terraform.init(tree / config)
-    return tree
+    return tree, {name: terraform.init(tree / config) for name, config in T.CONFIGS.items()}
+
+
+def initialized(inits, config: str) -> Path:
+    """The configuration's directory in the copy; its init must have worked (a test failure, not
+    a fixture error, so the mutation suite sees which configuration Terraform refused)."""
+    tree, procs = inits
+    proc = procs[config]
+    assert proc.returncode == 0, f"terraform init of {T.CONFIGS[config]}:\n{proc.stdout}{proc.stderr}"
+    return tree / T.CONFIGS[config]
 
 
 def test_terraform_fmt_finds_nothing_to_change():
@@ -59,24 +66,24 @@ def test_terraform_fmt_finds_nothing_to_change():
 
 
 @pytest.mark.parametrize("config", sorted(T.CONFIGS))
-def test_terraform_validate(config, terraform, initialized):
-    proc = terraform.run(initialized / T.CONFIGS[config], "validate")
+def test_terraform_validate(config, terraform, inits):
+    proc = terraform.run(initialized(inits, config), "validate")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("config", sorted(T.CONFIGS))
-def test_terraform_test(config, terraform, initialized):
-    directory = initialized / T.CONFIGS[config]
+def test_terraform_test(config, terraform, inits):
+    directory = initialized(inits, config)
     assert sorted((directory / "tests").glob("*.tftest.hcl")), f"{T.CONFIGS[config]}/tests has no .tftest.hcl"
     proc = terraform.run(directory, "test", *TEST_ARGS[config], timeout=600)
     assert proc.returncode == 0 and "Success!" in proc.stdout, proc.stdout[-6000:] + proc.stderr[-4000:]
     assert " 0 failed" in proc.stdout, proc.stdout[-2000:]
 
 
-def test_the_offline_run_leaves_the_lock_files_and_infra_alone(initialized, locks_before):
+def test_the_offline_run_leaves_the_lock_files_and_infra_alone(inits, locks_before):
     assert T.lock_files() == locks_before
     assert not list(INFRA.rglob(".terraform")), "terraform ran inside the repository's infra/"
-    assert (initialized / "infra" / "envs" / "dev" / ".terraform.lock.hcl").exists()  # it ran in the copy
+    assert (initialized(inits, "dev") / ".terraform.lock.hcl").exists()  # it ran in the copy
 
 
 def test_the_plugin_serves_the_real_provider_addresses_and_versions(terraform):
