@@ -132,20 +132,23 @@ class Terraform:
     plugins: Path
     servers: Servers | None = None
 
-    def env(self) -> dict[str, str]:
+    def env(self, reattach: bool = True) -> dict[str, str]:
         env = base_env()
-        if self.servers:
+        if self.servers and reattach:
             env["TF_REATTACH_PROVIDERS"] = self.servers.reattach
         return env
 
-    def run(self, cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, cwd: Path, *args: str, timeout: float = 300, reattach: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """A terraform command; reattach=False lets Terraform start the installed plugins itself."""
         return subprocess.run(
             [self.binary, *args, "-no-color"],
             cwd=cwd,
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=self.env(),
+            env=self.env(reattach),
         )
 
     def init(self, config: Path) -> subprocess.CompletedProcess[str]:

@@ -8,6 +8,7 @@ README's deploy walk-through starts from is parsed and planned by Terraform itse
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,6 +70,19 @@ def test_terraform_fmt_finds_nothing_to_change():
 def test_terraform_validate(config, terraform, inits):
     proc = terraform.run(initialized(inits, config), "validate")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_terraform_starts_the_installed_plugins_itself(terraform, inits):
+    """The plugin directory's executables work as Terraform starts them (go-plugin handshake, TLS),
+    not only as the session's long-lived servers; the schema they serve refuses an unknown argument."""
+    module = initialized(inits, "module")
+    proc = terraform.run(module, "validate", reattach=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    broken = module.parent / "safesend-broken"
+    shutil.copytree(module, broken, symlinks=True)
+    (broken / "scheduler.tf").write_text((broken / "scheduler.tf").read_text().replace("schedule ", "schedulee ", 1))
+    proc = terraform.run(broken, "validate", reattach=False)
+    assert proc.returncode == 1 and 'An argument named "schedulee" is not expected here' in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("config", sorted(T.CONFIGS))
