@@ -6,6 +6,9 @@
 #                which the project's client libraries cannot use
 #   .venv-infra  checkov and check-jsonschema from requirements-infra.txt, plus python-hcl2 in
 #                .venv-infra/python-hcl2 (pip --target: checkov's fork installs the same module)
+#   .venv-tfplugin  the `tf` library (tools/tf_schema_provider/requirements.txt: protobuf<6) for the
+#                offline Terraform provider plugin; terraform itself must be on PATH (apt-get from
+#                HashiCorp's repository when configured; else a warning, and its tests fail)
 #   java + the Firestore and Pub/Sub emulators of the Google Cloud CLI
 #   Debian's chromium for the review console's browser tests (scripts/install-browser.sh)
 #   Debian's postgresql for the PostgreSQL job store's tests (scripts/install-postgres.sh)
@@ -24,6 +27,8 @@ PYTHON="${PYTHON:-python3}"
 VENV="$ROOT/.venv"
 TASKS_VENV="$ROOT/.venv-tasks"
 INFRA_VENV="$ROOT/.venv-infra"
+TFPLUGIN_VENV="$ROOT/.venv-tfplugin"
+TF_VERSION="1.11.4" # cloudbuild.yaml's _TF_VERSION; tests/infra/test_terraform.py runs it
 # Known-good set for the tasks emulator (pinned so CI is reproducible; gcloud-tasks-emulator
 # 0.6.2 needs protobuf<5, google-cloud-tasks<3 and grpcio-status<1.63 for that protobuf).
 TASKS_REQUIREMENTS="gcloud-tasks-emulator==0.6.2
@@ -165,6 +170,28 @@ print(' '.join(r for r, _, _ in regenerate.WHEELS))"); do
     fi
 done
 
+# ---------------------------------------------------------------- .venv-tfplugin + terraform
+# tests/infra/test_terraform.py runs real Terraform offline against the pinned providers' schemas,
+# served from those wheels by tools/tf_schema_provider (the `tf` library, in a venv of its own).
+ensure_venv "$TFPLUGIN_VENV"
+tfplugin_stamp="$(python_tag "$TFPLUGIN_VENV/bin/python") $(requirements_digest tools/tf_schema_provider/requirements.txt)"
+install_if_changed "$TFPLUGIN_VENV" "$tfplugin_stamp" -r tools/tf_schema_provider/requirements.txt
+"$TFPLUGIN_VENV/bin/python" -I -c 'import tf.runner, tf.provider' 2>/dev/null \
+    || die ".venv-tfplugin cannot import tf; delete $TFPLUGIN_VENV and run again"
+if ! command -v "${SAFESEND_TERRAFORM:-terraform}" >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    # Only where HashiCorp's apt repository is configured; otherwise the message below.
+    tf_sudo=()
+    [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null 2>&1 && tf_sudo=(sudo -n)
+    "${tf_sudo[@]}" apt-get install -y -qq "terraform=$TF_VERSION-1" >/dev/null 2>&1 || true
+fi
+if ! command -v "${SAFESEND_TERRAFORM:-terraform}" >/dev/null 2>&1; then
+    # Not fatal here (other test runs need no Terraform); tests/infra/test_terraform.py fails with this.
+    log "WARNING: terraform not found: tests/infra/test_terraform.py will fail. Install Terraform $TF_VERSION:
+    curl -fsSLo /tmp/tf.zip https://releases.hashicorp.com/terraform/$TF_VERSION/terraform_${TF_VERSION}_linux_amd64.zip
+    unzip -o /tmp/tf.zip terraform -d /usr/local/bin
+    or HashiCorp's apt repository (https://developer.hashicorp.com/terraform/install), or set SAFESEND_TERRAFORM"
+fi
+
 # ---------------------------------------------------------------- java + emulators
 sdk_root() {
     if [[ -n "${SAFESEND_GCLOUD_SDK_ROOT:-}" ]]; then
@@ -227,4 +254,4 @@ bash "$ROOT/scripts/install-browser.sh"
 # ---------------------------------------------------------------- PostgreSQL (the second job store's tests)
 bash "$ROOT/scripts/install-postgres.sh"
 
-log "ok (.venv, .venv-tasks, .venv-infra, java, Firestore and Pub/Sub emulators, chromium, postgresql)"
+log "ok (.venv, .venv-tasks, .venv-infra, .venv-tfplugin, terraform, java, Firestore and Pub/Sub emulators, chromium, postgresql)"

@@ -45,6 +45,8 @@ PIPELINE_TESTS = ("tests/infra/test_cloudbuild.py",)
 INDEX_TESTS = ("tests/infra/test_firestore_indexes.py",)
 SETUP_TESTS = ("tests/infra/test_postgres_setup.py",)
 DOCS_TESTS = ("tests/infra/test_postgres_docs.py",)
+TERRAFORM_TESTS = ("tests/infra/test_terraform.py",)
+GCLOUD_CLI_TESTS = ("tests/infra/test_gcloud_cli.py",)
 SPEC = f"{M}/env_spec.json"
 TAIL = '"pg_dsn_tail": " sslmode=verify-ca sslrootcert=/etc/secrets/cloudsql/server-ca.pem options=\'-c search_path=safesend -c role=safesend_owner\'"'
 
@@ -816,9 +818,73 @@ MUTATIONS = [
         ),
         PARITY_TESTS,
     ),
+    # ---- issue 23: what only real Terraform (or the real gcloud) refuses
+    Mutation(
+        "invalid-escape",
+        "terraform parses the environments (python-hcl2 accepted \\s, Terraform does not)",
+        "infra/envs/dev/variables.tf",
+        'can(regex("^[^@\\\\s]+@[^@\\\\s]+\\\\.[^@\\\\s]+$", var.gmail_delegated_user))',
+        'can(regex("^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$", var.gmail_delegated_user))',
+        ("test_terraform_fmt_finds_nothing_to_change", "test_terraform_validate[dev]"),
+        TERRAFORM_TESTS,
+    ),
+    Mutation(
+        "missing-nested-attribute",
+        "terraform validate reads references against the provider's real schema",
+        f"{M}/outputs.tf",
+        "send      = google_cloudfunctions2_function.send.service_config[0].uri",
+        "send      = google_cloudfunctions2_function.send.service_config[0].url",
+        ("test_terraform_validate[module]",),
+        TERRAFORM_TESTS,
+    ),
+    Mutation(
+        "for-each-wrong-type",
+        "for_each must be a map or a set of strings",
+        f"{M}/apis.tf",
+        "for_each = local.required_apis",
+        "for_each = tolist(local.required_apis)",
+        ("test_terraform_validate[module]",),
+        TERRAFORM_TESTS,
+    ),
+    Mutation(
+        "count-on-unknown",
+        "count must be known at plan time (terraform test plans it)",
+        f"{M}/firestore.tf",
+        "count = var.manage_firestore_database ? 1 : 0",
+        'count = google_service_account.build.email != "" ? 1 : 0',
+        ("test_terraform_test[module]", "test_terraform_test[dev]"),
+        TERRAFORM_TESTS,
+    ),
+    Mutation(
+        "precondition-never-holds",
+        "terraform test plans every configuration, so an impossible precondition fails",
+        f"{M}/tasks.tf",
+        "condition     = var.reconcile_max_instances >= var.tasks_max_concurrent_dispatches",
+        "condition     = var.reconcile_max_instances < 0",
+        ("test_terraform_test[module]", "test_terraform_test[prod]"),
+        TERRAFORM_TESTS,
+    ),
+    Mutation(
+        "gcloud-flag-typo",
+        "the real gcloud parses every command of the gcloud path",
+        GCLOUD,
+        "--ack-deadline=180 --min-retry-delay=10s",
+        "--ack-deadline=180 --min-retry-dalay=10s",
+        ("test_every_pipeline_command_fails_only_for_want_of_credentials",),
+        GCLOUD_CLI_TESTS,
+    ),
 ]
 
-COPY = ["infra", "functions", "devstack", "cloudbuild.yaml", "cloudbuild-gcloud.yaml", "README.md", "pytest.ini"]
+COPY = [
+    "infra",
+    "functions",
+    "devstack",
+    "tools",
+    "cloudbuild.yaml",
+    "cloudbuild-gcloud.yaml",
+    "README.md",
+    "pytest.ini",
+]
 FAILED = re.compile(r"^FAILED (\S+)", re.M)
 
 
@@ -838,6 +904,7 @@ def make_copy(dest: Path) -> Path:
         ignore=shutil.ignore_patterns("__pycache__", "test_mutations.py"),
     )
     (dest / ".venv-infra").symlink_to(ROOT / ".venv-infra")
+    (dest / ".venv-tfplugin").symlink_to(ROOT / ".venv-tfplugin")
     return dest
 
 
@@ -913,7 +980,7 @@ def outcomes(tmp_path_factory) -> dict[str, tuple[set[str], str]]:
         return {**broken, **{name: future.result() for name, future in futures.items()}}
 
 
-# The first test pays for the module fixture: ~78 pytest runs in scratch copies (77 mutations + the baseline), 4 at a time.
+# The first test pays for the module fixture: ~84 pytest runs in scratch copies (83 mutations + the baseline), 4 at a time.
 @pytest.mark.timeout(1800)
 def test_the_unmutated_copy_passes_every_check_the_mutations_use(outcomes):
     failed, output = outcomes["baseline"]
@@ -971,6 +1038,18 @@ def test_the_issue_14_mutations_are_all_here():
         "readme-instance-without-iam-flag",
         "readme-without-client-role",
         "readme-built-in-user",
+    } <= names
+
+
+def test_the_issue_23_mutations_are_all_here():
+    names = {m.name for m in MUTATIONS}
+    assert {
+        "invalid-escape",
+        "missing-nested-attribute",
+        "for-each-wrong-type",
+        "count-on-unknown",
+        "precondition-never-holds",
+        "gcloud-flag-typo",
     } <= names
 
 

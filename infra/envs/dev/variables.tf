@@ -220,7 +220,7 @@ variable "gmail_delegated_user" {
   default     = ""
 
   validation {
-    condition     = var.gmail_delegated_user == "" || can(regex("^[^@\s]+@[^@\s]+\.[^@\s]+$", var.gmail_delegated_user))
+    condition     = var.gmail_delegated_user == "" || can(regex("^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$", var.gmail_delegated_user))
     error_message = "gmail_delegated_user must be empty or one mailbox address, e.g. \"support@example.com\"."
   }
 }

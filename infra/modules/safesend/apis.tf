@@ -20,7 +20,7 @@ locals {
     "run.googleapis.com", # gen2 functions are Cloud Run services
     "secretmanager.googleapis.com",
     "storage.googleapis.com",
-  ], var.reviewers_enabled ? ["iap.googleapis.com"] : [], local.postgres ? [
+    ], var.reviewers_enabled ? ["iap.googleapis.com"] : [], local.postgres ? [
     "compute.googleapis.com",           # the VPC network and subnet (network.tf)
     "servicenetworking.googleapis.com", # private services access: the instance's private IP
     "sqladmin.googleapis.com",          # the Cloud SQL instance, database and users
