@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,6 +23,9 @@ MAX_CALLBACKS = 10  # per job: each webhook execution may bring its own
 MAX_NOTICES = 60  # per job, delivered ones included (audit); bounded like the events
 # Delay before each delivery try: the first waits for the caller to reach its Wait node.
 DELIVERY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+MAX_RETRY_AFTER_S = 600.0  # a receiver's Retry-After is honoured up to this (a longer one: this)
+# Notices to people: never given up while they may matter (the callback horizon only marks them overdue).
+REVIEWER_KINDS = frozenset({"chat", "slack", "email"})
 
 
 class CallbackUrlError(ValueError):
@@ -97,6 +101,22 @@ def next_try_at(failed_tries: int, now: datetime, created_at: datetime, horizon_
     """After `failed_tries` failed tries: when to try again, or None once that passes the horizon."""
     at = now + timedelta(seconds=DELIVERY_DELAYS_S[min(failed_tries, len(DELIVERY_DELAYS_S) - 1)])
     return at if at <= created_at + timedelta(seconds=horizon_s) else None
+
+
+def parse_retry_after(value: str | None, now_epoch: float) -> float | None:
+    """Seconds a Retry-After header asks for (delta-seconds or an HTTP-date), None if absent or unreadable."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now_epoch)
 
 
 def notice_body(notice: Mapping[str, Any]) -> bytes:

@@ -5,6 +5,7 @@ opted in (and even then not in chat: bodies stay in the console)."""
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -122,6 +123,22 @@ def decision_update(target: str, record: dict[str, Any], job_id: str) -> dict[st
     if target == "slack":
         return {"text": f"safesend job {job_id}: {_slack_escape(line)}"}
     return {"text": line}
+
+
+def answered_card(target: str, payload: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """A card not posted yet when its entry was answered: posted marked as answered, so nobody is
+    asked for a decision already taken (the decision's own line follows it in the thread)."""
+    line = decision_line(record)
+    marked = copy.deepcopy(payload)
+    marked["text"] = f"{payload.get('text', '')} (answered: {line})"
+    if target == "slack":
+        answer = {"type": "section", "text": {"type": "mrkdwn", "text": f"*Answered:* {_slack_escape(line)}"}}
+        marked["blocks"] = [answer, *marked.get("blocks", [])]
+    else:
+        for card in marked.get("cardsV2", []):
+            header = card.get("card", {}).get("header", {})
+            header["title"] = f"Answered: {_short(line)}"
+    return marked
 
 
 def reviewer_email(item: dict[str, Any], console_url: str | None) -> tuple[str, str]:
