@@ -36,7 +36,7 @@ class RecordingReceiver:
     def __init__(self) -> None:
         self.received: list[Received] = []  # answered 2xx
         self.refused: list[Received] = []
-        self._refusals: list[int] = []
+        self._refusals: list[tuple[int, int | None]] = []
         self._lock = threading.Condition()
         receiver = self
 
@@ -44,9 +44,11 @@ class RecordingReceiver:
             def do_POST(self) -> None:  # http.server naming
                 length = min(int(self.headers.get("Content-Length") or 0), MAX_BODY_BYTES)
                 item = Received("POST", self.path, dict(self.headers.items()), self.rfile.read(length))
-                status = receiver._record(item)
+                status, retry_after = receiver._record(item)
                 body = b'{"ok": true}' if status < 300 else b'{"error": "refused by the test"}'
                 self.send_response(status)
+                if retry_after is not None:
+                    self.send_header("Retry-After", str(retry_after))
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -80,17 +82,18 @@ class RecordingReceiver:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def refuse_next(self, count: int, status: int = 409) -> None:
-        """The next `count` requests get `status` (n8n answers 409 before its Wait node is reached)."""
+    def refuse_next(self, count: int, status: int = 409, retry_after: int | None = None) -> None:
+        """The next `count` requests get `status` (n8n answers 409 before its Wait node is reached),
+        with a `Retry-After: <retry_after>` header when given (a webhook's 429)."""
         with self._lock:
-            self._refusals.extend([status] * count)
+            self._refusals.extend([(status, retry_after)] * count)
 
-    def _record(self, item: Received) -> int:
+    def _record(self, item: Received) -> tuple[int, int | None]:
         with self._lock:
-            status = self._refusals.pop(0) if self._refusals else 200
+            status, retry_after = self._refusals.pop(0) if self._refusals else (200, None)
             (self.refused if status >= 300 else self.received).append(item)
             self._lock.notify_all()
-            return status
+            return status, retry_after
 
     def for_path(self, path: str) -> list[Received]:
         with self._lock:
