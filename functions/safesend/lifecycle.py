@@ -29,6 +29,7 @@ from .classify import crash_failure
 from .errors import DecisionConflictError, DecisionNotAllowedError, StaleReviewError
 from .model import Accepted, Bucket, Delivery, Failure, Job, MailboxHit
 from .policy import ChannelPolicy, OnUnknown
+from .review_messages import superseded_card
 from .states import HUMAN_STATES, SETTLED_STATES, State, check_transition
 
 Uniform = Callable[[float, float], float]
@@ -527,7 +528,9 @@ def register_callback(job: Job, url: str, now: datetime) -> Job | None:
 
 def queue_notices(before: Job, after: Job, now: datetime) -> Job:
     """Every write goes through here: a job that settles, or re-enters review with news, owes each
-    callback a notice (stored with its exact content, so every retry sends the same bytes)."""
+    callback a notice (stored with its exact content, so every retry sends the same bytes). A new
+    review entry marks the replaced entry's pending cards superseded."""
+    after = supersede_cards(before, after, now)
     if after.state not in SETTLED_STATES or not after.callbacks:
         return after
     if before.state is after.state and before.review_entries == after.review_entries:
@@ -676,25 +679,47 @@ def add_review_notices(
     return changed if added else None
 
 
-def answer_cards(job: Job, answered: dict[str, dict[str, Any] | None], now: datetime) -> None:
-    """In place: the pending cards of an answered entry now carry the answer (`answered` maps their
-    ids to the marked payload), or are retired (None: an email that has not gone out yet)."""
+def answer_cards(job: Job, answered: dict[str, dict[str, Any] | None], now: datetime, mark: str = "answered") -> None:
+    """In place: the pending cards of a closed entry now carry the answer (`answered` maps their ids
+    to the marked payload), or are retired (None: an email that has not gone out yet). `mark`:
+    why the entry closed (answered, or superseded by a newer entry)."""
     for notice in job.notices:
         if notice["id"] not in answered or not _pending(notice):
             continue
         payload = answered[notice["id"]]
+        notice["marked"] = mark
         if payload is None:
             notice["gave_up_at"] = now
-            notice["last_error"] = "retired: the entry was answered before it went out"
-            job.add_event(now, "notice_retired", notice_id=notice["id"])
+            notice["last_error"] = f"retired: the entry was {mark} before it went out"
+            job.add_event(now, "notice_retired", notice_id=notice["id"], reason=mark)
         else:
             notice["payload"] = payload
     _refresh_notice_due(job)
 
 
-def open_cards(job: Job, review_id: str) -> list[dict[str, Any]]:
-    """The pending cards (and email) of one review entry."""
-    return [n for n in job.notices if _pending(n) and n.get("card") and n.get("entry") == review_id]
+def open_cards(job: Job, review_id: str | None = None) -> list[dict[str, Any]]:
+    """The pending cards (and email) of one review entry (None: of any entry) not yet marked
+    answered or superseded."""
+    return [
+        n
+        for n in job.notices
+        if _pending(n) and n.get("card") and not n.get("marked") and (review_id is None or n.get("entry") == review_id)
+    ]
+
+
+def supersede_cards(before: Job, after: Job, now: datetime) -> Job:
+    """A new review entry replaced an open one: the old entry's cards still pending go out marked
+    superseded (its email is retired), never as a question nobody can answer any more."""
+    if after.review_entries == before.review_entries:
+        return after
+    current = current_review_id(after)
+    stale = [n for n in open_cards(after) if n.get("entry") != current]
+    if not stale:
+        return after
+    changed = after.copy()
+    marked = {n["id"]: None if n["kind"] == "email" else superseded_card(n["kind"], n["payload"]) for n in stale}
+    answer_cards(changed, marked, now, mark="superseded")
+    return changed
 
 
 def _add_notice(job: Job, url: str, now: datetime) -> None:

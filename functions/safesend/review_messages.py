@@ -128,16 +128,25 @@ def decision_update(target: str, record: dict[str, Any], job_id: str) -> dict[st
 def answered_card(target: str, payload: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
     """A card not posted yet when its entry was answered: posted marked as answered, so nobody is
     asked for a decision already taken (the decision's own line follows it in the thread)."""
-    line = decision_line(record)
+    return _marked_card(target, payload, "Answered", decision_line(record))
+
+
+def superseded_card(target: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A card not posted yet when a newer review entry of its job replaced it: posted marked as
+    superseded, so nobody answers an entry the console no longer takes (the new card follows)."""
+    return _marked_card(target, payload, "Superseded", "a newer review of this job follows; decide on that one")
+
+
+def _marked_card(target: str, payload: dict[str, Any], mark: str, line: str) -> dict[str, Any]:
     marked = copy.deepcopy(payload)
-    marked["text"] = f"{payload.get('text', '')} (answered: {line})"
+    marked["text"] = f"{payload.get('text', '')} ({mark.lower()}: {line})"
     if target == "slack":
-        answer = {"type": "section", "text": {"type": "mrkdwn", "text": f"*Answered:* {_slack_escape(line)}"}}
+        answer = {"type": "section", "text": {"type": "mrkdwn", "text": f"*{mark}:* {_slack_escape(line)}"}}
         marked["blocks"] = [answer, *marked.get("blocks", [])]
     else:
         for card in marked.get("cardsV2", []):
             header = card.get("card", {}).get("header", {})
-            header["title"] = f"Answered: {_short(line)}"
+            header["title"] = f"{mark}: {_short(line)}"
     return marked
 
 

@@ -21,8 +21,8 @@ from safesend.config import Settings
 from safesend.console import ReviewConsole
 from safesend.errors import RequestValidationError, StoreUnavailableError
 from safesend.http_api import HttpApi
-from safesend.lifecycle import MAX_NOTE_CHARS, current_review_id
-from safesend.model import Delivery
+from safesend.lifecycle import MAX_NOTE_CHARS, current_review_id, record_outcome
+from safesend.model import Accepted, Delivery
 from safesend.notify import ReviewerTargets
 from safesend.runtime import Runtime
 from safesend.states import State
@@ -323,3 +323,73 @@ def test_after_acknowledge_the_status_says_a_person_accepted_it():
     decisions = [e for e in view["events"] if e["kind"] == "decision"]
     assert decisions and decisions[0]["reviewer"] == "a***@example.com"
     assert "ann.lee@example.com" not in json.dumps(view)
+
+
+# --------------------------------------------------------------------------- 5b. a replaced entry's card
+def test_a_card_of_an_entry_replaced_by_a_newer_one_goes_out_marked_superseded():
+    """Chat is down while the job's first entry (ambiguous) is replaced by a second (a late accept):
+    the first card, when Chat returns, says it was superseded; only the second one asks."""
+    world, job = in_review(reviewers=ALL_TARGETS)
+    chat_up = {"up": False}
+    receiver = FlakyReceiver(lambda n: not chat_up["up"])
+    world.service.notifier = receiver
+    claim = world.store.claim_or_get
+
+    def claim_while_up(draft: Any) -> Any:  # the reviewers' email cannot be claimed while Chat is down
+        if draft.dedup_key.startswith("review:") and not chat_up["up"]:
+            raise StoreUnavailableError("claim lost")
+        return claim(draft)
+
+    world.store.claim_or_get = claim_while_up  # type: ignore[method-assign]
+    first = current_review_id(job)
+    world.service.notify(job.id, first)
+    world.clock.advance(3)
+    job = world.store.get(job.id)
+    policy = world.service.policies.for_job(job.channel)
+    late = record_outcome(
+        job, Accepted("g-late"), "gone", world.clock(), policy, world.service.timing, world.service.uniform
+    )
+    job = world.service._cas(job, late)
+    second = current_review_id(job)
+    assert second != first and job.review_reason == "late_accept"
+    world.service.advance(job.id)  # publishes the new entry's item
+    world.service.notify(job.id, second)
+    chat_up["up"] = True
+    for _ in range(12):
+        world.clock.advance(30)
+        world.service.sweep()
+    for kind in ("chat", "slack"):
+        cards = [p for where, p in receiver.landed if where == kind]
+        assert len(cards) == 2  # one card per entry, in order
+        assert cards[0]["text"].endswith("(superseded: a newer review of this job follows; decide on that one)")
+        assert "superseded" not in cards[1]["text"] and "late_accept" in cards[1]["text"]
+    emails = {n["entry"]: n for n in world.store.get(job.id).notices if n["kind"] == "email"}
+    assert emails[first]["marked"] == "superseded" and emails[first]["gave_up_at"] is not None
+    assert emails[second]["delivered_at"] is not None
+
+
+# --------------------------------------------------------------------------- 7b. no notifier, email still goes
+def test_the_sweep_delivers_the_reviewers_email_when_no_notifier_is_configured():
+    """No callbacks, no Chat/Slack: the reviewers' email is still an outbox notice the sweep delivers."""
+    world, job = in_review(
+        reviewers=ReviewerTargets(frozenset({"email"}), "reviewers@example.com", "review-notifications")
+    )
+    world.service.notifier = None
+    claim = world.store.claim_or_get
+    failures = {"left": 1}
+
+    def flaky_claim(draft: Any) -> Any:
+        if draft.dedup_key.startswith("review:") and failures["left"]:
+            failures["left"] -= 1
+            raise StoreUnavailableError("claim lost")
+        return claim(draft)
+
+    world.store.claim_or_get = flaky_claim  # type: ignore[method-assign]
+    world.service.notify(job.id, current_review_id(job))
+    (notice,) = world.store.get(job.id).notices
+    assert notice["kind"] == "email" and notice["delivered_at"] is None
+    world.clock.advance(5)
+    world.service.sweep()
+    (notice,) = world.store.get(job.id).notices
+    assert notice["delivered_at"] is not None
+    assert len([e for e in world.mailbox.effects if e["message_id"] != job.message_id]) == 1
