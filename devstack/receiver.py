@@ -1,5 +1,6 @@
 """A loopback HTTP endpoint that records what it is sent: the stand-in for an n8n Wait node's resume
-URL (callbacks) and, later, for chat webhooks. Can refuse the next N requests to test retries.
+URL (callbacks) and, later, for chat webhooks. Can refuse the next N requests to test retries, be
+down for a while (every request refused, or its connection closed unanswered), and answer slowly.
 
 Standard library only; binds 127.0.0.1 only; every wait is bounded.
 """
@@ -16,6 +17,8 @@ from typing import Any
 
 LOOPBACK = "127.0.0.1"
 MAX_BODY_BYTES = 1 << 20
+MAX_DELAY_S = 30.0
+DROP = 0  # an outage "status": the connection is closed without an answer (the receiver is down)
 
 
 @dataclass
@@ -37,6 +40,8 @@ class RecordingReceiver:
         self.received: list[Received] = []  # answered 2xx
         self.refused: list[Received] = []
         self._refusals: list[tuple[int, int | None]] = []
+        self._outage: tuple[int, int | None] | None = None
+        self._delay_s = 0.0
         self._lock = threading.Condition()
         receiver = self
 
@@ -44,7 +49,12 @@ class RecordingReceiver:
             def do_POST(self) -> None:  # http.server naming
                 length = min(int(self.headers.get("Content-Length") or 0), MAX_BODY_BYTES)
                 item = Received("POST", self.path, dict(self.headers.items()), self.rfile.read(length))
-                status, retry_after = receiver._record(item)
+                status, retry_after, delay_s = receiver._record(item)
+                if delay_s:
+                    time.sleep(delay_s)
+                if status == DROP:
+                    self.close_connection = True
+                    return
                 body = b'{"ok": true}' if status < 300 else b'{"error": "refused by the test"}'
                 self.send_response(status)
                 if retry_after is not None:
@@ -88,12 +98,27 @@ class RecordingReceiver:
         with self._lock:
             self._refusals.extend([(status, retry_after)] * count)
 
-    def _record(self, item: Received) -> tuple[int, int | None]:
+    def set_outage(self, status: int | None, retry_after: int | None = None) -> None:
+        """Until called with None, every request gets `status` (DROP: its connection is closed
+        unanswered), with `Retry-After: <retry_after>` when given: a receiver that is down."""
         with self._lock:
-            status, retry_after = self._refusals.pop(0) if self._refusals else (200, None)
-            (self.refused if status >= 300 else self.received).append(item)
+            self._outage = None if status is None else (status, retry_after)
+
+    def set_delay(self, seconds: float) -> None:
+        """Answer every request `seconds` after it arrived (a slow receiver; bounded)."""
+        with self._lock:
+            self._delay_s = min(max(0.0, seconds), MAX_DELAY_S)
+
+    def _record(self, item: Received) -> tuple[int, int | None, float]:
+        """What to answer: a queued refusal first, then the outage, else 200. Recorded on arrival."""
+        with self._lock:
+            if self._refusals:
+                status, retry_after = self._refusals.pop(0)
+            else:
+                status, retry_after = self._outage or (200, None)
+            (self.refused if status == DROP or status >= 300 else self.received).append(item)
             self._lock.notify_all()
-            return status, retry_after
+            return status, retry_after, self._delay_s
 
     def for_path(self, path: str) -> list[Received]:
         with self._lock:
