@@ -14,6 +14,9 @@ What they do, and why each is safe to use on a developer machine:
 - ``ChaosRunner``: runs a timeline of process-level actions (kills, freezes) in one thread.
 - ``ScriptedReviewer``: a person at the review console: lists the open items, opens one, and posts a
   decision through the console's form (its CSRF token, the console's Origin), as a browser would.
+- ``ReceiverFlapper``: makes loopback receivers (devstack/receiver.py: callback receivers, the fake
+  Chat / Slack webhooks) flap: down (connections closed unanswered), 5xx, 429 with Retry-After, slow
+  answers within the senders' deadlines, and calm spells; ``stop()`` leaves every one up and quick.
 
 Only processes started by this test session are signalled, always by pid / pgid. Every loop is
 bounded in time and count. Standard library + ``requests``.
@@ -37,11 +40,13 @@ from urllib.parse import parse_qs, urlsplit
 import requests
 
 from .procs import children_of
+from .receiver import DROP
 
 __all__ = [
     "ChaosAction",
     "ChaosRunner",
     "GroupFreezer",
+    "ReceiverFlapper",
     "RecordingSweepTicker",
     "RelayCycler",
     "ScriptedReviewer",
@@ -512,3 +517,78 @@ class ScriptedReviewer:
             {"job_id": job_id, "review_id": review_id, "decision": decision, "status": answer.status_code}
             | {"result": result, "t": round(time.monotonic(), 2)}
         )
+
+
+# --------------------------------------------------------------------------- receivers
+RECEIVER_FAULTS = ("down", "5xx", "429", "slow", "calm")
+MAX_SLOW_S = 2.0  # slow, but inside every sender's deadline (callbacks 5 s, webhooks 10 s)
+
+
+class ReceiverFlapper:
+    """Every ``gap_s`` each receiver draws a fault of RECEIVER_FAULTS (seeded) for ``hold_s``, then
+    all are up and quick again. Bounded by ``max_steps``; ``stop()`` clears every receiver."""
+
+    def __init__(
+        self,
+        receivers: dict[str, Any],
+        rng: random.Random,
+        hold_s: tuple[float, float] = (0.5, 2.5),
+        gap_s: tuple[float, float] = (0.2, 0.6),
+        max_steps: int = 500,
+    ):
+        self.receivers = dict(receivers)
+        self.rng = rng
+        self.hold_s = hold_s
+        self.gap_s = gap_s
+        self.max_steps = max_steps
+        self.counts: Counter[str] = Counter()
+        self.log: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="storm-receiver-flapper", daemon=True)
+
+    def start(self) -> ReceiverFlapper:
+        self._thread.start()
+        return self
+
+    def _apply(self, receiver: Any, fault: str) -> None:
+        if fault == "down":
+            receiver.set_outage(DROP)
+        elif fault == "5xx":
+            receiver.set_outage(self.rng.choice((500, 502, 503)))
+        elif fault == "429":
+            receiver.set_outage(429, retry_after=self.rng.randint(1, 2))
+        elif fault == "slow":
+            receiver.set_delay(self.rng.uniform(0.5, MAX_SLOW_S))
+
+    @staticmethod
+    def _clear(receiver: Any) -> None:
+        receiver.set_outage(None)
+        receiver.set_delay(0)
+
+    def _run(self) -> None:
+        """Each step: every receiver draws its own fault (so they overlap), held, then all cleared."""
+        started = time.monotonic()
+        try:
+            for _ in range(self.max_steps):
+                if self._stop.is_set():
+                    return
+                drawn = {name: self.rng.choice(RECEIVER_FAULTS) for name in sorted(self.receivers)}
+                for name, fault in drawn.items():
+                    self._apply(self.receivers[name], fault)
+                    self.counts[fault] += 1
+                self.log.append({"t": round(time.monotonic() - started, 2), **drawn})
+                self._stop.wait(self.rng.uniform(*self.hold_s))
+                for receiver in self.receivers.values():
+                    self._clear(receiver)
+                self._stop.wait(self.rng.uniform(*self.gap_s))
+        finally:
+            for receiver in self.receivers.values():
+                with contextlib.suppress(Exception):
+                    self._clear(receiver)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout=timeout_s)
+        for receiver in self.receivers.values():
+            with contextlib.suppress(Exception):
+                self._clear(receiver)

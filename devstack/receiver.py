@@ -1,5 +1,6 @@
 """A loopback HTTP endpoint that records what it is sent: the stand-in for an n8n Wait node's resume
-URL (callbacks) and, later, for chat webhooks. Can refuse the next N requests to test retries.
+URL (callbacks) and, later, for chat webhooks. Can refuse the next N requests to test retries, be
+down for a while (every request refused, or its connection closed unanswered), and answer slowly.
 
 Standard library only; binds 127.0.0.1 only; every wait is bounded.
 """
@@ -32,6 +33,10 @@ def gzip_bomb(inflated_bytes: int = BOMB_INFLATED_BYTES) -> bytes:
     return b"".join(parts) + packer.compress(bytes(inflated_bytes & ((1 << 20) - 1))) + packer.flush()
 
 
+MAX_DELAY_S = 30.0
+DROP = 0  # an outage "status": the connection is closed without an answer (the receiver is down)
+
+
 @dataclass
 class Received:
     method: str
@@ -50,7 +55,9 @@ class RecordingReceiver:
     def __init__(self) -> None:
         self.received: list[Received] = []  # answered 2xx
         self.refused: list[Received] = []
-        self._refusals: list[int] = []
+        self._refusals: list[tuple[int, int | None]] = []
+        self._outage: tuple[int, int | None] | None = None
+        self._delay_s = 0.0
         self._bombs = 0
         self._lock = threading.Condition()
         receiver = self
@@ -59,13 +66,20 @@ class RecordingReceiver:
             def do_POST(self) -> None:  # http.server naming
                 length = min(int(self.headers.get("Content-Length") or 0), MAX_BODY_BYTES)
                 item = Received("POST", self.path, dict(self.headers.items()), self.rfile.read(length))
-                status = receiver._record(item)
+                status, retry_after, delay_s = receiver._record(item)
+                if delay_s:
+                    time.sleep(delay_s)
+                if status == DROP:
+                    self.close_connection = True
+                    return
                 body = b'{"ok": true}' if status < 300 else b'{"error": "refused by the test"}'
                 bomb = receiver._take_bomb()
                 self.send_response(status)
                 if bomb:  # whatever the request asked for (Accept-Encoding), as a hostile host would
                     body = gzip_bomb()
                     self.send_header("Content-Encoding", "gzip")
+                if retry_after is not None:
+                    self.send_header("Retry-After", str(retry_after))
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -102,10 +116,11 @@ class RecordingReceiver:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def refuse_next(self, count: int, status: int = 409) -> None:
-        """The next `count` requests get `status` (n8n answers 409 before its Wait node is reached)."""
+    def refuse_next(self, count: int, status: int = 409, retry_after: int | None = None) -> None:
+        """The next `count` requests get `status` (n8n answers 409 before its Wait node is reached),
+        with a `Retry-After: <retry_after>` header when given (a webhook's 429)."""
         with self._lock:
-            self._refusals.extend([status] * count)
+            self._refusals.extend([(status, retry_after)] * count)
 
     def bomb_next(self, count: int) -> None:
         """The next `count` answers carry gzip_bomb() as their body, Content-Encoding: gzip."""
@@ -119,12 +134,27 @@ class RecordingReceiver:
             self._bombs -= 1
             return True
 
-    def _record(self, item: Received) -> int:
+    def set_outage(self, status: int | None, retry_after: int | None = None) -> None:
+        """Until called with None, every request gets `status` (DROP: its connection is closed
+        unanswered), with `Retry-After: <retry_after>` when given: a receiver that is down."""
         with self._lock:
-            status = self._refusals.pop(0) if self._refusals else 200
-            (self.refused if status >= 300 else self.received).append(item)
+            self._outage = None if status is None else (status, retry_after)
+
+    def set_delay(self, seconds: float) -> None:
+        """Answer every request `seconds` after it arrived (a slow receiver; bounded)."""
+        with self._lock:
+            self._delay_s = min(max(0.0, seconds), MAX_DELAY_S)
+
+    def _record(self, item: Received) -> tuple[int, int | None, float]:
+        """What to answer: a queued refusal first, then the outage, else 200. Recorded on arrival."""
+        with self._lock:
+            if self._refusals:
+                status, retry_after = self._refusals.pop(0)
+            else:
+                status, retry_after = self._outage or (200, None)
+            (self.refused if status == DROP or status >= 300 else self.received).append(item)
             self._lock.notify_all()
-            return status
+            return status, retry_after, self._delay_s
 
     def for_path(self, path: str) -> list[Received]:
         with self._lock:

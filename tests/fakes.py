@@ -234,6 +234,9 @@ class FakeNotifier:
     def can_deliver(self, notice: Any) -> bool:
         return True
 
+    def deadline_s(self, notice: Any) -> float:
+        return 10.0
+
     def deliver(self, notice):
         from safesend.callbacks import notice_body
 

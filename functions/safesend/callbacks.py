@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,6 +37,9 @@ _EMBEDS_IPV4 = tuple(
     ipaddress.IPv6Network(net)
     for net in ("::ffff:0:0/96", "::ffff:0:0:0/96", "::/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
 )
+MAX_RETRY_AFTER_S = 600.0  # a receiver's Retry-After is honoured up to this (a longer one: this)
+# Notices to people: never given up while they may matter (the callback horizon only marks them overdue).
+REVIEWER_KINDS = frozenset({"chat", "slack", "email"})
 
 
 class CallbackUrlError(ValueError):
@@ -116,6 +120,22 @@ def next_try_at(failed_tries: int, now: datetime, created_at: datetime, horizon_
     """After `failed_tries` failed tries: when to try again, or None once that passes the horizon."""
     at = now + timedelta(seconds=DELIVERY_DELAYS_S[min(failed_tries, len(DELIVERY_DELAYS_S) - 1)])
     return at if at <= created_at + timedelta(seconds=horizon_s) else None
+
+
+def parse_retry_after(value: str | None, now_epoch: float) -> float | None:
+    """Seconds a Retry-After header asks for (delta-seconds or an HTTP-date), None if absent or unreadable."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now_epoch)
 
 
 def notice_body(notice: Mapping[str, Any]) -> bytes:

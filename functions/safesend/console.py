@@ -58,7 +58,9 @@ BASE = "/review"
 CSS_PATH = f"{BASE}/assets/console.css"
 JS_PATH = f"{BASE}/assets/console.js"
 ICON_PATH = f"{BASE}/assets/icon.svg"
-MAX_FORM_BYTES = 16 * 1024  # a note of MAX_NOTE_CHARS, percent-encoded, fits with room to spare
+# The worst note the form allows: MAX_NOTE_CHARS characters of 4 UTF-8 bytes each, every byte
+# percent-encoded as %XX (12 bytes a character), plus room for the other fields of the form.
+MAX_FORM_BYTES = lifecycle.MAX_NOTE_CHARS * 4 * 3 + 4 * 1024
 LIST_LIMIT = 200
 _ITEM = re.compile(r"/review/items/([^/]+)")
 _DECISION = re.compile(r"/review/items/([^/]+)/decision")

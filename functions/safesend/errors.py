@@ -56,6 +56,11 @@ class StoreUnavailableError(SafesendError):
     is safe for the caller to retry (503); after it, the caller gets the last known state (202)."""
 
 
+class CallbackNotStoredError(StoreUnavailableError):
+    """A replay's callback_url could not be stored: nothing would ever call it, so the caller must
+    retry (503 with Retry-After), not wait for a callback that cannot come."""
+
+
 class ConcurrentUpdateError(SafesendError):
     """A compare-and-set lost the race: someone else advanced the job first. Never an error for the caller."""
 

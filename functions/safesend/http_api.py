@@ -12,6 +12,7 @@ from flask import Request
 
 from .auth import AuthenticationError, PermissionDeniedError, Role
 from .errors import (
+    CallbackNotStoredError,
     ConfigurationError,
     IndexMissingError,
     MailboxUnavailableError,
@@ -172,6 +173,14 @@ class HttpApi:
                 "payload_mismatch",
                 f"{exc}: resend the original payload, or give a different email its own dedup key; do not retry",
                 job_id=exc.job_id,
+            )
+        except CallbackNotStoredError as exc:  # a replay whose callback_url nothing could ever call
+            log(logging.ERROR, "callback_url not stored on a replay", error=str(exc))
+            return _error(
+                503,
+                "callback_not_registered",
+                "the job exists but this callback_url could not be stored: retry after Retry-After seconds "
+                "(the same request replays; only then will the callback come)",
             )
         except StoreUnavailableError as exc:  # raised only before a claim (service.submit)
             log(logging.ERROR, "job store unavailable before claim", error=str(exc))

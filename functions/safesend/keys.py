@@ -22,6 +22,9 @@ _HOSTNAME_RE = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})+")
 _JOB_ID_RE = re.compile(r"[0-9a-f]{32}")
 KEY_PART_FIELDS = ("customer_id", "event_type", "order_id")
 MAX_KEY_LENGTH = 255
+# safesend's own reviewer emails are jobs keyed `review:<review_id>`: a key space callers may not use
+# (a caller's `review:...` key could pre-claim one, or its own review items would never be emailed).
+REVIEW_EMAIL_KEY_PREFIX = "review:"
 
 
 def job_id_for(dedup_key: str) -> str:

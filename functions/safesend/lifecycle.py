@@ -17,15 +17,22 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .backoff import backoff_delay
-from .callbacks import DELIVERY_DELAYS_S, MAX_NOTICES, next_try_at, notice_payload
+from .callbacks import (
+    DELIVERY_DELAYS_S,
+    MAX_NOTICES,
+    MAX_RETRY_AFTER_S,
+    REVIEWER_KINDS,
+    next_try_at,
+    notice_payload,
+)
 from .classify import crash_failure
 from .errors import DecisionConflictError, DecisionNotAllowedError, StaleReviewError
 from .model import Accepted, Bucket, Delivery, Failure, Job, MailboxHit
 from .policy import ChannelPolicy, OnUnknown
+from .review_messages import superseded_card
 from .states import HUMAN_STATES, SETTLED_STATES, State, check_transition
 
 Uniform = Callable[[float, float], float]
-NOTICE_LEASE_S = 30.0  # a deliverer's hold on the notices it is posting
 # Answers after which another try cannot help. Not 409: n8n answers it both before its Wait node is
 # reached (retry) and after the execution ended; the horizon bounds those retries.
 FINAL_REFUSALS = frozenset({400, 401, 403, 404, 405, 410, 413, 422})
@@ -461,11 +468,22 @@ def republish_unnotified(job: Job, now: datetime) -> Job:
     return changed
 
 
-def add_decision_notices(job: Job, review_id: str, payloads: dict[str, dict[str, Any]], now: datetime) -> Job:
-    """The decision's answer in each chat the item went to (once per review entry and decision)."""
-    if not payloads:
+def add_decision_notices(
+    job: Job,
+    review_id: str,
+    payloads: dict[str, dict[str, Any]],
+    now: datetime,
+    answered: dict[str, dict[str, Any] | None] | None = None,
+) -> Job:
+    """The decision's answer in each chat the item went to: one line per decision (keyed by the
+    decision, so a second decision on the same entry is a line of its own). The entry's pending
+    cards are marked answered (or retired) in the same write: no card says "needs a person" after
+    the answer, and each line waits behind its card (due_notices keeps a thread in order)."""
+    if not payloads and not answered:
         return job
-    return add_review_notices(job, review_id, payloads, now, suffix=":decision") or job
+    changed = job.copy()
+    answer_cards(changed, answered or {}, now)
+    return add_review_notices(changed, review_id, payloads, now, suffix=f":decision{len(job.decisions)}") or changed
 
 
 def lease_expired(job: Job, now: datetime) -> bool:
@@ -569,7 +587,9 @@ def register_callback(job: Job, url: str, now: datetime) -> Job | None:
 
 def queue_notices(before: Job, after: Job, now: datetime) -> Job:
     """Every write goes through here: a job that settles, or re-enters review with news, owes each
-    callback a notice (stored with its exact content, so every retry sends the same bytes)."""
+    callback a notice (stored with its exact content, so every retry sends the same bytes). A new
+    review entry marks the replaced entry's pending cards superseded."""
+    after = supersede_cards(before, after, now)
     if after.state not in SETTLED_STATES or not after.callbacks:
         return after
     if before.state is after.state and before.review_entries == after.review_entries:
@@ -581,17 +601,51 @@ def queue_notices(before: Job, after: Job, now: datetime) -> Job:
 
 
 def due_notices(job: Job, now: datetime) -> list[dict[str, Any]]:
-    return [n for n in job.notices if _pending(n) and n["due_at"] <= now]
+    """The pending notices due now, in order per destination: one that waits (a retry, another
+    deliverer's hold) holds back the later ones of its destination, so they never overtake it."""
+    blocked: set[tuple[str, str]] = set()
+    due = []
+    for notice in job.notices:
+        if not _pending(notice) or destination(notice) in blocked:
+            continue
+        if notice["due_at"] > now:
+            blocked.add(destination(notice))
+            continue
+        due.append(notice)
+    return due
 
 
-def record_deliveries(job: Job, results: dict[str, Delivery], now: datetime, horizon_s: float) -> Job:
-    """Apply delivery results (by notice id): delivered, tried again later, or given up at the horizon."""
+def destination(notice: dict[str, Any]) -> tuple[str, str]:
+    """Where a notice goes: its callback URL, or its kind's thread (one chat thread per job)."""
+    kind = notice.get("kind") or "callback"
+    return kind, str(notice.get("url") or notice.get("thread") or "")
+
+
+def is_reviewer_notice(notice: dict[str, Any]) -> bool:
+    return (notice.get("kind") or "callback") in REVIEWER_KINDS
+
+
+def record_deliveries(
+    job: Job, results: dict[str, Delivery], now: datetime, horizon_s: float, released: Iterable[str] = ()
+) -> Job:
+    """Apply delivery results (by notice id): delivered, tried again later, or given up.
+
+    A callback is given up at the horizon (or on a final refusal). A reviewer notice (chat, slack,
+    email) is never given up: it is retried with a capped backoff for as long as it takes, and once
+    past the horizon it is marked overdue (the service logs `reviewer_notice_overdue` for alerts).
+    A server's Retry-After is honoured, bounded by MAX_RETRY_AFTER_S. `released`: notices held for
+    this pass but not posted, due again (behind their destination's failed one)."""
     changed = job.copy()
+    unposted = set(released) - set(results)
     for notice in changed.notices:
+        if notice["id"] in unposted and _pending(notice):
+            notice["held_until"] = None  # held but not posted (its destination failed first)
+            notice["due_at"] = now
         result = results.get(notice["id"])
         if result is None or not _pending(notice):
             continue
         notice["tries"] += 1
+        notice["held_until"] = None
         if result.ok:
             notice["delivered_at"] = now
             changed.add_event(now, "notice_delivered", notice_id=notice["id"], status=result.status)
@@ -599,8 +653,18 @@ def record_deliveries(job: Job, results: dict[str, Delivery], now: datetime, hor
         notice["last_error"] = (f"HTTP {result.status}" if result.status else "") + (
             f" {result.detail}" if result.detail else ""
         )
+        wait = _retry_after(result)
+        if is_reviewer_notice(notice):
+            notice["due_at"] = max(now + timedelta(seconds=_delay(notice["tries"])), now + wait)
+            if notice.get("overdue_at") is None and now >= notice["created_at"] + timedelta(seconds=horizon_s):
+                notice["overdue_at"] = now
+                changed.add_event(now, "reviewer_notice_overdue", notice_id=notice["id"], error=notice["last_error"])
+            continue
         final = result.status in FINAL_REFUSALS  # e.g. n8n: 401 bad resume signature, 404 no such execution
         retry_at = None if final else next_try_at(notice["tries"], now, notice["created_at"], horizon_s)
+        if retry_at is not None and now + wait > retry_at:
+            later = now + wait
+            retry_at = later if later <= notice["created_at"] + timedelta(seconds=horizon_s) else None
         if retry_at is None:
             notice["gave_up_at"] = now
             changed.add_event(now, "notice_given_up", notice_id=notice["id"], error=notice["last_error"])
@@ -610,14 +674,31 @@ def record_deliveries(job: Job, results: dict[str, Delivery], now: datetime, hor
     return changed
 
 
-def claim_notices(job: Job, notice_ids: Iterable[str], now: datetime, lease_s: float = NOTICE_LEASE_S) -> Job:
-    """Hold due notices for one deliverer (two notify instances, a task and a sweep): the others see
-    them due later. A deliverer that dies after posting lets the hold lapse: at least once."""
+def give_up_notices(job: Job, notice_ids: Iterable[str], reason: str, now: datetime) -> Job:
+    """Give up notices no deliverer can act on (their kind has no configured route), with the reason
+    recorded: never left pending, where they would hold the sweep's oldest due time for ever."""
     changed = job.copy()
     wanted = set(notice_ids)
     for notice in changed.notices:
         if notice["id"] in wanted and _pending(notice):
-            notice["due_at"] = now + timedelta(seconds=lease_s)
+            notice["gave_up_at"] = now
+            notice["last_error"] = reason
+            changed.add_event(now, "notice_given_up", notice_id=notice["id"], error=reason)
+    _refresh_notice_due(changed)
+    return changed
+
+
+def claim_notices(job: Job, notice_ids: Iterable[str], now: datetime, hold_s: float) -> Job:
+    """Hold due notices for one deliverer (two notify instances, a task and a sweep) for as long as
+    its whole pass may take: the others see them due only after it. A deliverer that dies after
+    posting lets the hold lapse: at least once."""
+    changed = job.copy()
+    wanted = set(notice_ids)
+    until = now + timedelta(seconds=hold_s)
+    for notice in changed.notices:
+        if notice["id"] in wanted and _pending(notice):
+            notice["due_at"] = until
+            notice["held_until"] = until
     _refresh_notice_due(changed)
     return changed
 
@@ -625,9 +706,10 @@ def claim_notices(job: Job, notice_ids: Iterable[str], now: datetime, lease_s: f
 def add_review_notices(
     job: Job, review_id: str, payloads: dict[str, dict[str, Any]], now: datetime, suffix: str = ""
 ) -> Job | None:
-    """Queue one notice per reviewer channel (chat, slack...) for this review entry, once: the id is
-    the review id and the target, so a redelivered Pub/Sub message or a second notify adds nothing.
-    Returns None when every one is already queued."""
+    """Queue one notice per reviewer channel (chat, slack, email) for this review entry, once: the id
+    is the review id and the target, so a redelivered Pub/Sub message or a second notify adds
+    nothing (and the email keeps the text it was queued with). Returns None when every one is
+    already queued."""
     changed = job.copy()
     known = {n["id"] for n in changed.notices}
     added = False
@@ -636,9 +718,17 @@ def add_review_notices(
         if notice_id not in known:
             _append_notice(
                 changed,
-                {"id": notice_id, "kind": target, "url": None, "thread": job.id, "payload": payload},
+                {
+                    "id": notice_id,
+                    "kind": target,
+                    "url": None,
+                    "thread": job.id,
+                    "entry": review_id,
+                    "card": not suffix,
+                    "payload": payload,
+                },
                 now,
-                due_at=now,
+                due_at=_after_holds(changed, target, job.id, now),
             )
             added = True
     if not suffix and changed.review_notified_entry != job.review_entries:
@@ -649,15 +739,77 @@ def add_review_notices(
     return changed if added else None
 
 
+def answer_cards(job: Job, answered: dict[str, dict[str, Any] | None], now: datetime, mark: str = "answered") -> None:
+    """In place: the pending cards of a closed entry now carry the answer (`answered` maps their ids
+    to the marked payload), or are retired (None: an email that has not gone out yet). `mark`:
+    why the entry closed (answered, or superseded by a newer entry)."""
+    for notice in job.notices:
+        if notice["id"] not in answered or not _pending(notice):
+            continue
+        payload = answered[notice["id"]]
+        notice["marked"] = mark
+        if payload is None:
+            notice["gave_up_at"] = now
+            notice["last_error"] = f"retired: the entry was {mark} before it went out"
+            job.add_event(now, "notice_retired", notice_id=notice["id"], reason=mark)
+        else:
+            notice["payload"] = payload
+    _refresh_notice_due(job)
+
+
+def open_cards(job: Job, review_id: str | None = None) -> list[dict[str, Any]]:
+    """The pending cards (and email) of one review entry (None: of any entry) not yet marked
+    answered or superseded."""
+    return [
+        n
+        for n in job.notices
+        if _pending(n) and n.get("card") and not n.get("marked") and (review_id is None or n.get("entry") == review_id)
+    ]
+
+
+def supersede_cards(before: Job, after: Job, now: datetime) -> Job:
+    """A new review entry replaced an open one: the old entry's cards still pending go out marked
+    superseded (its email is retired), never as a question nobody can answer any more."""
+    if after.review_entries == before.review_entries:
+        return after
+    current = current_review_id(after)
+    stale = [n for n in open_cards(after) if n.get("entry") != current]
+    if not stale:
+        return after
+    changed = after.copy()
+    marked = {n["id"]: None if n["kind"] == "email" else superseded_card(n["kind"], n["payload"]) for n in stale}
+    answer_cards(changed, marked, now, mark="superseded")
+    return changed
+
+
 def _add_notice(job: Job, url: str, now: datetime) -> None:
+    """A new callback notice supersedes the older undelivered ones of its URL (never sent after it):
+    the workflow ends on the newest outcome. It waits for a hold on one being posted right now."""
     notice_id = f"{job.id}:n{job.notice_seq}"
     job.notice_seq += 1
+    due_at = max(now + timedelta(seconds=DELIVERY_DELAYS_S[0]), _after_holds(job, "callback", url, now))
+    for older in job.notices:
+        if _pending(older) and destination(older) == ("callback", url):
+            older["gave_up_at"] = now
+            older["last_error"] = f"superseded by {notice_id}"
+            job.add_event(now, "notice_superseded", notice_id=older["id"], by=notice_id)
     _append_notice(
         job,
         {"id": notice_id, "kind": "callback", "url": url, "payload": notice_payload(job, notice_id, now)},
         now,
-        due_at=now + timedelta(seconds=DELIVERY_DELAYS_S[0]),
+        due_at=due_at,
     )
+
+
+def _after_holds(job: Job, kind: str, where: str, now: datetime) -> datetime:
+    """Not before a deliverer's hold on a notice of the same destination runs out: the one it is
+    posting now must land first (its post ends within the hold)."""
+    latest = now
+    for notice in job.notices:
+        held = notice.get("held_until")
+        if destination(notice) == (kind, where) and isinstance(held, datetime) and held > latest:
+            latest = held
+    return latest
 
 
 def _append_notice(job: Job, notice: dict[str, Any], now: datetime, due_at: datetime) -> None:
@@ -666,6 +818,7 @@ def _append_notice(job: Job, notice: dict[str, Any], now: datetime, due_at: date
             **notice,
             "created_at": now,
             "due_at": due_at,
+            "held_until": None,
             "tries": 0,
             "delivered_at": None,
             "gave_up_at": None,
@@ -678,13 +831,28 @@ def _append_notice(job: Job, notice: dict[str, Any], now: datetime, due_at: date
     _refresh_notice_due(job)
 
 
+def _delay(tries: int) -> float:
+    return DELIVERY_DELAYS_S[min(tries, len(DELIVERY_DELAYS_S) - 1)]
+
+
+def _retry_after(result: Delivery) -> timedelta:
+    if result.retry_after_s is None or result.retry_after_s <= 0:
+        return timedelta(0)
+    return timedelta(seconds=min(result.retry_after_s, MAX_RETRY_AFTER_S))
+
+
 def _pending(notice: dict[str, Any]) -> bool:
     return notice.get("delivered_at") is None and notice.get("gave_up_at") is None
 
 
 def _refresh_notice_due(job: Job) -> None:
-    due = [n["due_at"] for n in job.notices if _pending(n)]
-    job.notice_due_at = min(due) if due else None
+    """The earliest due time that a deliverer can act on: the oldest pending notice per destination
+    (the later ones follow it in the same pass)."""
+    firsts: dict[tuple[str, str], datetime] = {}
+    for notice in job.notices:
+        if _pending(notice):
+            firsts.setdefault(destination(notice), notice["due_at"])
+    job.notice_due_at = min(firsts.values()) if firsts else None
 
 
 # ----------------------------------------------------------------------------- reviewer decisions

@@ -59,6 +59,7 @@ class Delivery:
     ok: bool
     status: int | None = None
     detail: str = ""
+    retry_after_s: float | None = None  # the receiver's Retry-After, when it sent one
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,13 @@ class Job:
         values["events"] = [{**e, "at": as_utc(e.get("at"))} for e in (values.get("events") or [])]
         values["decisions"] = [{**d, "at": as_utc(d.get("at"))} for d in (values.get("decisions") or [])]
         values["notices"] = [
-            {**n, **{k: as_utc(n.get(k)) for k in ("created_at", "due_at", "delivered_at", "gave_up_at")}}
+            {
+                **n,
+                **{
+                    k: as_utc(n.get(k))
+                    for k in ("created_at", "due_at", "delivered_at", "gave_up_at", "held_until", "overdue_at")
+                },
+            }
             for n in (values.get("notices") or [])
         ]
         return cls(**values)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .keys import REVIEW_EMAIL_KEY_PREFIX
 from .policy import ChannelPolicy
-from .review_messages import chat_card, slack_message
+from .review_messages import chat_card, reviewer_email, slack_message
 
 # Notification emails go out as safesend jobs themselves; their own review items must never email
-# again (a job about a job about a job...): their dedup keys carry this prefix.
-REVIEW_EMAIL_KEY_PREFIX = "review:"
+# again (a job about a job about a job...): their dedup keys carry REVIEW_EMAIL_KEY_PREFIX (reserved).
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,19 @@ class ReviewerTargets:
             wanted = wanted - {"email"}
         return sorted(wanted)
 
-    def chat_payloads(self, targets: list[str], item: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """The notices of one review entry for the webhook targets (email goes through send)."""
+    def payloads(self, targets: list[str], item: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The notices of one review entry, one per target. The email's is the whole send request
+        (safesend's own send path delivers it, keyed by the review id): stored once, so a repeat
+        of the entry's email is always a replay, whatever the evidence says by then."""
         render = {"chat": chat_card, "slack": slack_message}
-        return {t: render[t](item, self.console_url) for t in targets if t in render}
+        found = {t: render[t](item, self.console_url) for t in targets if t in render}
+        if "email" in targets and self.email_to:
+            subject, text = reviewer_email(item, self.console_url)
+            found["email"] = {
+                "dedup_key": f"{REVIEW_EMAIL_KEY_PREFIX}{item['review_id']}",
+                "channel": self.email_channel,
+                "to": self.email_to,
+                "subject": subject,
+                "text": text,
+            }
+        return found

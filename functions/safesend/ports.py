@@ -106,12 +106,18 @@ class NoticePoster(Protocol):
 
     def deliver(self, notice: Mapping[str, Any]) -> Delivery: ...
 
+    def deadline_s(self, notice: Mapping[str, Any]) -> float:
+        """The longest deliver() can take for this notice: a deliverer holds its pass that long."""
+
 
 class Notifier(Protocol):
     """The outbox's deliverer: a callback to the caller's workflow (n8n's Wait node), or a message to
     the reviewers' chat (Google Chat, Slack), by the notice's `kind`. One POST, bounded in time."""
 
     def deliver(self, notice: Mapping[str, Any]) -> Delivery: ...
+
+    def deadline_s(self, notice: Mapping[str, Any]) -> float:
+        """The longest deliver() can take for this notice: a deliverer holds its pass that long."""
 
     def can_deliver(self, notice: Mapping[str, Any]) -> bool:
         """This instance is configured for the notice's kind (others leave it for one that is)."""

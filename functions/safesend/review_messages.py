@@ -10,6 +10,7 @@ become look-alikes (U+2039, U+203A). Slack's mrkdwn is escaped with its own thre
 
 from __future__ import annotations
 
+import copy
 import html
 from datetime import datetime
 from typing import Any
@@ -139,6 +140,31 @@ def decision_update(target: str, record: dict[str, Any], job_id: str) -> dict[st
     if target == "slack":
         return {"text": f"safesend job {job_id}: {_slack_escape(line)}"}
     return {"text": _chat_text(line)}
+
+
+def answered_card(target: str, payload: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """A card not posted yet when its entry was answered: posted marked as answered, so nobody is
+    asked for a decision already taken (the decision's own line follows it in the thread)."""
+    return _marked_card(target, payload, "Answered", decision_line(record))
+
+
+def superseded_card(target: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A card not posted yet when a newer review entry of its job replaced it: posted marked as
+    superseded, so nobody answers an entry the console no longer takes (the new card follows)."""
+    return _marked_card(target, payload, "Superseded", "a newer review of this job follows; decide on that one")
+
+
+def _marked_card(target: str, payload: dict[str, Any], mark: str, line: str) -> dict[str, Any]:
+    marked = copy.deepcopy(payload)
+    marked["text"] = f"{payload.get('text', '')} ({mark.lower()}: {line})"
+    if target == "slack":
+        answer = {"type": "section", "text": {"type": "mrkdwn", "text": f"*{mark}:* {_slack_escape(line)}"}}
+        marked["blocks"] = [answer, *marked.get("blocks", [])]
+    else:
+        for card in marked.get("cardsV2", []):
+            header = card.get("card", {}).get("header", {})
+            header["title"] = f"{mark}: {_short(line)}"
+    return marked
 
 
 def reviewer_email(item: dict[str, Any], console_url: str | None) -> tuple[str, str]:

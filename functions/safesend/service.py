@@ -30,6 +30,7 @@ from .callbacks import MAX_CALLBACKS
 from .classify import unbuildable_failure
 from .config import Settings
 from .errors import (
+    CallbackNotStoredError,
     ConcurrentUpdateError,
     HistoryExpiredError,
     IndexMissingError,
@@ -46,18 +47,19 @@ from .keys import job_id_for, message_id_for
 from .lifecycle import Timing
 from .logs import log
 from .mime import build_mime
-from .model import Accepted, Failure, Job
-from .notify import REVIEW_EMAIL_KEY_PREFIX, ReviewerTargets
+from .model import Accepted, Delivery, Failure, Job
+from .notify import ReviewerTargets
 from .policy import ChannelPolicies, ChannelPolicy
 from .ports import CheckScheduler, Cursor, JobStore, Mailer, Notifier, ReviewPublisher
 from .review import review_attributes, review_item
-from .review_messages import decision_update, reviewer_email
+from .review_messages import answered_card, decision_update
 from .states import SWEPT_STATES, State
 from .validation import SendRequest, message_from_payload, parse_send_request
 
 MAX_RECORD_TRIES = 8  # compare-and-set retries when recording an outcome we must not lose
 MAX_SWEEP_BATCHES = 200  # pages per state and sweep (10,000 jobs at 50 a page); the time budget bounds it too
 MAX_NOTICES_PER_ADVANCE = 10  # callback POSTs in one reconcile call (each bounded by its deadline)
+HOLD_MARGIN_S = 30.0  # a delivery pass's hold outlasts its posts' deadlines by this (clocks, the record)
 
 
 def utcnow() -> datetime:
@@ -159,9 +161,12 @@ class SafeSendService:
             if job.payload_hash != request.payload_hash:
                 raise PayloadMismatchError(job.id)
             log(logging.INFO, "duplicate send request", job_id=job.id, state=job.state.value)
-            try:
-                if request.callback_url:
+            if request.callback_url:
+                try:
                     job = self._register_callback(job, request.callback_url)
+                except StoreUnavailableError as exc:  # stored nowhere: no sweeper can ever call it
+                    raise CallbackNotStoredError(f"job {job.id}: callback_url not stored ({exc})") from exc
+            try:
                 if lifecycle.lease_expired(job, self.clock()):
                     job = self._recover_expired(job, policy)
             except StoreUnavailableError:
@@ -462,23 +467,34 @@ class SafeSendService:
         return stored, "verified" if stored.verified else f"verification_{stored.state.value}"
 
     def _deliver_notices(self, job: Job) -> tuple[Job, int]:
-        """POST the due callback notices, then record what happened (re-applied over a lost race).
-        At least once: a crash between the POST and the record sends the same body again."""
-        notifier = self.notifier
-        if not notifier:
-            return job, 0
-        # Only the kinds this instance can post (notify holds the chat webhooks, for example).
-        due = [n for n in lifecycle.due_notices(job, self.clock()) if notifier.can_deliver(n)]
+        """POST the due notices, then record what happened (re-applied over a lost race). At least
+        once: a crash between the POST and the record sends the same body again. The hold on them
+        lasts as long as the whole pass may take, so no second deliverer posts them meanwhile; a
+        destination's notices go in order, and one that fails holds back the rest of its own."""
+        due = lifecycle.due_notices(job, self.clock())
+        unroutable = [n for n in due if not self._can_deliver(n)]
+        if unroutable:
+            job = self._give_up_unroutable(job, unroutable)
+            due = [n for n in due if self._can_deliver(n)]
         due = due[:MAX_NOTICES_PER_ADVANCE]
         if not due:
             return job, 0
+        pass_s = sum(self._notice_deadline_s(n) for n in due)
         try:  # hold them first, so a second deliverer (task, sweep, notify instance) posts nothing
-            job = self._cas(job, lifecycle.claim_notices(job, [n["id"] for n in due], self.clock()))
+            job = self._cas(
+                job, lifecycle.claim_notices(job, [n["id"] for n in due], self.clock(), pass_s + HOLD_MARGIN_S)
+            )
         except ConcurrentUpdateError:
             return self._reload(job), 0  # someone else moved the job: the next task or sweep delivers
-        results = {}
+        ends = self.monotonic() + pass_s
+        results: dict[str, Delivery] = {}
+        failed: set[tuple[str, str]] = set()
         for notice in due:
-            results[notice["id"]] = delivery = notifier.deliver(notice)
+            if lifecycle.destination(notice) in failed or self.monotonic() >= ends:
+                continue  # behind a failed one of its destination (order), or past the hold's budget
+            results[notice["id"]] = delivery = self._post_notice(notice)
+            if not delivery.ok:
+                failed.add(lifecycle.destination(notice))
             log(
                 logging.INFO if delivery.ok else logging.WARNING,
                 "notice",
@@ -488,27 +504,75 @@ class SafeSendService:
                 ok=delivery.ok,
                 status=delivery.status,
                 detail=delivery.detail,
+                retry_after_s=delivery.retry_after_s,
             )
+        held = [n["id"] for n in due]
         current = job
         for _ in range(MAX_RECORD_TRIES):
-            updated = lifecycle.record_deliveries(current, results, self.clock(), self.callback_horizon_s)
+            updated = lifecycle.record_deliveries(current, results, self.clock(), self.callback_horizon_s, held)
             try:
                 stored = self._cas(current, updated)
             except ConcurrentUpdateError:
                 current = self._reload(current)
                 continue
-            for notice in stored.notices:
-                if notice["id"] in results and notice.get("gave_up_at") is not None:
-                    log(
-                        logging.ERROR,
-                        "callback notice given up after the callback horizon",
-                        job_id=job.id,
-                        notice_id=notice["id"],
-                        error=notice.get("last_error"),
-                    )
+            self._log_unanswered(stored, results)
             self._follow_up(stored)
             return stored, len(results)
         return current, len(results)
+
+    def _can_deliver(self, notice: dict[str, Any]) -> bool:
+        if notice.get("kind") == "email":
+            return True  # safesend's own send path: every deliverer has it
+        return self.notifier is not None and self.notifier.can_deliver(notice)
+
+    def _notice_deadline_s(self, notice: dict[str, Any]) -> float:
+        if notice.get("kind") == "email":
+            return self.request_budget_s + self.send_timeout_s
+        return self.notifier.deadline_s(notice) if self.notifier is not None else 0.0
+
+    def _post_notice(self, notice: dict[str, Any]) -> Delivery:
+        if notice.get("kind") == "email":
+            return self._email_reviewers(notice["payload"])
+        assert self.notifier is not None  # noqa: S101 - _can_deliver let only routable notices through
+        return self.notifier.deliver(notice)
+
+    def _give_up_unroutable(self, job: Job, notices: list[dict[str, Any]]) -> Job:
+        """Notices of a kind no route is configured for (switched off since they were queued) would
+        wait for ever: given up, with the reason recorded on each."""
+        kinds = sorted({n.get("kind") or "callback" for n in notices})
+        reason = f"no {'/'.join(kinds)} route is configured"
+        try:
+            stored = self._cas(job, lifecycle.give_up_notices(job, [n["id"] for n in notices], reason, self.clock()))
+        except ConcurrentUpdateError:
+            return self._reload(job)
+        log(logging.ERROR, "notices given up: no route for their kind", job_id=job.id, kinds=kinds, count=len(notices))
+        return stored
+
+    def _log_unanswered(self, stored: Job, results: dict[str, Delivery]) -> None:
+        """Loud lines for what a person or a workflow may never hear: a callback given up, a
+        reviewer notice still failing past the horizon (`reviewer_notice_overdue`, for alerts)."""
+        for notice in stored.notices:
+            if notice["id"] not in results or results[notice["id"]].ok:
+                continue
+            if notice.get("gave_up_at") is not None:
+                log(
+                    logging.ERROR,
+                    "callback notice given up",
+                    job_id=stored.id,
+                    notice_id=notice["id"],
+                    error=notice.get("last_error"),
+                )
+            elif notice.get("overdue_at") is not None:
+                log(
+                    logging.ERROR,
+                    "reviewer notice overdue: still retried, not delivered within the callback horizon",
+                    event="reviewer_notice_overdue",
+                    job_id=stored.id,
+                    kind=notice.get("kind"),
+                    notice_id=notice["id"],
+                    tries=notice.get("tries"),
+                    error=notice.get("last_error"),
+                )
 
     def _recover_expired(self, job: Job, policy: ChannelPolicy, schedule: bool = True) -> Job:
         """The instance that claimed this job died around the send: treat the attempt as unknown."""
@@ -538,9 +602,7 @@ class SafeSendService:
         targets = self.reviewers.for_job(self.policies.for_job(job.channel), job.dedup_key)
         item = review_item(job, include_body=False)
         for _ in range(MAX_RECORD_TRIES):
-            changed = lifecycle.add_review_notices(
-                job, review_id, self.reviewers.chat_payloads(targets, item), self.clock()
-            )
+            changed = lifecycle.add_review_notices(job, review_id, self.reviewers.payloads(targets, item), self.clock())
             if changed is None:
                 break
             try:
@@ -550,26 +612,23 @@ class SafeSendService:
                 job = self._reload(job)
                 if lifecycle.current_review_id(job) != review_id:
                     return job, "stale"
-        if "email" in targets:
-            self._email_reviewers(item, review_id)
         job, _ = self._deliver_notices(job)
         log(logging.INFO, "reviewers notified", job_id=job.id, review_id=review_id, targets=targets)
         return job, "notified"
 
-    def _email_reviewers(self, item: dict[str, Any], review_id: str) -> None:
-        """Through safesend's own send path, keyed by the review id: safe to repeat, like any send."""
-        subject, text = reviewer_email(item, self.reviewers.console_url)
-        request = parse_send_request(
-            {
-                "dedup_key": f"{REVIEW_EMAIL_KEY_PREFIX}{review_id}",
-                "channel": self.reviewers.email_channel,
-                "to": self.reviewers.email_to,
-                "subject": subject,
-                "text": text,
-            },
-            self.default_from,
-        )
-        self.submit(request)
+    def _email_reviewers(self, payload: dict[str, Any]) -> Delivery:
+        """The reviewers' email, as the outbox stored it, through safesend's own send path (keyed by
+        the review id in the reserved `review:` key space): a repeat is a replay."""
+        try:
+            request = parse_send_request(payload, self.default_from, reserved_ok=True)
+            self.submit(request)
+        except PayloadMismatchError:
+            return Delivery(True, None, "already sent with other text (replay)")
+        except RequestValidationError as exc:
+            return Delivery(False, None, f"invalid reviewer email: {sorted(exc.fields)}")
+        except StoreUnavailableError as exc:
+            return Delivery(False, None, f"store unavailable: {exc}"[:200])
+        return Delivery(True, None)
 
     def decide(self, job_id: str, review_id: str, decision: str, reviewer: str, note: str = "") -> DecisionOutcome:
         """A person's decision on a job in review or failed. Checked against the review entry it
@@ -594,7 +653,9 @@ class SafeSendService:
             try:
                 stored = self._cas(
                     job,
-                    lifecycle.add_decision_notices(decided, review_id, self._update_payloads(decided), self.clock()),
+                    lifecycle.add_decision_notices(
+                        decided, review_id, self._update_payloads(decided), self.clock(), self._answered(decided)
+                    ),
                 )
             except ConcurrentUpdateError:
                 continue  # re-read: a double click or another reviewer; replay or conflict decides
@@ -624,6 +685,17 @@ class SafeSendService:
             if n["id"].startswith(f"{record['review_id']}:") and n["kind"] in ("chat", "slack")
         }
         return {t: decision_update(t, record, job.id) for t in sorted(targets)}
+
+    @staticmethod
+    def _answered(job: Job) -> dict[str, dict[str, Any] | None]:
+        """The pending cards of the entry this decision closed: marked answered (an email: retired)."""
+        record = job.decisions[-1]
+        if lifecycle.current_review_id(job) == record["review_id"]:
+            return {}  # refused: the entry is still open, its card still asks
+        return {
+            n["id"]: None if n["kind"] == "email" else answered_card(n["kind"], n["payload"], record)
+            for n in lifecycle.open_cards(job, record["review_id"])
+        }
 
     @staticmethod
     def _copies(job: Job) -> list[dict[str, Any]]:
@@ -662,9 +734,9 @@ class SafeSendService:
         return report
 
     def _sweep_notices(self, batch: int, deadline: float, report: SweepReport) -> None:
-        """Notices whose task was lost, page after page past any this instance cannot act on."""
-        if self.notifier is None:
-            return
+        """Notices whose task was lost, page after page past any this instance cannot act on. Also
+        without a notifier: the reviewers' email goes through safesend's own send path (and other
+        kinds are given up)."""
         self._sweep_pages(
             lambda cursor: self.store.find_notices_due(self.clock(), batch, start_after=cursor),
             lambda job: job.notice_due_at,
@@ -738,7 +810,7 @@ class SafeSendService:
             due_ms = int(job.next_check_at.timestamp() * 1000)
             step = f"a{job.attempts}-c{job.checks}-{due_ms}" + ("-v" if _verifying(job) else "")
             self._schedule(job, step, job.next_check_at)
-        if job.notice_due_at and self.notifier:
+        if job.notice_due_at:  # the reviewers' email needs no notifier
             self._schedule(job, f"n{job.notice_seq}-{int(job.notice_due_at.timestamp() * 1000)}", job.notice_due_at)
         if lifecycle.needs_publish(job):
             try:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .callbacks import CallbackPolicy, CallbackUrlError
 from .errors import RequestValidationError
-from .keys import KEY_PART_FIELDS, MAX_KEY_LENGTH, compose_dedup_key
+from .keys import KEY_PART_FIELDS, MAX_KEY_LENGTH, REVIEW_EMAIL_KEY_PREFIX, compose_dedup_key
 from .mime import OutgoingMessage
 
 MAX_RECIPIENTS = 100  # Gmail API limit per message
@@ -76,8 +76,11 @@ def parse_send_request(
     known_channels: frozenset[str] | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     callbacks: CallbackPolicy | None = None,
+    *,
+    reserved_ok: bool = False,
 ) -> SendRequest:
-    """Validate the JSON body of a send call. Raises RequestValidationError naming each bad field."""
+    """Validate the JSON body of a send call. Raises RequestValidationError naming each bad field.
+    `reserved_ok`: safesend's own reviewer emails may use the reserved `review:` key space."""
     if not isinstance(body, Mapping):
         raise RequestValidationError({"body": "must be a JSON object"})
     errors: dict[str, str] = {}
@@ -85,6 +88,12 @@ def parse_send_request(
         errors[name] = "unknown field"
 
     dedup_key = _dedup_key(body, errors)
+    if dedup_key and dedup_key.startswith(REVIEW_EMAIL_KEY_PREFIX) and not reserved_ok:
+        errors["dedup_key"] = (
+            f"keys starting with {REVIEW_EMAIL_KEY_PREFIX!r} are reserved for safesend's reviewer emails: "
+            "use another prefix"
+        )
+        dedup_key = None
     channel = _text(body, "channel", errors, required=True, max_len=100)
     if channel and known_channels is not None and channel not in known_channels:
         errors["channel"] = f"unknown channel {channel!r}: not configured on the server"

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from .logs import mask_emails
 from .model import Job, event_as_json, iso
 from .states import SETTLED_STATES, State
 
@@ -31,11 +32,14 @@ def retry_after_s(job: Job, now: datetime, floor_s: int = 1, ceiling_s: int = 30
 def what_to_do(job: Job) -> str:
     """The first-level `message` of every job answer: what the caller (an n8n workflow) should do."""
     if job.state is State.SENT:
-        return (
-            "sent once; nothing more to do"
-            if job.verified is not False
-            else "sent; safesend still checks the mailbox for a second copy (a duplicate would go to review)"
-        )
+        if job.verified is not False:
+            return "sent once; nothing more to do"
+        if job.next_check_at is None:  # acknowledged, or marked sent with no copy to show
+            return (
+                "sent, accepted by a person (a reviewer's decision, see events): safesend no longer checks "
+                "the mailbox for it; nothing more to do"
+            )
+        return "sent; safesend still checks the mailbox for a second copy (a duplicate would go to review)"
     if job.state is State.FAILED:
         return (
             "Gmail refused this message for good and nothing was sent: fix the cause (see error) and send "
@@ -75,11 +79,16 @@ def job_view(job: Job, *, replayed: bool | None = None, with_events: bool = Fals
     if replayed is not None:
         view["replayed"] = replayed
     if with_events:
-        view["events"] = [event_as_json(e) for e in job.events]
+        view["events"] = [event_as_json(_masked(e)) for e in job.events]
         view["events_dropped"] = job.events_dropped
         view["mailbox_hits"] = job.mailbox_hits
         view["callbacks"] = [_notice_view(n) for n in job.notices]
     return view
+
+
+def _masked(event: dict[str, Any]) -> dict[str, Any]:
+    """A reviewer's address is masked as the logs mask it: callers see that a person decided, not who."""
+    return {**event, "reviewer": mask_emails(event["reviewer"])} if event.get("reviewer") else event
 
 
 def _notice_view(notice: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,7 @@ notifier against real sockets: only allowed addresses are ever connected to, eve
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from devstack.chaos import find_gunicorn_worker
 from devstack.receiver import RecordingReceiver, gzip_bomb
 from devstack.stack import LocalStack
 from safesend.adapters.callback_http import HttpNotifier
+from safesend.adapters.chat_webhooks import chat_webhook
 from safesend.auth import SIGNATURE_HEADER, verify_signature
 from safesend.callbacks import CallbackPolicy
 from tests.integration.test_stack import SETTLED, Client
@@ -54,6 +56,17 @@ def test_a_refusal_is_reported_with_its_status(receiver):
     notifier = HttpNotifier(CallbackPolicy(frozenset({"127.0.0.1"}), allow_http=True), b"s" * 32)
     result = notifier.post(f"{receiver.url}/x", b"{}")
     assert (result.ok, result.status) == (False, 404)
+
+
+def test_a_retry_after_answer_is_reported_with_its_wait(receiver):
+    receiver.refuse_next(1, 429, retry_after=120)
+    notifier = HttpNotifier(CallbackPolicy(frozenset({"127.0.0.1"}), allow_http=True), b"s" * 32)
+    result = notifier.post(f"{receiver.url}/x", b"{}")
+    assert (result.ok, result.status, result.retry_after_s) == (False, 429, 120.0)
+    webhook = chat_webhook(f"{receiver.url}/chat")
+    receiver.refuse_next(1, 429, retry_after=30)
+    result = webhook.deliver({"kind": "chat", "thread": "j", "payload": {"text": "x"}})
+    assert (result.ok, result.status, result.retry_after_s) == (False, 429, 30.0)
 
 
 # --------------------------------------------------------------------------- on the stack
@@ -155,3 +168,15 @@ def memory_kb(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise AssertionError(f"{field} missing for pid {pid}")
+
+
+def test_a_receiver_down_with_retry_after_then_back_ends_on_the_jobs_state(stack, n8n, receiver):
+    """Issue 25: the receiver answers 503 + Retry-After: 5 three times, then comes back. The tries
+    wait as told, and the one notice that lands says what /status says."""
+    receiver.refuse_next(3, 503, retry_after=5)
+    response = n8n.send(n8n.job(callback_url=f"{receiver.url}/wait/5"))
+    (notice,) = notices(receiver, "/wait/5", timeout_s=60)
+    refused = [r.at for r in receiver.refused if r.path == "/wait/5"]
+    assert len(refused) == 3 and all(b - a >= 4.9 for a, b in itertools.pairwise(refused))
+    view = n8n.wait_for(response.json()["job_id"], SETTLED)
+    assert notice["state"] == view["state"] and notice["verified"] == view["verified"]

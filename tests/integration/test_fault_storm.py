@@ -27,9 +27,11 @@ every webhook try, the chaos log) is written to storm-report.json in the stack's
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import random
+import re
 import sys
 import time
 import uuid
@@ -39,12 +41,22 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
 
 from devstack import relay as relay_module
-from devstack.chaos import DECISION_KINDS, ChaosAction, ChaosRunner, RecordingSweepTicker, RelayCycler, ScriptedReviewer
+from devstack.chaos import (
+    DECISION_KINDS,
+    ChaosAction,
+    ChaosRunner,
+    ReceiverFlapper,
+    RecordingSweepTicker,
+    RelayCycler,
+    ScriptedReviewer,
+)
+from devstack.receiver import RecordingReceiver
 from devstack.stack import LocalStack, StackConfig
 
 pytestmark = pytest.mark.integration
@@ -688,3 +700,240 @@ def test_fault_storm(phase: Phase, storm_seed: int, capsys: pytest.CaptureFixtur
     assert not failures, "storm assertions failed (summary and job histories printed above): " + "; ".join(
         f"{kind}: {len(items)}" for kind, items in failures.items()
     )
+
+
+# --------------------------------------------------------------------------- the messengers' storm
+# Issue 25: the callback receivers and the Chat / Slack webhooks flap (down, 5xx, 429 + Retry-After,
+# slow) while jobs settle, duplicates are found and reviewers decide. Every receiver ends on its
+# job's true final state; each reviewer target gets exactly one card per review entry and one line
+# per decision.
+MESSENGER_SENT_JOBS = 8  # transactional, two executions (callback URLs) each
+MESSENGER_REVIEW_JOBS = 6  # payments, in doubt: review, then half cancelled, half marked sent
+MESSENGER_DUPLICATE_JOBS = 2  # sent, then a second copy: review (duplicate), then acknowledged
+MESSENGER_FLAP_S = 12.0
+MESSENGER_SETTLE_S = 60.0
+
+
+def console_form(stack: LocalStack, job_id: str) -> dict[str, str]:
+    """The hidden fields of an item's decision form (the development identity signs in locally)."""
+    page = requests.get(f"{stack.url}/review/items/{job_id}", timeout=15).text
+    found = {name: re.search(rf'name="{name}" value="([^"]+)"', page) for name in ("review_id", "csrf")}
+    missing = [name for name, match in found.items() if match is None]
+    assert not missing, f"no {missing} on the console page of {job_id}"
+    return {name: html.unescape(match.group(1)) for name, match in found.items() if match is not None}
+
+
+def decide_over_http(stack: LocalStack, job_id: str, decision: str) -> str:
+    """A reviewer's form post, as the console's page sends it; the result from the redirect."""
+    form = {**console_form(stack, job_id), "decision": decision, "note": "storm"}
+    status = None
+    for _ in range(10):  # bounded: a 5xx (a dependency stalled) is retried like a reviewer would
+        response = requests.post(
+            f"{stack.url}/review/items/{job_id}/decision",
+            data=form,
+            headers={"Origin": stack.url},
+            allow_redirects=False,
+            timeout=30,
+        )
+        status = response.status_code
+        if status == 303:
+            return parse_qs(urlsplit(response.headers["Location"]).query)["result"][0]
+        time.sleep(1.0)
+    raise AssertionError(f"decision {decision} on {job_id}: HTTP {status}")
+
+
+def messenger_posts(hook: RecordingReceiver, job_id: str) -> tuple[list[dict], list[dict]]:
+    """(cards, lines) a fake webhook got for one job: Chat threads by job (threadKey), Slack names it."""
+    mine = [r for r in hook.received if f"threadKey={job_id}" in r.path or job_id in r.body.decode()]
+    bodies = [r.json() for r in mine]
+    cards = [b for b in bodies if "cardsV2" in b or "blocks" in b]
+    return cards, [b for b in bodies if "cardsV2" not in b and "blocks" not in b]
+
+
+def messenger_failures(
+    stack: LocalStack, urls: dict[str, list[tuple[RecordingReceiver, str]]], views: dict[str, dict[str, Any]]
+) -> dict[str, list[str]]:
+    """Every receiver on the truth; one card per entry and one line per decision, per target."""
+    failures: dict[str, list[str]] = defaultdict(list)
+    for job_id, targets in urls.items():
+        view = views[job_id]
+        for receiver, path in targets:
+            got = [r.json() for r in receiver.for_path(path)]
+            if not got or (got[-1]["state"], got[-1]["verified"]) != (view.get("state"), view.get("verified")):
+                failures["receiver_not_on_truth"].append(f"{job_id} {path}: {[g['state'] for g in got]}")
+        entries = [e for e in view.get("events", []) if e["kind"] in ("entered_review", "entered_failed")]
+        decisions = [e for e in view.get("events", []) if e["kind"] == "decision"]
+        for name, hook in (("chat", stack.chat), ("slack", stack.slack)):
+            assert hook is not None
+            cards, lines = messenger_posts(hook, job_id)
+            if len(cards) != len(entries):
+                failures[f"{name}_cards_not_one_per_entry"].append(f"{job_id}: {len(cards)} for {len(entries)}")
+            if len(lines) != len(decisions):
+                failures[f"{name}_lines_not_one_per_decision"].append(f"{job_id}: {len(lines)} for {len(decisions)}")
+    return failures
+
+
+def messenger_job(n: int, channel: str) -> dict[str, Any]:
+    return {
+        "customer_id": f"storm-{uuid.uuid4().hex[:8]}",
+        "event_type": "order_paid",
+        "order_id": str(n),
+        "channel": channel,
+        "to": ["ann@example.com"],
+        "subject": f"Messenger storm {n}",
+        "text": "Thanks for your order.",
+    }
+
+
+def messenger_send(stack: LocalStack, body: dict[str, Any]) -> dict[str, Any]:
+    """n8n's HTTP Request node with Retry On Fail (bounded)."""
+    status, text = None, ""
+    for _ in range(5):
+        response = requests.post(f"{stack.url}/send", json=body, headers=stack.caller_headers(), timeout=30)
+        if response.status_code < 300:
+            return dict(response.json())
+        status, text = response.status_code, response.text[:200]
+        time.sleep(1.0)
+    raise AssertionError(f"/send kept failing: {status} {text}")
+
+
+def messenger_traffic(
+    stack: LocalStack, receivers: list[RecordingReceiver]
+) -> tuple[dict[str, list[str]], dict[str, list[tuple[RecordingReceiver, str]]]]:
+    """Jobs whose first attempt meets a relay fault (review, duplicate-to-be), then clean ones with two
+    executions each; every execution waits for its callback. Returns the job ids by kind, and each
+    job's callback receivers and paths."""
+    urls: dict[str, list[tuple[RecordingReceiver, str]]] = defaultdict(list)
+    kinds: dict[str, list[str]] = {"review": [], "duplicate": [], "sent": []}
+    plan = [("review", "payments", 1)] * MESSENGER_REVIEW_JOBS + [("duplicate", "transactional", 1)] * (
+        MESSENGER_DUPLICATE_JOBS
+    )
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="messengers") as pool:
+        for faulted in (True, False):
+            batch = plan if faulted else [("sent", "transactional", 2)] * MESSENGER_SENT_JOBS
+            if faulted:  # each of these jobs' first attempt fails before reaching Gmail
+                stack.relay.set_mode("fail-before-forward", count=len(batch))
+            calls = []
+            for n, (kind, channel, executions) in enumerate(batch):
+                body = messenger_job(len(urls) * 10 + n, channel)
+                for execution in range(executions):
+                    receiver = receivers[(n + execution) % len(receivers)]
+                    path = f"/wait/{kind}-{n}-{execution}"
+                    call = pool.submit(messenger_send, stack, {**body, "callback_url": f"{receiver.url}{path}"})
+                    calls.append((kind, receiver, path, call))
+            deadline = time.monotonic() + 20
+            while faulted and stack.relay.stats()["mode"] != relay_module.NORMAL and time.monotonic() < deadline:
+                time.sleep(0.1)  # the faults are used up before any clean job sends
+            for kind, receiver, path, call in calls:
+                job_id = call.result(timeout=90)["job_id"]
+                if job_id not in kinds[kind]:
+                    kinds[kind].append(job_id)
+                urls[job_id].append((receiver, path))
+    return kinds, urls
+
+
+def make_duplicates(stack: LocalStack, job_ids: list[str]) -> None:
+    """Each job, `sent` and still verified later, gets a second copy in the mailbox: the
+    verification finds two and hands it to the reviewers (a duplicate)."""
+    assert stack.sim is not None
+    for job_id in job_ids:
+        deadline = time.monotonic() + 30
+        while True:
+            view = get_status(stack.url, job_id, stack.caller_headers()) or {}
+            if view.get("state") == "sent" and view.get("verified") is False:
+                raw = (
+                    f"From: a@example.com\r\nTo: b@example.com\r\nSubject: x\r\n"
+                    f"Message-ID: {view['message_id']}\r\n\r\nbody\r\n"
+                )
+                stack.sim.insert_message(raw.encode())
+                break
+            assert time.monotonic() < deadline, f"{job_id} never sent and unverified: {view.get('state')}"
+            time.sleep(0.3)
+
+
+def reviewers_told(view: dict[str, Any]) -> bool:
+    """In review, with its Chat and Slack notices queued (notify ran; delivered or not): what a
+    reviewer answers. An entry answered before notify ran is stale there and tells nobody."""
+    kinds = {c["kind"] for c in view.get("callbacks", [])}
+    return view.get("state") == "review" and {"chat", "slack"} <= kinds
+
+
+def decide_all(stack: LocalStack, review: list[str], duplicates: list[str]) -> dict[str, str]:
+    """Reviewers answer each entry while the webhooks flap: cancel / mark sent, acknowledge a duplicate."""
+    decided = {}
+    wanted = [(job_id, "cancel" if n % 2 else "mark_sent") for n, job_id in enumerate(review)]
+    wanted += [(job_id, "acknowledge") for job_id in duplicates]
+    for job_id, decision in wanted:
+        deadline = time.monotonic() + 45
+        while not reviewers_told(get_status(stack.url, job_id, stack.caller_headers()) or {}):
+            assert time.monotonic() < deadline, f"{job_id} never reached review, or its reviewers"
+            time.sleep(0.5)
+        decided[job_id] = decide_over_http(stack, job_id, decision)
+    return decided
+
+
+def messenger_settled(stack: LocalStack, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Wait (bounded) until every job is settled and has no pending notice; the final views."""
+    views: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + MESSENGER_SETTLE_S
+    auth = stack.caller_headers()
+    while True:
+        views = {job_id: get_status(stack.url, job_id, auth) or {} for job_id in job_ids}
+        pending = [
+            job_id
+            for job_id, view in views.items()
+            if view.get("state") not in SETTLED
+            or view.get("next_check_at") is not None
+            or any(c["state"] == "pending" for c in view.get("callbacks", []))
+        ]
+        if not pending or time.monotonic() > deadline:
+            return views
+        time.sleep(1.0)
+
+
+@pytest.mark.timeout(300)
+def test_fault_storm_messengers(storm_seed: int, capsys: pytest.CaptureFixture[str]) -> None:
+    """The messengers' phase: callback receivers and webhooks flap while jobs settle and decisions come."""
+    started = time.monotonic()
+    config = StackConfig()
+    config.service_env = {**config.service_env, "SAFESEND_CHANNELS_JSON": json.dumps(SHORT_CHANNELS)}
+    stack = LocalStack(config)
+    receivers = [RecordingReceiver(), RecordingReceiver()]
+    flapper: ReceiverFlapper | None = None
+    ticker: RecordingSweepTicker | None = None
+    decided: dict[str, str] = {}
+    urls: dict[str, list[tuple[RecordingReceiver, str]]] = {}
+    try:
+        stack.start()
+        for receiver in receivers:
+            receiver.start()
+        assert stack.chat is not None and stack.slack is not None
+        targets = {"callbacks-a": receivers[0], "callbacks-b": receivers[1], "chat": stack.chat, "slack": stack.slack}
+        flapper = ReceiverFlapper(targets, random.Random(f"{storm_seed}/messengers")).start()
+        ticker = RecordingSweepTicker(stack.url, SWEEP_INTERVAL_S, headers=stack.internal_headers()).start()
+        flap_until = time.monotonic() + MESSENGER_FLAP_S
+        kinds, urls = messenger_traffic(stack, receivers)
+        make_duplicates(stack, kinds["duplicate"])
+        decided = decide_all(stack, kinds["review"], kinds["duplicate"])
+        time.sleep(max(0.0, flap_until - time.monotonic()))
+        flapper.stop()
+        views = messenger_settled(stack, list(urls))
+        time.sleep(2.0)  # room for a late duplicate or a stale notice to land
+        failures = messenger_failures(stack, urls, views)
+    finally:
+        for part in (flapper, ticker):
+            if part is not None:
+                part.stop()
+        for receiver in receivers:
+            receiver.stop()
+        stack.stop()
+    summary = (
+        f"messenger storm (seed {storm_seed}): {len(urls)} jobs, decisions {sorted(decided.values())}, "
+        f"faults {dict(flapper.counts) if flapper else {}}, {time.monotonic() - started:.1f} s, logs {stack.log_dir}"
+    )
+    with capsys.disabled():
+        print("\n" + summary, flush=True)
+    assert sorted(decided.values()) == sorted(
+        ["marked_sent", "cancelled"] * (MESSENGER_REVIEW_JOBS // 2) + ["acknowledged"] * MESSENGER_DUPLICATE_JOBS
+    ), decided
+    assert not failures, json.dumps(failures, indent=1)

@@ -71,3 +71,16 @@ def test_time_from_review_to_the_chat_card_is_measured(stack, n8n):
     latency_s = posted - entered.timestamp()
     print(f"\nreview -> chat card on the local stack: {latency_s:.2f} s")
     assert 0 <= latency_s < 10
+
+
+def test_a_webhook_429_retry_after_is_waited_for_and_one_card_arrives(stack, n8n):
+    """Issue 25: Google Chat answers 429 with Retry-After: 3 twice; the outbox waits as told."""
+    stack.chat.refuse_next(2, 429, retry_after=3)
+    view = in_review(stack, n8n)
+    job_id = view["job_id"]
+    stack.chat.wait_for(lambda got: any(job_id in r.body.decode() for r in got), timeout_s=60)
+    refused = [r.at for r in stack.chat.refused if job_id in r.body.decode()]
+    posted = next(r.at for r in stack.chat.received if job_id in r.body.decode())
+    assert len(refused) == 2 and refused[1] - refused[0] >= 2.9 and posted - refused[1] >= 2.9
+    time.sleep(2)
+    assert len(cards_for(stack, job_id)) == 1

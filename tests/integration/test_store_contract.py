@@ -346,6 +346,24 @@ def full_job() -> Job:
                 "gave_up_at": None,
                 "last_error": None,
             },
+            {  # the outbox's reviewer-notice fields (issue 25): a held, overdue card marked answered
+                "id": "full:1:slack",
+                "kind": "slack",
+                "url": None,
+                "thread": "full",
+                "entry": "full:1",
+                "card": True,
+                "marked": "answered",
+                "payload": {"text": "needs a person (answered: cancelled)", "blocks": []},
+                "created_at": at - timedelta(hours=2),
+                "due_at": at + timedelta(seconds=70),
+                "held_until": (at + timedelta(seconds=70)).astimezone(PLUS2),
+                "overdue_at": at - timedelta(minutes=1),
+                "tries": 30,
+                "delivered_at": None,
+                "gave_up_at": None,
+                "last_error": "HTTP 429",
+            },
         ],
         notice_seq=2,
         notice_due_at=at + timedelta(seconds=10),
@@ -536,7 +554,7 @@ def test_every_job_field_round_trips_with_nested_timestamps_as_aware_utc(harness
     read = harness.store.get(job.id)
     assert read == expected
     stamps = list(datetimes_in(read.to_dict()))
-    assert len(stamps) == 22 and all(d.utcoffset() == timedelta(0) for d in stamps)
+    assert len(stamps) == 26 and all(d.utcoffset() == timedelta(0) for d in stamps)
     assert read.events[-1]["times"][1]["inner"] == NOW.astimezone(PLUS2) + timedelta(microseconds=123456, seconds=-1)
 
     rewritten = harness.store.compare_and_set(read, expected_version=1)  # and through an update

@@ -165,6 +165,9 @@ class _CallbacksOnly:
         self.posts.append(notice["id"])
         return Delivery(True, 200)
 
+    def deadline_s(self, notice: Any) -> float:
+        return 5.0
+
 
 def test_the_notice_sweep_gets_past_thousands_of_notices_it_cannot_deliver():
     world = make_world()

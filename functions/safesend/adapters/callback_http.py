@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..auth import SIGNATURE_HEADER, sign
-from ..callbacks import CallbackPolicy, CallbackUrlError, notice_body
+from ..callbacks import CallbackPolicy, CallbackUrlError, notice_body, parse_retry_after
 from ..model import Delivery
-from .one_shot_http import OneShotHttp, TransportError
+from .one_shot_http import DEADLINE_SLACK_S, OneShotHttp, TransportError
 
 NOTICE_TIMEOUT_S = 5.0
 
@@ -52,4 +52,9 @@ class HttpNotifier:
         except TransportError as exc:
             return Delivery(False, None, exc.kind.value)
         status = int(response.status)
-        return Delivery(200 <= status < 300, status)
+        wait = parse_retry_after(response.get("retry-after"), self._clock())
+        return Delivery(200 <= status < 300, status, retry_after_s=wait)
+
+    def deadline_s(self, notice: Mapping[str, Any]) -> float:
+        """The longest one POST can take (its wall-clock deadline and the watchdog's slack)."""
+        return self._timeout_s + DEADLINE_SLACK_S

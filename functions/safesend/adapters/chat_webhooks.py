@@ -10,13 +10,15 @@ thread; Slack's incoming webhooks cannot thread, so its follow-ups are plain mes
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from ..callbacks import parse_retry_after
 from ..model import Delivery
 from ..ports import NoticePoster
-from .one_shot_http import OneShotHttp, TransportError
+from .one_shot_http import DEADLINE_SLACK_S, OneShotHttp, TransportError
 
 WEBHOOK_TIMEOUT_S = 10.0
 
@@ -44,7 +46,13 @@ class WebhookPoster:
         except TransportError as exc:
             return Delivery(False, None, exc.kind.value)
         status = int(response.status)
-        return Delivery(200 <= status < 300, status)
+        return Delivery(
+            200 <= status < 300, status, retry_after_s=parse_retry_after(response.get("retry-after"), time.time())
+        )
+
+    def deadline_s(self, notice: Mapping[str, Any]) -> float:
+        """The longest one post can take (its wall-clock deadline and the watchdog's slack)."""
+        return self._timeout_s + DEADLINE_SLACK_S
 
 
 def chat_webhook(url: str) -> WebhookPoster:
@@ -56,8 +64,8 @@ def slack_webhook(url: str) -> WebhookPoster:
 
 
 class RoutingNotifier:
-    """Delivers each notice with the adapter for its kind; an unconfigured kind is a failed try
-    (logged with the notice, retried until the horizon), never an exception."""
+    """Delivers each notice with the adapter for its kind; an unconfigured kind is never tried (the
+    service gives such notices up with the reason), never an exception."""
 
     def __init__(self, routes: Mapping[str, NoticePoster]):
         self._routes = dict(routes)
@@ -70,3 +78,7 @@ class RoutingNotifier:
         if route is None:
             return Delivery(False, None, f"no {notice.get('kind')} target configured")
         return route.deliver(notice)
+
+    def deadline_s(self, notice: Mapping[str, Any]) -> float:
+        route = self._routes.get(notice.get("kind") or "callback")
+        return route.deadline_s(notice) if route is not None else 0.0
