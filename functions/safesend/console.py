@@ -113,7 +113,10 @@ REASONS = {
     "late_accept": "An attempt that had been given up on was accepted by Gmail after all: the message went out.",
     "max_attempts": "Out of attempts that may have landed, and no copy was found in the mailbox.",
     "permanent_error": "Gmail refused the message for good; nothing went out.",
-    "retry_horizon": "Gmail kept refusing (rate limits) past the retry horizon; nothing went out.",
+    "retry_horizon": "Gmail kept refusing (rate limits, or the mailbox's daily sending limit) past the retry "
+    "horizon; nothing went out.",
+    "sent_after_cancel": "A reviewer cancelled this job, then a copy of it landed anyway (an attempt that was "
+    "still in flight). The message went out: tell the recipient if the cancel mattered, then acknowledge.",
 }
 EVENT_LABELS = {
     "created": "Job created",

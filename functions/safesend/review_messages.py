@@ -155,15 +155,17 @@ def superseded_card(target: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _marked_card(target: str, payload: dict[str, Any], mark: str, line: str) -> dict[str, Any]:
+    """The line may carry a reviewer's note: escaped for the target like every other value."""
     marked = copy.deepcopy(payload)
-    marked["text"] = f"{payload.get('text', '')} ({mark.lower()}: {line})"
     if target == "slack":
+        marked["text"] = f"{payload.get('text', '')} ({mark.lower()}: {_slack_escape(line)})"
         answer = {"type": "section", "text": {"type": "mrkdwn", "text": f"*{mark}:* {_slack_escape(line)}"}}
         marked["blocks"] = [answer, *marked.get("blocks", [])]
     else:
+        marked["text"] = f"{payload.get('text', '')} ({mark.lower()}: {_chat_text(line)})"
         for card in marked.get("cardsV2", []):
             header = card.get("card", {}).get("header", {})
-            header["title"] = f"{mark}: {_short(line)}"
+            header["title"] = _chat_html(f"{mark}: {_short(line)}")
     return marked
 
 

@@ -79,3 +79,26 @@ def test_a_reviewer_note_cannot_mention_everyone_or_link_in_the_chat_thread():
         assert "users/all" in update["text"]  # shown, as text
     slack_updates = [n for n in posted(world, "slack") if "blocks" not in n]
     assert all("<users/all>" not in n["text"] for n in slack_updates)
+
+
+def test_a_card_marked_answered_carries_the_note_as_text_too():
+    """A card still pending when its entry is answered goes out marked with the decision's line,
+    which holds the reviewer's note: escaped like every other value (issue 18.8 on issue 25.5's path)."""
+    from tests.unit.test_messengers import FlakyReceiver
+
+    world, job = in_review()
+    chat_up = {"up": False}
+    receiver = FlakyReceiver(lambda n: not chat_up["up"])
+    world.service.notifier = receiver
+    world.service.notify(job.id, current_review_id(job))
+    world.clock.advance(3)
+    world.service.decide(job.id, current_review_id(job), "cancel", "ann@example.com", HOSTILE_NOTE)
+    chat_up["up"] = True
+    world.run_until_settled(job.id)
+    chat = [p for where, p in receiver.landed if where == "chat"]
+    card = next(p for p in chat if "cardsV2" in p)
+    assert "users/all" in card["text"] and not re.search(r"<[^>]*>", card["text"]), card["text"]
+    title = card["cardsV2"][0]["card"]["header"]["title"]
+    assert title.startswith("Answered: cancelled") and "<" not in title and ">" not in title, title
+    slack = next(p for where, p in receiver.landed if where == "slack" and "blocks" in p)
+    assert "<users/all>" not in json.dumps(slack)

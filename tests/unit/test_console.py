@@ -582,3 +582,12 @@ def test_behind_iap_a_signed_reviewer_decides_without_a_banner(world):
     assert job.state is State.CANCELLED and job.decisions[0]["reviewer"] == "ann@example.com"
     page, status, _ = call(console, "GET", "/review", headers=assertion("eve@example.com"), remote="203.0.113.7")
     assert status == 403 and "eve@example.com" in page and "allowlist" in page
+
+
+def test_every_review_reason_has_an_explanation_for_the_reviewer():
+    """A reason added to the lifecycle without a line here would show a person nothing to go on."""
+    from safesend.console import REASONS
+    from safesend.lifecycle import ReviewReason
+
+    reasons = {v for k, v in vars(ReviewReason).items() if k.isupper()}
+    assert reasons - set(REASONS) == set()
