@@ -81,6 +81,7 @@ class MailboxSnapshot:
     day_recipients_limit: int | None
     next_free_at: datetime | None
     exhausted_until: datetime | None
+    day_frees: tuple[tuple[datetime, int], ...] = ()  # when the day's counted messages leave the window
 
 
 @dataclass
@@ -257,4 +258,9 @@ def snapshot(budget: Budget, mailbox: Mailbox, now: datetime) -> MailboxSnapshot
         day_recipients_limit=mailbox.day_allowance(limits.recipients_per_day),
         next_free_at=None if refusal is None else refusal.next_free_at,
         exhausted_until=_moment(copy.exhausted_until) if copy.exhausted_until > at else None,
+        day_frees=tuple(
+            (_moment(start + DAY_BUCKET_S + DAY_S), counts[0])
+            for start, counts in sorted(copy.day.items())
+            if counts[0]
+        ),
     )
