@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from devstack.postgres import PostgresServer
 from safesend.adapters.firestore_ledger import FirestoreMailboxLedger
-from safesend.adapters.firestore_rest import FirestoreRestClient
+from safesend.adapters.firestore_rest import FirestoreRestClient, FirestoreTransportError
 from safesend.adapters.postgres_ledger import PostgresMailboxLedger
 from safesend.adapters.postgres_schema import migrations
 from safesend.adapters.postgres_store import connect, connection_pool
@@ -157,3 +157,33 @@ def test_a_concurrent_burst_admits_exactly_the_budget(ledgers: MakeLedger):
     assert len(outcomes) == 96
     assert sum(isinstance(o, Reservation) for o in outcomes) == 5  # floor(520 / 100)
     assert instances[0].snapshot(mailbox, at(1)).minute_used == 500
+
+
+class LosingClient(FirestoreRestClient):
+    """Loses the answer of the first commit: after applying it (`applied`), or before it reached Firestore."""
+
+    def __init__(self, applied: bool):
+        super().__init__(PROJECT)
+        self.applied = applied
+        self.commits = 0
+
+    def commit(self, writes, timeout_s):
+        self.commits += 1
+        if self.commits == 1:
+            if self.applied:
+                super().commit(writes, timeout_s)
+            raise FirestoreTransportError("answer lost", request_sent=True)
+        return super().commit(writes, timeout_s)
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_a_lost_commit_answer_is_settled_by_the_write_id(firestore_emulator, monkeypatch, applied: bool):
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", firestore_emulator.host)
+    client = LosingClient(applied)
+    ledger = FirestoreMailboxLedger(PROJECT, collection=f"lost_{uuid.uuid4().hex[:8]}", client=client)
+    try:
+        assert isinstance(ledger.reserve(SHOP, 100, 1, at(0)), Reservation)
+        assert ledger.snapshot(SHOP, at(1)).minute_used == 100  # counted once, whatever became of the answer
+        assert client.commits == (1 if applied else 2)
+    finally:
+        client.close()

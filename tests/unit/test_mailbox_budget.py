@@ -147,3 +147,10 @@ def test_the_in_memory_ledger_penalises_and_shows_a_mailbox():
     assert ledger.reserve(WORKSPACE, 100, 1, at(2)) == Refusal(at(1 + 24 * 3600), "exhausted")
     shown = ledger.snapshot(WORKSPACE, at(3))
     assert (shown.state, shown.minute_used, shown.day_messages) == ("exhausted", 100, 1)
+
+
+def test_the_simulator_charges_the_units_the_budget_counts():
+    """devstack's simulator runs without safesend on its path, so it declares the costs too: the same."""
+    from devstack.gmail_quota import METHOD_UNITS
+
+    assert METHOD_UNITS == mailbox_budget.METHOD_UNITS
