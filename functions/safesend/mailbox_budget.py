@@ -16,8 +16,9 @@ Why time never goes backward per mailbox: instances' clocks differ a little, and
 "earlier" than the latest one seen could read a window already pruned. The budget keeps the latest
 time it has seen and evaluates every later call at no earlier time (Reservation.at says which).
 
-Refusals teach (AIMD): a rate refusal from Gmail halves the admitted rate (not below a floor that
-still lets one send through); it then grows back by a tenth of the limit per full minute. A daily
+Refusals teach (AIMD): a rate refusal from Gmail halves the admitted rate (once per incident: not
+again within DECREASE_HOLD_S; never below a floor that still lets one send through); it then grows
+back by a tenth of the limit per full minute. A daily
 limit refusal marks the mailbox exhausted until the time Gmail gave, else for 24 h; reads go on.
 """
 
@@ -41,6 +42,9 @@ DAY_BUCKET_S = 600
 DECREASE = 0.5  # multiplicative decrease of the admitted rate on a rate refusal
 INCREASE_SHARE = 0.1  # additive increase per full minute, as a share of the limit
 FLOOR_SHARE = 0.05  # the admitted rate never goes below this share of the limit (nor below one send)
+# Rate refusals this close after a decrease belong to the same incident (the calls in flight when it
+# began), so they do not halve the rate again: one burst of 20 refusals must not drive it to the floor.
+DECREASE_HOLD_S = 5.0
 
 RATE, DAILY = "rate", "daily"  # penalise() kinds
 
@@ -225,7 +229,7 @@ def penalise(budget: Budget, mailbox: Mailbox, kind: str, now: datetime, until: 
     at = _advance(budget, now)
     if kind == RATE:
         rate = admitted_rate(budget, mailbox, at)
-        if rate is None:
+        if rate is None or (budget.rate is not None and at - budget.rate_at < DECREASE_HOLD_S):
             return
         limit = float(mailbox.limits.units_per_minute or 0)
         floor = min(limit, max(FLOOR_SHARE * limit, float(SEND_UNITS)))

@@ -31,6 +31,14 @@ def may_move(job: Job) -> bool:
     return job.maybe_landed == 0
 
 
+def bind(history: Sequence[str], chosen: str) -> list[str]:
+    """A job's mailboxes after binding it to `chosen`: the current one last, every earlier one kept
+    (the move is recorded), so a job ever in doubt is searched in each mailbox it was bound to."""
+    if history and history[-1] == chosen:
+        return list(history)
+    return [*(m for m in history if m != chosen), chosen]
+
+
 def _load(snapshot: MailboxSnapshot) -> tuple[float, float, int, int]:
     day = snapshot.day_messages / snapshot.day_messages_limit if snapshot.day_messages_limit else 0.0
     minute = snapshot.minute_used / snapshot.minute_limit if snapshot.minute_limit else 0.0

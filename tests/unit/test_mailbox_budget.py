@@ -67,21 +67,24 @@ def test_a_rate_refusal_halves_the_rate_for_everyone_then_it_grows_back_by_a_ten
     budget = Budget()
     mailbox_budget.penalise(budget, WORKSPACE, "rate", at(0))
     assert mailbox_budget.admitted_rate(budget, WORKSPACE, budget.clock) == 3000
-    mailbox_budget.penalise(budget, WORKSPACE, "rate", at(1))
+    for i in range(20):  # the other calls in flight when the incident began: the same incident
+        mailbox_budget.penalise(budget, WORKSPACE, "rate", at(i * 0.2))
+    assert mailbox_budget.admitted_rate(budget, WORKSPACE, budget.clock) == 3000
+    mailbox_budget.penalise(budget, WORKSPACE, "rate", at(6))  # a new incident
     assert mailbox_budget.admitted_rate(budget, WORKSPACE, budget.clock) == 1500
-    shown = mailbox_budget.snapshot(budget, WORKSPACE, at(2))
+    shown = mailbox_budget.snapshot(budget, WORKSPACE, at(7))
     assert (shown.state, shown.minute_limit, shown.minute_configured) == ("slowed", 1500, 6000)
     for i in range(15):
-        assert isinstance(mailbox_budget.reserve(budget, WORKSPACE, 100, 1, at(2 + i * 0.1)), Reservation)
-    assert mailbox_budget.reserve(budget, WORKSPACE, 100, 1, at(4)).reason == "rate"  # type: ignore[union-attr]
-    assert mailbox_budget.snapshot(budget, WORKSPACE, at(1 + 60 * 2)).minute_limit == 2700  # +600 a full minute
-    assert mailbox_budget.snapshot(budget, WORKSPACE, at(1 + 60 * 8)).state == "ok"
+        assert isinstance(mailbox_budget.reserve(budget, WORKSPACE, 100, 1, at(7 + i * 0.1)), Reservation)
+    assert mailbox_budget.reserve(budget, WORKSPACE, 100, 1, at(9)).reason == "rate"  # type: ignore[union-attr]
+    assert mailbox_budget.snapshot(budget, WORKSPACE, at(6 + 60 * 2)).minute_limit == 2700  # +600 a full minute
+    assert mailbox_budget.snapshot(budget, WORKSPACE, at(6 + 60 * 8)).state == "ok"
 
 
 def test_the_rate_never_falls_below_one_send():
     budget = Budget()
     for i in range(30):
-        mailbox_budget.penalise(budget, WORKSPACE, "rate", at(i * 0.01))
+        mailbox_budget.penalise(budget, WORKSPACE, "rate", at(i * 10))
     assert mailbox_budget.admitted_rate(budget, WORKSPACE, budget.clock) == 300  # 5% of 6,000 >= 100
 
 

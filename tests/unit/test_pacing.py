@@ -15,7 +15,7 @@ from safesend import mailbox_budget
 from safesend.lifecycle import Timing, new_job, start_attempt
 from safesend.mailbox_budget import Budget, MailboxSnapshot, Reservation
 from safesend.mailboxes import PRESETS, Mailbox, MailboxLimits
-from safesend.pacing import choose_mailbox, may_move, retry_after_s
+from safesend.pacing import bind, choose_mailbox, may_move, retry_after_s
 from tests.ledger_properties import START
 
 DAY = 24 * 3600 + 600  # the day window plus one 10-minute bucket
@@ -79,6 +79,13 @@ def test_may_move_reads_whether_an_attempt_may_have_landed():
     attempted = start_attempt(job, START, "owner", Timing())
     assert attempted.maybe_landed == 1 and not may_move(attempted)  # its attempt may have reached Gmail
     assert may_move(dataclasses.replace(attempted, maybe_landed=0))  # every attempt provably refused
+
+
+def test_binding_records_every_move_so_both_mailboxes_are_searched():
+    assert bind([], "a") == ["a"]
+    assert bind(["a"], "a") == ["a"]
+    assert bind(["a"], "b") == ["a", "b"]  # current last, the earlier one kept
+    assert bind(["a", "b"], "a") == ["b", "a"]
 
 
 def test_retry_after_counts_the_backlog_at_the_admitted_rate():
