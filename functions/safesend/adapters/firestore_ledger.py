@@ -28,11 +28,14 @@ from ..mailboxes import Mailbox
 from .firestore_rest import FirestoreApiError, FirestoreRestClient, FirestoreTransportError
 from .firestore_store import AMBIGUOUS_STATUSES, TRANSIENT_READ_STATUSES, WRITE_ID_FIELD
 from .firestore_values import decode_fields, encode_fields
+from .store_common import BoundedAttempts
 
 T = TypeVar("T")
 Document = dict[str, Any]
 DEFAULT_COLLECTION = "safesend_mailboxes"
 MAX_ATTEMPTS = 40  # decisions per call: contention on one mailbox retries, within the timeout
+MAX_READ_ATTEMPTS = 3
+_READ_BACKOFF_S = 0.05
 _LOST_RACE = frozenset({"FAILED_PRECONDITION", "ALREADY_EXISTS", "NOT_FOUND"})
 
 
@@ -107,23 +110,22 @@ class FirestoreMailboxLedger:
         raise StoreUnavailableError(f"firestore ledger: {mailbox.id} not updated: {error or 'contention'}")
 
     def _read(self, mailbox_id: str) -> Document | None:
-        deadline = time.monotonic() + self._timeout_s
+        """The mailbox's document (None: no budget yet), tried again on transient failures."""
         error: Exception | None = None
-        for attempt in range(1, 4):
-            if attempt > 1:
-                time.sleep(0.05 * attempt)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
+        attempts = BoundedAttempts(MAX_READ_ATTEMPTS, self._timeout_s, _READ_BACKOFF_S)
+        started = time.monotonic()
+        for _ in attempts:
             try:
-                return self.client.get(self._collection, mailbox_id, left)
+                return self.client.get(
+                    self._collection, mailbox_id, max(self._timeout_s - (time.monotonic() - started), 0.001)
+                )
             except FirestoreApiError as exc:
                 if exc.status not in TRANSIENT_READ_STATUSES:
                     raise StoreUnavailableError(f"firestore ledger: {exc}") from exc
                 error = exc
             except FirestoreTransportError as exc:
                 error = exc
-        raise StoreUnavailableError(f"firestore ledger: read of {mailbox_id} failed: {error}") from error
+        raise StoreUnavailableError(f"firestore ledger: read of {mailbox_id} failed after {attempts.made}: {error}")
 
 
 def _fields(doc: Document | None) -> dict[str, Any]:
