@@ -184,6 +184,19 @@ class MailboxDirectory:
         if unknown:
             raise ConfigurationError(f"pools.channels: unknown channel(s) {unknown}")
 
+    def check_default_sender(self, sender: str | None, channels: Iterable[str]) -> None:
+        """Start-up: a request without `from` gets the default sender; a channel whose pool may not
+        send as it would refuse every such request."""
+        if not sender:
+            return
+        for channel in channels:
+            try:
+                self.candidates(channel, sender)
+            except RequestValidationError:
+                raise ConfigurationError(
+                    f"SAFESEND_DEFAULT_FROM: no mailbox of channel {channel!r}'s pool may send as it"
+                ) from None
+
     # -- loading
 
     @classmethod

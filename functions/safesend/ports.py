@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from .mailbox_budget import MailboxSnapshot, Refusal, Reservation
+from .mailboxes import Mailbox
 from .model import Accepted, Delivery, Failure, HistoryPage, Job, MailboxHit
 from .states import State
 
@@ -121,3 +123,15 @@ class Notifier(Protocol):
 
     def can_deliver(self, notice: Mapping[str, Any]) -> bool:
         """This instance is configured for the notice's kind (others leave it for one that is)."""
+
+
+class MailboxLedger(Protocol):
+    """The budget of every sender mailbox, shared by every instance (mailbox_budget.py has the rules).
+    A Gmail call is made only after `reserve` admitted it; StoreUnavailableError: nothing reserved."""
+
+    def reserve(self, mailbox: Mailbox, units: int, recipients: int, now: datetime) -> Reservation | Refusal: ...
+
+    def penalise(self, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> None:
+        """Gmail refused for `kind` (rate: slow down for everyone; daily: exhausted until `until`)."""
+
+    def snapshot(self, mailbox: Mailbox, now: datetime) -> MailboxSnapshot: ...

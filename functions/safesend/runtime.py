@@ -22,6 +22,7 @@ from .callbacks import CallbackPolicy
 from .config import Settings
 from .errors import ConfigurationError, MailboxUnavailableError
 from .logs import log
+from .mailboxes import MailboxDirectory
 from .mime import probe_mime
 from .model import Accepted, Bucket, Failure, HistoryPage, MailboxHit
 from .policy import ChannelPolicies
@@ -70,8 +71,9 @@ def build_authenticator(settings: Settings) -> Authenticator:
 def preflight(settings: Settings) -> ChannelPolicies:
     """Every check that needs no network, run when the module is imported so a bad setting stops
     the deployment (the new revision never becomes ready) instead of failing each send: channel
-    policies, timing per channel, a probe message built with the Message-ID domain and default
-    sender, and the authentication settings. Raises ConfigurationError naming what is wrong."""
+    policies, timing per channel, sender mailboxes and their pools, a probe message built with the
+    Message-ID domain and default sender, and the authentication settings. Raises
+    ConfigurationError naming what is wrong."""
     policies = ChannelPolicies.load(settings.channels_file, settings.channels_json)
     problems = settings.timing.problems([policies.get(name) for name in policies.names()], settings.send_timeout_s)
     if problems:
@@ -83,6 +85,9 @@ def preflight(settings: Settings) -> ChannelPolicies:
             f"a message cannot be built with SAFESEND_MESSAGE_ID_DOMAIN="
             f"{settings.message_id_domain!r} and SAFESEND_DEFAULT_FROM: {exc}"
         ) from None
+    mailboxes = MailboxDirectory.load(settings)
+    mailboxes.check_channels(policies.names())
+    mailboxes.check_default_sender(settings.default_from, policies.names())
     settings.check_auth()
     settings.check_callbacks()
     _check_reviewer_email(settings, policies)

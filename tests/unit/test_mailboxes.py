@@ -150,3 +150,24 @@ def test_a_pool_for_an_unknown_channel_is_a_start_up_error():
 def test_bad_json_setting_is_a_configuration_error():
     with pytest.raises(ConfigurationError, match="not JSON"):
         MailboxDirectory.load(SimpleNamespace(mailboxes_file=None, mailboxes_json="{oops"))
+
+
+def test_preflight_checks_the_mailbox_configuration_at_start_up():
+    from safesend.runtime import preflight
+
+    base = {
+        "GOOGLE_CLOUD_PROJECT": "p",
+        "SAFESEND_AUTH_DISABLED": "1",
+        "SAFESEND_DEFAULT_FROM": "Shop <shop@example.com>",
+    }
+    preflight(Settings.from_env(base))  # unset: today's mailbox
+    good = {**DOC, "pools": {"channels": {"transactional": ["shop"]}}}
+    preflight(Settings.from_env({**base, "SAFESEND_MAILBOXES_JSON": json.dumps(good)}))
+    with pytest.raises(ConfigurationError, match="unknown channel"):
+        preflight(Settings.from_env({**base, "SAFESEND_MAILBOXES_JSON": json.dumps(DOC)}))  # no newsletter channel
+    only_news = {**DOC, "pools": {"default": ["news"]}}
+    with pytest.raises(ConfigurationError, match="SAFESEND_DEFAULT_FROM"):
+        preflight(Settings.from_env({**base, "SAFESEND_MAILBOXES_JSON": json.dumps(only_news)}))
+    with pytest.raises(ConfigurationError, match="limits are required"):
+        bad = {"mailboxes": {"a": {"address": "a@b.co", "token_secret": "t"}}}
+        preflight(Settings.from_env({**base, "SAFESEND_MAILBOXES_JSON": json.dumps(bad)}))
