@@ -35,6 +35,9 @@ Rendering, exactly as functions.tf does it:
         # public access, backups with PITR, deletion protection); prints its private IP
     python3 infra/env_spec.py postgres-setup-sql --fact name_prefix=... --fact project_id=... \
         --fact reviewers=false     # the one-time grants SQL, as the module's output postgres_setup_sql
+    python3 infra/env_spec.py mailboxes --file FILE --out DIR [--fact name_prefix=...]
+        # SAFESEND_MAILBOXES_JSON (DIR/mailboxes.json) and the mailbox queues (DIR/mailbox-queues)
+        # from a JSON file shaped like the Terraform variables mailboxes and mailbox_pools
     python3 infra/env_spec.py check        # validate the spec, exit 1 on problems
 """
 
@@ -563,6 +566,187 @@ def postgres_users(spec: dict, facts: Mapping[str, str]) -> dict[str, str]:
     return users
 
 
+# -------------------------------------------------------------- mailboxes (issue 24)
+# The gcloud path's mirror of modules/safesend/mailboxes.tf: a JSON file shaped like the Terraform
+# variables ({"mailboxes": {...}, "mailbox_pools": {...}}) becomes the same SAFESEND_MAILBOXES_JSON
+# document (jsonencode's bytes) and the same queues. Presets: functions/safesend/mailboxes.py's.
+MAILBOX_PRESET_UNITS: dict[str, int | None] = {
+    "workspace": 6000,
+    "workspace_legacy_rate": 15000,
+    "trial": 6000,
+    "consumer": 6000,
+    "unlimited": None,
+}
+MAILBOX_DEFAULTS: dict[str, Any] = {
+    "delegated_user": None,
+    "token_secret": None,
+    "send_as": [],
+    "limits": "workspace",
+    "units_per_minute": None,
+    "messages_per_day": None,
+    "recipients_per_day": None,
+    "safety_share": 0.95,
+    "max_concurrent_dispatches": 4,
+}
+MAILBOX_ID = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+BARE_ADDRESS = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$")
+SECRET_ID = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+MAX_DISPATCHES_PER_SECOND = 500  # Cloud Tasks' maximum
+
+
+@dataclass
+class MailboxQueue:
+    name: str
+    max_dispatches_per_second: float
+    max_concurrent_dispatches: int
+
+
+def tf_jsonencode(value: Any) -> str:
+    """Terraform's jsonencode(): sorted keys, no spaces, whole numbers without a fraction, Go's
+    escapes of <, >, & and U+2028/U+2029."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: plain(v[k]) for k in sorted(v)}
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        return v
+
+    text = json.dumps(plain(value), separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    for char, escape in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(char, escape)
+    return text
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 1 and float(value).is_integer()
+
+
+def mailbox_problems(mailboxes: Mapping[str, Any], pools: Mapping[str, Any]) -> list[str]:
+    """The Terraform variables' validations and the pools precondition, for the gcloud path."""
+    problems = []
+    for mailbox_id, m in mailboxes.items():
+        where = f"mailboxes.{mailbox_id}"
+        if not MAILBOX_ID.match(mailbox_id):
+            problems.append(f"{where}: an id is 1-40 of a-z, 0-9 and '-', starting with a letter")
+        unknown = sorted(set(m) - set(MAILBOX_DEFAULTS) - {"address"})
+        if unknown:
+            problems.append(f"{where}: unknown attributes {unknown}")
+        if m["limits"] not in MAILBOX_PRESET_UNITS:
+            problems.append(f"{where}: limits must be a preset of {sorted(MAILBOX_PRESET_UNITS)}")
+        if (m["delegated_user"] is None) == (m["token_secret"] is None):
+            problems.append(f"{where}: set exactly one of delegated_user and token_secret")
+        addresses = [
+            m.get("address"),
+            *([m["delegated_user"]] if m["delegated_user"] is not None else []),
+            *m["send_as"],
+        ]
+        if not all(isinstance(a, str) and BARE_ADDRESS.match(a) for a in addresses):
+            problems.append(f"{where}: address, delegated_user and send_as must be bare email addresses")
+        if m["token_secret"] is not None and not SECRET_ID.match(str(m["token_secret"])):
+            problems.append(f"{where}: token_secret must be a Secret Manager secret id")
+        for limit in ("units_per_minute", "messages_per_day", "recipients_per_day"):
+            if m[limit] is not None and not _whole(m[limit]):
+                problems.append(f"{where}: {limit} must be a whole number >= 1")
+        share, concurrent = m["safety_share"], m["max_concurrent_dispatches"]
+        if not (isinstance(share, int | float) and 0 < share <= 1):
+            problems.append(f"{where}: safety_share must be in (0, 1]")
+        if not (_whole(concurrent) and concurrent <= 1000):
+            problems.append(f"{where}: max_concurrent_dispatches must be in 1..1000")
+    lists = ([pools["default"]] if pools.get("default") is not None else []) + [
+        *pools.get("channels", {}).values(),
+        *pools.get("from", {}).values(),
+    ]
+    for pool in lists:
+        if not pool or len(set(pool)) != len(pool):
+            problems.append(f"mailbox_pools: a pool is a non-empty list of mailbox ids, each at most once: {pool}")
+        unknown_ids = sorted(set(pool) - set(mailboxes))
+        if unknown_ids:
+            problems.append(f"mailbox_pools: unknown mailbox(es) {unknown_ids}")
+    return problems
+
+
+def render_mailboxes(doc: Mapping[str, Any], name_prefix: str) -> tuple[str, list[MailboxQueue]]:
+    """(SAFESEND_MAILBOXES_JSON, queues) from {"mailboxes": ..., "mailbox_pools": ...}; ("", [])
+    without mailboxes. SpecError on what Terraform's validations refuse."""
+    unknown = sorted(set(doc) - {"mailboxes", "mailbox_pools"})
+    if unknown:
+        raise SpecError(f"mailboxes file: unknown keys {unknown} (want mailboxes, mailbox_pools)")
+    mailboxes = {
+        k: {**MAILBOX_DEFAULTS, **{a: v for a, v in m.items() if v is not None}}
+        for k, m in (doc.get("mailboxes") or {}).items()
+    }
+    raw_pools = doc.get("mailbox_pools") or {}
+    pools = {
+        "default": raw_pools.get("default"),
+        "channels": raw_pools.get("channels") or {},
+        "from": raw_pools.get("from") or {},
+    }
+    problems = mailbox_problems(mailboxes, pools)
+    if problems:
+        raise SpecError("; ".join(problems))
+    if not mailboxes:
+        return "", []
+    document = {
+        "mailboxes": {
+            mailbox_id: {
+                key: value
+                for key, value in {
+                    "address": m["address"],
+                    "delegated_user": m["delegated_user"],
+                    "token_secret": m["token_secret"],
+                    "send_as": m["send_as"],
+                    "safety_share": m["safety_share"],
+                    "limits": {
+                        key: value
+                        for key, value in {
+                            "preset": m["limits"],
+                            "units_per_minute": m["units_per_minute"],
+                            "messages_per_day": m["messages_per_day"],
+                            "recipients_per_day": m["recipients_per_day"],
+                        }.items()
+                        if value is not None
+                    },
+                }.items()
+                if value is not None
+            }
+            for mailbox_id, m in mailboxes.items()
+        },
+        "pools": {key: value for key, value in pools.items() if value is not None},
+    }
+    queues = []
+    for mailbox_id, m in sorted(mailboxes.items()):
+        units = m["units_per_minute"] if m["units_per_minute"] is not None else MAILBOX_PRESET_UNITS[m["limits"]]
+        rate = (
+            MAX_DISPATCHES_PER_SECOND
+            if units is None
+            else min(MAX_DISPATCHES_PER_SECOND, units * m["safety_share"] / 6000)
+        )
+        queues.append(MailboxQueue(f"{name_prefix}-mbx-{mailbox_id}", rate, int(m["max_concurrent_dispatches"])))
+    return tf_jsonencode(document), queues
+
+
+def write_mailbox_files(doc: Mapping[str, Any], name_prefix: str, out: Path) -> tuple[str, list[MailboxQueue]]:
+    """deploy-config/mailboxes.json (the env value, "" without mailboxes) and mailbox-queues (one
+    line per queue: name, max dispatches per second, max concurrent dispatches)."""
+    document, queues = render_mailboxes(doc, name_prefix)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mailboxes.json").write_text(document, encoding="utf-8")
+    (out / "mailbox-queues").write_text(
+        "".join(f"{q.name} {q.max_dispatches_per_second!r} {q.max_concurrent_dispatches}\n" for q in queues),
+        encoding="utf-8",
+    )
+    return document, queues
+
+
 # ------------------------------------------------------------------------ CLI
 def _facts(args_facts: list[str], environ: Mapping[str, str]) -> dict[str, str]:
     facts = {k[len(FACT_ENV_PREFIX) :]: v for k, v in environ.items() if k.startswith(FACT_ENV_PREFIX)}
@@ -592,6 +776,12 @@ def main(argv: list[str] | None = None) -> int:
     sql.add_argument("--fact", action="append", default=[])
     setup = sub.add_parser("postgres-setup-sql", help="print the one-time SQL of the PostgreSQL job store")
     setup.add_argument("--fact", action="append", default=[])
+    boxes = sub.add_parser("mailboxes", help="SAFESEND_MAILBOXES_JSON and the mailbox queues from a mailboxes file")
+    boxes.add_argument(
+        "--file", default="", help="JSON {mailboxes, mailbox_pools} as the Terraform variables; empty: none"
+    )
+    boxes.add_argument("--out", type=Path, required=True)
+    boxes.add_argument("--fact", action="append", default=[])
     sub.add_parser("check", help="validate the spec")
     args = parser.parse_args(argv)
     spec = load()
@@ -614,6 +804,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"{sorted(rendered.secrets[function]) or 'none'}, files "
                     f"{sorted(rendered.secret_files[function]) or 'none'}, invokers {rendered.invokers[function]}"
                 )
+            return 0
+        if args.command == "mailboxes":
+            if "name_prefix" not in facts:
+                raise SpecError("mailboxes needs the name_prefix fact")
+            try:
+                doc = json.loads(Path(args.file).read_text(encoding="utf-8")) if args.file else {}
+            except (OSError, json.JSONDecodeError) as exc:
+                raise SpecError(f"cannot read mailboxes file {args.file}: {exc}") from None
+            _, queues = write_mailbox_files(doc, facts["name_prefix"], args.out)
+            for queue in queues:
+                rate, concurrent = queue.max_dispatches_per_second, queue.max_concurrent_dispatches
+                print(f"mailbox queue {queue.name}: {rate}/s, {concurrent} concurrent")
             return 0
         if args.command == "template":
             print(render_template(spec, args.name, facts))

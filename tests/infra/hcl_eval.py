@@ -618,6 +618,23 @@ def _call(name: str, args: list, scope: Scope, raw: tuple) -> Any:
         return [_regex_result(m, pattern) for m in pattern.finditer(values[1])]
     if name == "jsondecode":
         return json.loads(values[0])
+    if name == "jsonencode":
+        return jsonencode(values[0])
+    if name == "flatten":
+        return _flatten(values[0])
+    if name in ("min", "max"):
+        if not values:
+            raise EvalError(f"{name}: at least one argument")
+        numbers = [_tonum(v) for v in values]
+        return min(numbers) if name == "min" else max(numbers)
+    if name == "abs":
+        return abs(_tonum(values[0]))
+    if name == "distinct":
+        out_list: list = []
+        for item in values[0]:
+            if not any(_equal(item, seen) for seen in out_list):
+                out_list.append(item)
+        return out_list
     if name == "file":
         return Path(values[0]).read_text(encoding="utf-8")
     if name == "base64encode":
@@ -634,6 +651,41 @@ def _call(name: str, args: list, scope: Scope, raw: tuple) -> Any:
                 return v
         raise EvalError("coalesce: no non-null argument")
     raise Unsupported(f"function {name}()")
+
+
+def jsonencode(value: Any) -> str:
+    """Terraform's jsonencode(): keys sorted, no spaces, whole numbers without a fraction, and Go's
+    escapes of <, > and & (and U+2028/U+2029)."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: plain(v[k]) for k in sorted(v)}
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        return v
+
+    text = json.dumps(plain(value), separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    for char, escape in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(char, escape)
+    return text
+
+
+def _flatten(value: Any) -> list:
+    out: list = []
+    for item in value:
+        if isinstance(item, list):
+            out.extend(_flatten(item))
+        else:
+            out.append(item)
+    return out
 
 
 def _index(coll: Any, key: Any) -> Any:

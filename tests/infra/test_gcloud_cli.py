@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from .support import CLOUDBUILD_FILES, parsed_yaml
-from .test_env_parity import REVIEWERS, gcloud_config
+from .test_env_parity import MAILBOXES, REVIEWERS, gcloud_config
 
 INSTALL_GCLOUD = """gcloud (the Google Cloud CLI) is not installed; the gate parses the gcloud pipeline with it.
 Debian/Ubuntu: https://cloud.google.com/sdk/docs/install#deb (apt-get install google-cloud-cli),
@@ -56,6 +56,7 @@ SCENARIOS = {
         "gmail_delegated_user": "boss@example.com",
         "public_callers": True,
         "callback_allowed_hosts": ["n8n.example.com"],
+        **MAILBOXES,
     },
 }
 
@@ -177,6 +178,9 @@ def test_every_pipeline_command_fails_only_for_want_of_credentials(tmp_path, loc
     assert any("iap" in c.argv for c in calls) and any("--network" in " ".join(c.argv) for c in calls), (
         "the scenarios must reach the reviewer side and Direct VPC"
     )
+    assert {"create", "update", "add-iam-policy-binding"} <= {
+        c.argv[2] for c in calls if c.argv[:2] == ("tasks", "queues")
+    }, "the scenarios must create and update a mailbox queue and grant on it"
     wrong = refusals(calls, local_version, pinned_version(), tmp_path / "gcloud-config")
     assert not wrong, "gcloud refused these for another reason than credentials:\n" + "\n".join(wrong)
 

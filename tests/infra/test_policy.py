@@ -254,7 +254,7 @@ def scope_of(block: Block) -> str:
     if key == "project":
         return "project"
     ref = reference(block.body[key]) or ""
-    match = re.fullmatch(r"(google_\w+\.\w+)(\[\d+\])?\.\w+(\[0\]\.\w+)?", ref)
+    match = re.fullmatch(r"(google_\w+\.\w+)(\[\d+\]|\[each\.value\.id\])?\.\w+(\[0\]\.\w+)?", ref)
     assert match, f"{block.address}: {key} must reference the resource it is on, got {block.body[key]!r}"
     return match.group(1)
 
@@ -611,8 +611,8 @@ def test_keyless_delegation_grants_token_creator_only_on_the_account_itself():
             f"{block.address}: token creator only on itself"
         )
         assert block.body["count"] in (
-            "${local.gmail_keyless ? 1 : 0}",
-            "${local.reviewers_enabled && local.gmail_keyless ? 1 : 0}",
+            "${local.gmail_signs_jwt ? 1 : 0}",
+            "${local.reviewers_enabled && local.gmail_signs_jwt ? 1 : 0}",
         ), block.address
         assert account in ("send", "reconcile", "sweep", "notify", "review"), block.address
 
@@ -1064,3 +1064,58 @@ def test_the_network_admits_nothing_and_reaches_the_instance_privately():
     assert peering["reserved_peering_ranges"] == [psa["name"]]
     for block in resources("google_compute_firewall"):
         assert not block.blocks("allow"), f"{block.address}: the job store's network allows no ingress"
+
+
+MAILBOX_MODES = [m for m in MODES if not m["postgres"] and m["n8n"]]
+
+
+@pytest.mark.parametrize("mode", MAILBOX_MODES, ids=mode_id)
+def test_mailboxes_add_their_queues_tokens_and_delegation_to_the_functions_that_send(mode):
+    """Two mailboxes (issue 24): every function that sends may enqueue on both mailbox queues and read
+    the token of the one that has its own; the delegated one makes them sign their JWTs as
+    themselves (the one client ID per function serves every delegated mailbox); status gets nothing."""
+    from .test_env_parity import MAILBOXES
+
+    plain = model_for(mode)
+    model = ModuleModel({**{k: plain.variables[k] for k in OVERRIDDEN}, **MAILBOXES})
+    for account in ("send", "reconcile", "sweep", "status", "notify", "review", "notify_push"):
+        expected = expected_grants(account, mode)
+        if expected and account in ("send", "reconcile", "sweep", "notify", "review"):
+            expected = expected | {
+                (
+                    "google_cloud_tasks_queue_iam_member",
+                    "roles/cloudtasks.enqueuer",
+                    "google_cloud_tasks_queue.mailbox",
+                ),
+                accessor("mailbox_token"),
+                (
+                    "google_service_account_iam_member",
+                    "roles/iam.serviceAccountTokenCreator",
+                    f"google_service_account.{account}",
+                ),
+            }
+        assert grants_of(model, account) == expected, (account, mode_id(mode))
+    enqueuers = model.instances("google_cloud_tasks_queue_iam_member", "mailbox_enqueuer")
+    assert sorted({g["name"] for g in enqueuers}) == ["safesend-mbx-news", "safesend-mbx-shop"]
+    readers = model.instances("google_secret_manager_secret_iam_member", "mailbox_token")
+    assert {r.key.split("/")[1] for r in readers} == {"news"}
+    assert [s["secret_id"] for s in model.instances("google_secret_manager_secret", "mailbox_token")] == [
+        "gmail-token-news"
+    ]
+
+
+OVERRIDDEN = (
+    "gmail_delegated_user",
+    "public_callers",
+    "callback_allowed_hosts",
+    "create_n8n_invoker_service_account",
+    "extra_caller_service_accounts",
+    "job_store",
+    "reviewers_enabled",
+    "review_iap_members",
+    "review_allowed_emails",
+    "review_allowed_domains",
+    "notify_chat_webhook",
+    "notify_slack_webhook",
+    "notify_email_to",
+)

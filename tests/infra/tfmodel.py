@@ -131,6 +131,9 @@ class ModuleModel:
         unknown = set(overrides or {}) - set(declared)
         if unknown:
             raise KeyError(f"not module variables: {sorted(unknown)}")
+        for name, body in declared.items():  # optional() attributes get their defaults, as Terraform does
+            if name in self.variables and isinstance(body.get("type"), str) and "optional(" in body["type"]:
+                self.variables[name] = conform(H.parse(body["type"][2:-1]), self.variables[name])
         self.module_dir = module_dir
         self.blocks = {(b.type, b.name): b for b in resources(under=module_dir)}
         self.data = {(b.type, b.name): b for b in blocks("data", module_dir)}
@@ -191,6 +194,34 @@ class ModuleModel:
 
     def all_instances(self) -> list[Instance]:
         return [i for (t, n) in self.blocks for i in self.instances(t, n)]
+
+
+def conform(type_node: H.Node, value: Any) -> Any:
+    """A variable's value converted to its type constraint as far as defaults go: an object type's
+    missing or null optional(T, default) attribute becomes the default (null without one), in
+    nested map/list/set/object types too. Primitive types are taken as given."""
+    if value is None or type_node.kind != "call":
+        return value
+    name, args = type_node.args
+    if name == "object":
+        (attributes,) = args
+        out = dict(value)
+        for key_node, attr_type in attributes.args:
+            key = H.evaluate(key_node, H.Scope())
+            if attr_type.kind == "call" and attr_type.args[0] == "optional":
+                inner, *default = attr_type.args[1]
+                if out.get(key) is None:
+                    out[key] = conform(inner, H.evaluate(default[0], H.Scope())) if default else None
+                else:
+                    out[key] = conform(inner, out[key])
+            elif key in out:
+                out[key] = conform(attr_type, out[key])
+        return out
+    if name == "map":
+        return {k: conform(args[0], v) for k, v in value.items()}
+    if name in ("list", "set"):
+        return [conform(args[0], v) for v in value]
+    return value
 
 
 def _apply(value: Any, accessors: list) -> Any:

@@ -87,4 +87,7 @@ module "safesend" {
   scheduler_time_zone             = var.scheduler_time_zone
 
   source_bucket_force_destroy = var.source_bucket_force_destroy
+
+  mailboxes     = var.mailboxes
+  mailbox_pools = var.mailbox_pools
 }

@@ -520,3 +520,80 @@ variable "source_bucket_force_destroy" {
   type        = bool
   default     = false
 }
+
+# ------------------------------------------------------ mailboxes and pools
+
+variable "mailboxes" {
+  description = "Sender mailboxes (issue 24), keyed by id (1-40 of a-z, 0-9, '-', starting with a letter; the id names its Cloud Tasks queue <name_prefix>-mbx-<id>). Each: address; exactly one of delegated_user (keyless domain-wide delegation, the same client IDs for every delegated mailbox) and token_secret (Secret Manager secret id of its own OAuth token, created here, value never in Terraform); send_as aliases; limits = a preset (workspace, workspace_legacy_rate, trial, consumer, unlimited) with optional explicit units_per_minute / messages_per_day / recipients_per_day over it; safety_share of the daily limits safesend uses (0.95); max_concurrent_dispatches of its queue (4). Rendered as SAFESEND_MAILBOXES_JSON (functions/safesend/mailboxes.py). Empty: today's single mailbox (gmail_user / gmail_delegated_user), no mailbox queues."
+  type = map(object({
+    address                   = string
+    delegated_user            = optional(string)
+    token_secret              = optional(string)
+    send_as                   = optional(list(string), [])
+    limits                    = optional(string, "workspace")
+    units_per_minute          = optional(number)
+    messages_per_day          = optional(number)
+    recipients_per_day        = optional(number)
+    safety_share              = optional(number, 0.95)
+    max_concurrent_dispatches = optional(number, 4)
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for id in keys(var.mailboxes) : can(regex("^[a-z][a-z0-9-]{0,39}$", id))])
+    error_message = "A mailbox id is 1-40 of a-z, 0-9 and '-', starting with a letter (a Firestore document id and part of its queue name)."
+  }
+
+  validation {
+    condition     = alltrue([for m in values(var.mailboxes) : contains(["workspace", "workspace_legacy_rate", "trial", "consumer", "unlimited"], m.limits)])
+    error_message = "limits must be a preset: workspace, workspace_legacy_rate, trial, consumer or unlimited (explicit limits go in units_per_minute, messages_per_day, recipients_per_day)."
+  }
+
+  validation {
+    condition     = alltrue([for m in values(var.mailboxes) : (m.delegated_user == null) != (m.token_secret == null)])
+    error_message = "Each mailbox sets exactly one of delegated_user (keyless delegation) and token_secret (its own OAuth token)."
+  }
+
+  validation {
+    condition = alltrue([for m in values(var.mailboxes) : alltrue([
+      for address in concat([m.address], m.delegated_user == null ? [] : [m.delegated_user], m.send_as) :
+      can(regex("^[^@\\s<>]+@[^@\\s<>]+\\.[^@\\s<>]+$", address))
+    ])])
+    error_message = "address, delegated_user and every send_as entry must be a bare email address, e.g. \"shop@example.com\"."
+  }
+
+  validation {
+    condition     = alltrue([for m in values(var.mailboxes) : m.token_secret == null || can(regex("^[A-Za-z0-9_-]{1,255}$", m.token_secret))])
+    error_message = "token_secret must be a Secret Manager secret id (letters, digits, '_' and '-')."
+  }
+
+  validation {
+    condition = alltrue([for m in values(var.mailboxes) : alltrue([
+      for limit in [m.units_per_minute, m.messages_per_day, m.recipients_per_day] : limit == null || (try(limit >= 1, false) && try(floor(limit) == limit, false))
+    ])])
+    error_message = "Explicit limits (units_per_minute, messages_per_day, recipients_per_day) are whole numbers >= 1."
+  }
+
+  validation {
+    condition     = alltrue([for m in values(var.mailboxes) : m.safety_share > 0 && m.safety_share <= 1 && m.max_concurrent_dispatches >= 1 && m.max_concurrent_dispatches <= 1000])
+    error_message = "safety_share must be in (0, 1] and max_concurrent_dispatches in 1..1000."
+  }
+}
+
+variable "mailbox_pools" {
+  description = "Which mailboxes may carry a job (ids of var.mailboxes, in preference order): by its From address or domain (from), else its channel (channels), else default (unset: every mailbox). Only with mailboxes."
+  type = object({
+    default  = optional(list(string))
+    channels = optional(map(list(string)), {})
+    from     = optional(map(list(string)), {})
+  })
+  default = {}
+
+  validation {
+    condition = alltrue([
+      for pool in concat(var.mailbox_pools.default == null ? [] : [var.mailbox_pools.default], values(var.mailbox_pools.channels), values(var.mailbox_pools.from)) :
+      length(pool) > 0 && length(distinct(pool)) == length(pool)
+    ])
+    error_message = "A pool is a non-empty list of mailbox ids, each at most once."
+  }
+}

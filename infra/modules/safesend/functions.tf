@@ -64,6 +64,8 @@ locals {
     postgres_host              = local.postgres ? google_sql_database_instance.jobs[0].private_ip_address : ""
     postgres_pool_max          = tostring(var.postgres_pool_max)
     postgres_server_ca_version = var.postgres_server_ca_version
+
+    mailboxes_json = local.mailboxes_json
   }
 
   # "{name}" placeholders: regexall() yields literal text (lit) or a name (ref).

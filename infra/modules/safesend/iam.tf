@@ -56,7 +56,7 @@ resource "google_secret_manager_secret_iam_member" "send_gmail_credentials" {
 # (IAM Credentials signJwt needs iam.serviceAccounts.signJwt, which
 # roles/iam.serviceAccountTokenCreator holds), on its own account only.
 resource "google_service_account_iam_member" "send_signs_own_jwt" {
-  count = local.gmail_keyless ? 1 : 0
+  count = local.gmail_signs_jwt ? 1 : 0
 
   service_account_id = google_service_account.send.name
   role               = "roles/iam.serviceAccountTokenCreator"
@@ -136,7 +136,7 @@ resource "google_secret_manager_secret_iam_member" "reconcile_gmail_credentials"
 # (IAM Credentials signJwt needs iam.serviceAccounts.signJwt, which
 # roles/iam.serviceAccountTokenCreator holds), on its own account only.
 resource "google_service_account_iam_member" "reconcile_signs_own_jwt" {
-  count = local.gmail_keyless ? 1 : 0
+  count = local.gmail_signs_jwt ? 1 : 0
 
   service_account_id = google_service_account.reconcile.name
   role               = "roles/iam.serviceAccountTokenCreator"
@@ -199,7 +199,7 @@ resource "google_secret_manager_secret_iam_member" "sweep_gmail_credentials" {
 # (IAM Credentials signJwt needs iam.serviceAccounts.signJwt, which
 # roles/iam.serviceAccountTokenCreator holds), on its own account only.
 resource "google_service_account_iam_member" "sweep_signs_own_jwt" {
-  count = local.gmail_keyless ? 1 : 0
+  count = local.gmail_signs_jwt ? 1 : 0
 
   service_account_id = google_service_account.sweep.name
   role               = "roles/iam.serviceAccountTokenCreator"
@@ -296,7 +296,7 @@ resource "google_secret_manager_secret_iam_member" "notify_gmail_credentials" {
 # Keyless domain-wide delegation: notify signs the delegation JWT as itself, on
 # its own account only (as send, reconcile and sweep).
 resource "google_service_account_iam_member" "notify_signs_own_jwt" {
-  count = local.reviewers_enabled && local.gmail_keyless ? 1 : 0
+  count = local.reviewers_enabled && local.gmail_signs_jwt ? 1 : 0
 
   service_account_id = google_service_account.notify[0].name
   role               = "roles/iam.serviceAccountTokenCreator"
@@ -394,7 +394,7 @@ resource "google_secret_manager_secret_iam_member" "review_gmail_credentials" {
 # Keyless domain-wide delegation: review signs the delegation JWT as itself, on
 # its own account only (as send, reconcile and sweep).
 resource "google_service_account_iam_member" "review_signs_own_jwt" {
-  count = local.reviewers_enabled && local.gmail_keyless ? 1 : 0
+  count = local.reviewers_enabled && local.gmail_signs_jwt ? 1 : 0
 
   service_account_id = google_service_account.review[0].name
   role               = "roles/iam.serviceAccountTokenCreator"

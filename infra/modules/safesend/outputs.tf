@@ -123,8 +123,8 @@ output "gmail_credentials_secret" {
 }
 
 output "gmail_delegation_client_ids" {
-  description = "Keyless domain-wide delegation: the OAuth client IDs (service account unique IDs) of send, reconcile and sweep (and notify, review with reviewers_enabled), each to authorise once in the Admin console for the Gmail scopes; empty without delegation."
-  value = local.gmail_keyless ? merge({
+  description = "Keyless domain-wide delegation: the OAuth client IDs (service account unique IDs) of send, reconcile and sweep (and notify, review with reviewers_enabled), each to authorise once in the Admin console for the Gmail scopes; the same IDs serve every delegated mailbox (gmail_delegated_user or mailboxes with delegated_user); empty without delegation."
+  value = local.gmail_signs_jwt ? merge({
     send      = google_service_account.send.unique_id
     reconcile = google_service_account.reconcile.unique_id
     sweep     = google_service_account.sweep.unique_id

@@ -12,6 +12,9 @@
 locals {
   gmail_keyless     = var.gmail_delegated_user != ""
   callbacks_enabled = length(var.callback_allowed_hosts) > 0
+  # The functions sign delegation JWTs as themselves for today's delegated mailbox or for any
+  # delegated mailbox of var.mailboxes (mailboxes.tf): one grant serves every delegated user.
+  gmail_signs_jwt = local.gmail_keyless || local.mailbox_delegated
 
   # env_spec.json's secret_ids, resolved to the resources (null when not created).
   secret_ids = {

@@ -46,6 +46,14 @@ resource "google_cloud_tasks_queue" "reconcile" {
       condition     = var.reconcile_max_instances >= var.tasks_max_concurrent_dispatches
       error_message = "reconcile_max_instances must be >= tasks_max_concurrent_dispatches (each instance serves one request at a time)."
     }
+    # Pools name mailboxes (mailboxes.tf); checked on this queue because it always exists.
+    precondition {
+      condition = alltrue([
+        for pool in concat(var.mailbox_pools.default == null ? [] : [var.mailbox_pools.default], values(var.mailbox_pools.channels), values(var.mailbox_pools.from)) :
+        alltrue([for id in pool : contains(keys(var.mailboxes), id)])
+      ])
+      error_message = "Every mailbox id in mailbox_pools must be a key of mailboxes (pools need mailboxes)."
+    }
   }
 
   depends_on = [google_project_service.enabled]
