@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +31,7 @@ from tests.unit.test_http_api import BODY, SECRET, call
 from tests.unit.test_messengers import FlakyReceiver
 from tests.unit.test_reviewers import in_review
 
+CAPTURE_ENV = "SAFESEND_SIGNAL_CAPTURE"
 TIMEOUT = classify_transport(TransportErrorKind.TIMEOUT, "read timed out")
 HOOK = "https://n8n.example.com/webhook-waiting/77"
 
@@ -72,6 +74,10 @@ def lines(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
         yield stream
     finally:
         logger.removeHandler(handler)
+        capture = os.environ.get(CAPTURE_ENV)
+        if capture:  # refreshes tests/infra/fixtures/signal_lines.jsonl (see tests/infra/test_monitoring.py)
+            with open(capture, "a", encoding="utf-8") as out:
+                out.writelines(line + "\n" for line in stream.getvalue().splitlines() if '"event": "' in line)
 
 
 def events(stream: io.StringIO, event: str) -> list[dict[str, Any]]:

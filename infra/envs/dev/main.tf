@@ -87,4 +87,12 @@ module "safesend" {
   scheduler_time_zone             = var.scheduler_time_zone
 
   source_bucket_force_destroy = var.source_bucket_force_destroy
+
+  monitoring_enabled             = var.monitoring_enabled
+  monitoring_thresholds          = var.monitoring_thresholds
+  monitoring_notification_emails = var.monitoring_notification_emails
+  monitoring_slack_channel       = var.monitoring_slack_channel
+  monitoring_slack_auth_token    = var.monitoring_slack_auth_token
+  monitoring_chat_space          = var.monitoring_chat_space
+  monitoring_reviewer_emails     = var.monitoring_reviewer_emails
 }
