@@ -316,6 +316,19 @@ class HttpApi:
             dict(JSON),
         )
 
+    def health(self, request: Request) -> Response:
+        """GET: last sweep, overdue jobs, oldest review item (health.py); 503 when the store cannot say."""
+        try:
+            runtime, _ = self._guard(request, Role.INTERNAL, ("GET",))
+        except _Refused as refused:
+            return refused.response
+        try:
+            view = runtime.service.health(runtime.settings.sweep_interval_s)
+        except StoreUnavailableError as exc:
+            emit(STORE_UNAVAILABLE, logging.ERROR, "health could not read the store", where="health", error=str(exc))
+            return _error(503, "store_unavailable", "the job store is unavailable")
+        return view, 200, dict(JSON)
+
     def status(self, request: Request) -> Response:
         try:
             runtime, _ = self._guard(request, Role.CALLER, ("GET",))

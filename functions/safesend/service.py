@@ -42,6 +42,7 @@ from .errors import (
     StaleReviewError,
     StoreUnavailableError,
 )
+from .health import health_view
 from .history import CheckpointCache, copies_in_history
 from .keys import job_id_for, message_id_for
 from .lifecycle import Timing
@@ -756,7 +757,7 @@ class SafeSendService:
         for state in SWEPT_STATES:
             try:
                 if not self._sweep_state(state, batch, deadline, report):
-                    return self._note_reviews(report)
+                    return self._finish_sweep(report)
             except IndexMissingError:
                 raise  # no state can be queried reliably: loud, at once
             except StoreUnavailableError as exc:
@@ -771,17 +772,34 @@ class SafeSendService:
             log(logging.WARNING, "sweep could not query due callback notices", error=str(exc))
         if len(unqueried) == len(SWEPT_STATES) + 1:
             raise unqueried[-1]
-        return self._note_reviews(report)
+        return self._finish_sweep(report)
 
-    def _note_reviews(self, report: SweepReport) -> SweepReport:
-        """The age of the oldest open review item, for the sweep's line and /health (one read)."""
+    def _finish_sweep(self, report: SweepReport) -> SweepReport:
+        """The age of the oldest open review item (one read), then the sweep's record for /health."""
         try:
             oldest = self.store.find_open_reviews(1)
-        except StoreUnavailableError:
-            return report
-        if oldest:
-            report.oldest_review_s = (self.clock() - oldest[0].updated_at).total_seconds()
+            if oldest:
+                report.oldest_review_s = (self.clock() - oldest[0].updated_at).total_seconds()
+            self.store.record_sweep(
+                {
+                    "at": self.clock(),
+                    "due": report.examined,
+                    "advanced": report.advanced,
+                    "overdue": report.overdue,
+                    "oldest_overdue_s": round(report.oldest_overdue_s, 1),
+                    "oldest_review_s": report.oldest_review_s,
+                    "errors": report.errors,
+                    "stopped_early": report.stopped_early,
+                }
+            )
+        except StoreUnavailableError as exc:  # the sweep's own line still says it ran
+            log(logging.WARNING, "sweep record not stored", error=str(exc))
         return report
+
+    def health(self, sweep_interval_s: float) -> dict[str, Any]:
+        """/health: what the alerts ask, from the store. Raises StoreUnavailableError."""
+        oldest = self.store.find_open_reviews(1)
+        return health_view(self.store.last_sweep(), oldest[0] if oldest else None, self.clock(), sweep_interval_s)
 
     def _sweep_notices(self, batch: int, deadline: float, report: SweepReport) -> None:
         """Notices whose task was lost, page after page past any this instance cannot act on. Also
