@@ -2,8 +2,11 @@
 
 * every log-based metric counts an event the code logs (functions/safesend/signals.py) and reads
   only fields that event carries; its filter, run by logging_filter against the log lines the code
-  really prints (fixtures/signal_lines.jsonl, captured with the production formatter), matches at
-  least one of them: a renamed event or a filter typo fails here, not silently in production;
+  really prints matches at least one of them: a renamed event or a filter typo fails here, not
+  silently in production. fixtures/signal_lines.jsonl holds the functions' own stdout from the local
+  stack (tests/integration/test_operations_stack.py with SAFESEND_SIGNAL_CAPTURE=FILE: sweep_completed,
+  duplicate_found, job_needs_review, gmail_refused) and, for the events that run does not provoke, the
+  lines tests/unit/test_signals.py captures with the production formatter (same variable);
 * every alert has its runbook as markdown documentation;
 * the dead man's switch waits at least 3 sweep intervals, for every environment's schedule;
 * the gcloud path's rendered files (infra/monitoring_render.py) say what Terraform says."""
