@@ -2,7 +2,7 @@
 
     functions-framework --source devstack/local_app.py --target router --host 127.0.0.1 --port 8080
 
-Routes /send, /reconcile, /sweep, /status, /notify and /review to the real entry points in
+Routes /send, /reconcile, /sweep, /status, /notify, /health and /review to the real entry points in
 functions/main.py, so the code under test is exactly what Cloud Functions runs, plus one thing
 production never has: crash points (devstack/crash_points.py), armed by the X-Safesend-Fault header.
 """
@@ -41,6 +41,7 @@ ROUTES = {
     "/sweep": main.sweep,
     "/status": main.status,
     "/notify": main.notify,
+    "/health": main._api.health,  # local only: no deployed function serves it
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -52,7 +52,16 @@ class InMemoryJobStore:
 
     def __init__(self) -> None:
         self._docs: dict[str, dict[str, Any]] = {}
+        self._sweep: dict[str, Any] | None = None
         self._lock = threading.Lock()
+
+    def record_sweep(self, summary: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._sweep = _stored(dict(summary))
+
+    def last_sweep(self) -> dict[str, Any] | None:
+        with self._lock:
+            return _stored(self._sweep) if self._sweep is not None else None
 
     def claim_or_get(self, job: Job) -> tuple[Job, bool]:
         stored = job.copy()

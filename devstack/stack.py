@@ -17,6 +17,7 @@ import time
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -306,21 +307,38 @@ class LocalStack:
 
 
 class SweepTicker:
-    """Cloud Scheduler's stand-in: POST /sweep every `interval_s` until stopped (run-local only)."""
+    """Cloud Scheduler's stand-in: POST /sweep every `interval_s` until stopped. Like a Scheduler job
+    it can be paused: POST /_scheduler/pause and /_scheduler/resume on its own loopback control
+    server (`control_url`), GET /_scheduler says whether it is paused and how many sweeps it sent."""
 
     def __init__(self, url: str, interval_s: float = 10.0, headers: Mapping[str, str] | None = None):
         self.url = url
         self.interval_s = interval_s
         self.headers = {"Content-Type": "application/json", **(headers or {})}
+        self.paused = threading.Event()
+        self.ticks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sweep-ticker", daemon=True)
+        self._control = _scheduler_control(self)
+        self._control_thread = threading.Thread(
+            target=self._control.serve_forever, name="scheduler-control", daemon=True
+        )
+
+    @property
+    def control_url(self) -> str:
+        host, port = self._control.server_address[:2]
+        return f"http://{host!s}:{port}"
 
     def start(self) -> SweepTicker:
+        self._control_thread.start()
         self._thread.start()
         return self
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
+            if self.paused.is_set():
+                continue
+            self.ticks += 1
             try:
                 request = urllib.request.Request(f"{self.url}/sweep", data=b"{}", method="POST", headers=self.headers)
                 with urllib.request.urlopen(request, timeout=120) as response:
@@ -330,7 +348,49 @@ class SweepTicker:
 
     def stop(self) -> None:
         self._stop.set()
+        self._control.shutdown()
+        self._control.server_close()
         self._thread.join(timeout=5)
+        self._control_thread.join(timeout=5)
+
+
+def _scheduler_control(ticker: SweepTicker) -> ThreadingHTTPServer:
+    """The ticker's control endpoints, on 127.0.0.1 (an ephemeral port)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            if self.path == "/_scheduler/pause":
+                ticker.paused.set()
+            elif self.path == "/_scheduler/resume":
+                ticker.paused.clear()
+            else:
+                return self._answer(404, {"error": "not_found"})
+            return self._answer(200, {"paused": ticker.paused.is_set(), "ticks": ticker.ticks})
+
+        def do_GET(self) -> None:
+            if self.path != "/_scheduler":
+                return self._answer(404, {"error": "not_found"})
+            return self._answer(200, {"paused": ticker.paused.is_set(), "ticks": ticker.ticks})
+
+        def _answer(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+
+def fetch_health(url: str, headers: Mapping[str, str]) -> dict[str, Any]:
+    """GET /health of the local stack (run-local prints it; the stack tests read it)."""
+    request = urllib.request.Request(f"{url}/health", headers=dict(headers))
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return dict(json.loads(response.read()))
 
 
 def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None = None) -> int:
@@ -348,6 +408,8 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
     )
     if real_gmail:  # real mailboxes have real index lag: production timings
         config.service_env = {}
+    interval_s = float(env.get("SAFESEND_SWEEP_INTERVAL_S", "10"))
+    config.service_env = {**config.service_env, "SAFESEND_SWEEP_INTERVAL_S": f"{interval_s:g}"}  # /health's "late"
     stack = LocalStack(config)
     # Ctrl-C, `kill`, a closed terminal: each stops the stack. SIGINT is set explicitly because a
     # shell starts background jobs with it ignored, and Python then never raises KeyboardInterrupt.
@@ -359,8 +421,13 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
     except BaseException as exc:  # noqa: BLE001 - print and exit non-zero
         print(f"could not start the local stack: {exc}\nlogs: {stack.log_dir}", file=sys.stderr)
         return 1
-    ticker = SweepTicker(stack.url, float(env.get("SAFESEND_SWEEP_INTERVAL_S", "10")), stack.internal_headers()).start()
+    ticker = SweepTicker(stack.url, interval_s, stack.internal_headers()).start()
     print(local_banner(stack, real_gmail, ticker.interval_s), flush=True)
+    print(f"  scheduler POST {ticker.control_url}/_scheduler/pause  (and /_scheduler/resume)", flush=True)
+    try:
+        print(f"  health    {json.dumps(fetch_health(stack.url, stack.internal_headers()))}", flush=True)
+    except OSError as exc:
+        print(f"  health    not answered: {exc}", file=sys.stderr)
     try:
         while stack.functions and stack.functions.is_running():
             time.sleep(1)
@@ -403,6 +470,7 @@ def local_banner(stack: LocalStack, real_gmail: bool, sweep_interval_s: float) -
   status    GET  {stack.url}/status?job_id=...  (or ?dedup_key=...)
   reconcile POST {stack.url}/reconcile   (called by the Cloud Tasks emulator)
   sweep     POST {stack.url}/sweep       (called every {sweep_interval_s:g}s here)
+  health    GET  {stack.url}/health      (last sweep, overdue jobs, oldest review item)
   gmail     {gmail}
 {auth}
   review    GET  {stack.url}/review   (the reviewers' console; development identity {stack.review_identity})

@@ -262,6 +262,9 @@ class Settings:
     review_topic: str | None = setting("SAFESEND_REVIEW_TOPIC", None, _text, "Pub/Sub topic of the review items")
     sweep_batch: int = setting("SAFESEND_SWEEP_BATCH", 50, _count, "jobs per sweeper query")
     sweep_budget_s: float = setting("SAFESEND_SWEEP_BUDGET_S", 90.0, _seconds, "time budget of one sweep")
+    sweep_interval_s: float = setting(
+        "SAFESEND_SWEEP_INTERVAL_S", 300.0, _seconds, "time between scheduled sweeps (/health: late after 3)"
+    )
     # Who may call (auth.py)
     auth_api_keys: str | None = setting(
         "SAFESEND_AUTH_API_KEYS",

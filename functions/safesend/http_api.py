@@ -25,6 +25,7 @@ from .keys import is_job_id, job_id_for
 from .logs import log, mask_emails, set_trace_from_headers
 from .request_body import detach_body, discard_rest, read_capped
 from .runtime import Runtime
+from .signals import INDEX_MISSING, STORE_UNAVAILABLE, SWEEP_COMPLETED, emit
 from .validation import dedup_key_from_query, parse_send_request
 from .views import http_status_for, job_view, retry_after_s
 
@@ -183,7 +184,7 @@ class HttpApi:
                 "(the same request replays; only then will the callback come)",
             )
         except StoreUnavailableError as exc:  # raised only before a claim (service.submit)
-            log(logging.ERROR, "job store unavailable before claim", error=str(exc))
+            emit(STORE_UNAVAILABLE, logging.ERROR, "job store unavailable before claim", where="send", error=str(exc))
             return _error(
                 503, "store_unavailable", "nothing was sent: retry after Retry-After seconds (n8n's Retry On Fail does)"
             )
@@ -274,7 +275,8 @@ class HttpApi:
         try:
             report = runtime.service.sweep(runtime.settings.sweep_batch, runtime.settings.sweep_budget_s)
         except IndexMissingError as exc:
-            log(
+            emit(
+                INDEX_MISSING,
                 logging.CRITICAL,
                 "the sweeper cannot query due jobs: a Firestore index is missing (infra/firestore.indexes.json)",
                 code="firestore_index_missing",
@@ -287,14 +289,20 @@ class HttpApi:
                 "building: deploy infra/firestore.indexes.json; no due job can be found until then",
             )
         except StoreUnavailableError as exc:
-            log(logging.ERROR, "sweep could not query the store", error=str(exc))
+            emit(STORE_UNAVAILABLE, logging.ERROR, "sweep could not query the store", where="sweep", error=str(exc))
             return _error(503, "store_unavailable", "the job store is unavailable")
-        log(
+        emit(
+            SWEEP_COMPLETED,
             logging.INFO,
             "sweep done",
+            due=report.examined,
+            advanced=report.advanced,
+            overdue=report.overdue,
+            oldest_overdue_s=round(report.oldest_overdue_s, 1),
+            oldest_review_s=None if report.oldest_review_s is None else round(report.oldest_review_s, 1),
+            errors=report.errors,
             examined=report.examined,
             actions=report.actions,
-            errors=report.errors,
             stopped_early=report.stopped_early,
         )
         return (
@@ -307,6 +315,19 @@ class HttpApi:
             200,
             dict(JSON),
         )
+
+    def health(self, request: Request) -> Response:
+        """GET: last sweep, overdue jobs, oldest review item (health.py); 503 when the store cannot say."""
+        try:
+            runtime, _ = self._guard(request, Role.INTERNAL, ("GET",))
+        except _Refused as refused:
+            return refused.response
+        try:
+            view = runtime.service.health(runtime.settings.sweep_interval_s)
+        except StoreUnavailableError as exc:
+            emit(STORE_UNAVAILABLE, logging.ERROR, "health could not read the store", where="health", error=str(exc))
+            return _error(503, "store_unavailable", "the job store is unavailable")
+        return view, 200, dict(JSON)
 
     def status(self, request: Request) -> Response:
         try:
@@ -324,7 +345,7 @@ class HttpApi:
         try:
             job = runtime.service.store.get(job_id)
         except StoreUnavailableError as exc:
-            log(logging.ERROR, "status could not read the store", error=str(exc))
+            emit(STORE_UNAVAILABLE, logging.ERROR, "status could not read the store", where="status", error=str(exc))
             return _error(503, "store_unavailable", "the job store is unavailable")
         if job is None:
             return _error(404, "not_found", f"no job {job_id}", job_id=job_id)

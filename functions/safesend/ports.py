@@ -46,6 +46,13 @@ class JobStore(Protocol):
         """Jobs with a notice due (notice_due_at <= now), ordered by (notice_due_at, id), at most
         `limit`, only those after `start_after` when given (keyset pagination)."""
 
+    def record_sweep(self, summary: Mapping[str, Any]) -> None:
+        """Keep what the last completed sweep saw (`at`, counts, ages): one small record, last writer
+        wins. Raises StoreUnavailableError."""
+
+    def last_sweep(self) -> dict[str, Any] | None:
+        """The record record_sweep kept, or None if no sweep completed yet."""
+
 
 class Mailer(Protocol):
     """The Gmail account we send from (or the local simulator)."""

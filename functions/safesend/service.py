@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from . import lifecycle
+from . import lifecycle, signals
 from .callbacks import MAX_CALLBACKS
 from .classify import unbuildable_failure
 from .config import Settings
@@ -42,6 +42,7 @@ from .errors import (
     StaleReviewError,
     StoreUnavailableError,
 )
+from .health import health_view
 from .history import CheckpointCache, copies_in_history
 from .keys import job_id_for, message_id_for
 from .lifecycle import Timing
@@ -53,6 +54,7 @@ from .policy import ChannelPolicies, ChannelPolicy
 from .ports import CheckScheduler, Cursor, JobStore, Mailer, Notifier, ReviewPublisher
 from .review import review_attributes, review_item
 from .review_messages import answered_card, decision_update
+from .signals import OVERDUE_AFTER_S, emit, refusal_reason
 from .states import SWEPT_STATES, State
 from .validation import SendRequest, message_from_payload, parse_send_request
 
@@ -76,15 +78,35 @@ class DecisionOutcome:
     copies: list[dict[str, Any]]  # what the mailbox showed for the Message-ID
 
 
+IDLE_ACTIONS = frozenset({"nothing_to_do", "not_due", "deferred", "error", "conflict"})
+
+
 @dataclass
 class SweepReport:
+    """What one sweep did, and what the alerts read from its `sweep_completed` line."""
+
     examined: int = 0
     actions: dict[str, int] = field(default_factory=dict)
     errors: int = 0
     stopped_early: bool = False
+    overdue: int = 0  # due for more than signals.OVERDUE_AFTER_S when this sweep found them
+    oldest_overdue_s: float = 0.0  # the longest any found job had been due
+    oldest_review_s: float | None = None  # age of the oldest open review item; None: none open
 
     def count(self, action: str) -> None:
         self.actions[action] = self.actions.get(action, 0) + 1
+
+    def saw_due(self, due: datetime | None, now: datetime) -> None:
+        if due is None:
+            return
+        late_s = (now - due).total_seconds()
+        self.oldest_overdue_s = max(self.oldest_overdue_s, late_s)
+        if late_s > OVERDUE_AFTER_S:
+            self.overdue += 1
+
+    @property
+    def advanced(self) -> int:
+        return sum(n for action, n in self.actions.items() if action not in IDLE_ACTIONS)
 
 
 class SafeSendService:
@@ -218,9 +240,11 @@ class SafeSendService:
             except ConcurrentUpdateError:
                 return self._reload(job)
             except StoreUnavailableError as exc:
-                log(
+                emit(
+                    signals.STORE_UNAVAILABLE,
                     logging.ERROR,
                     "job store unavailable after the claim; the sweeper will reconcile",
+                    where="send_after_claim",
                     job_id=job.id,
                     state=job.state.value,
                     error=str(exc),
@@ -240,9 +264,11 @@ class SafeSendService:
         if isinstance(outcome, Accepted):
             log(logging.INFO, "gmail accepted", job_id=job.id, attempt=job.attempts, gmail_id=outcome.gmail_id)
         else:
-            log(
+            emit(
+                signals.GMAIL_REFUSED,
                 logging.WARNING,
                 "send attempt failed",
+                reason=refusal_reason(outcome.code, outcome.status),
                 job_id=job.id,
                 attempt=job.attempts,
                 bucket=outcome.bucket.value,
@@ -269,9 +295,12 @@ class SafeSendService:
                 continue
             except StoreUnavailableError:
                 # The lease will run out and the sweeper will reconcile from the mailbox.
-                log(
+                emit(
+                    signals.STORE_UNAVAILABLE,
                     logging.ERROR,
                     "could not record the send outcome; the sweeper will reconcile",
+                    where="record_outcome",
+                    error="unavailable",
                     job_id=job.id,
                     outcome=type(outcome).__name__,
                 )
@@ -498,6 +527,7 @@ class SafeSendService:
             log(
                 logging.INFO if delivery.ok else logging.WARNING,
                 "notice",
+                event=None if delivery.ok else signals.NOTIFY_DELIVERY_FAILED,
                 job_id=job.id,
                 kind=notice["kind"],
                 notice_id=notice["id"],
@@ -545,7 +575,16 @@ class SafeSendService:
             stored = self._cas(job, lifecycle.give_up_notices(job, [n["id"] for n in notices], reason, self.clock()))
         except ConcurrentUpdateError:
             return self._reload(job)
-        log(logging.ERROR, "notices given up: no route for their kind", job_id=job.id, kinds=kinds, count=len(notices))
+        for notice in notices:
+            emit(
+                signals.CALLBACK_GIVEN_UP,
+                logging.ERROR,
+                "notices given up: no route for their kind",
+                job_id=job.id,
+                kind=notice.get("kind") or "callback",
+                notice_id=notice["id"],
+                error=reason,
+            )
         return stored
 
     def _log_unanswered(self, stored: Job, results: dict[str, Delivery]) -> None:
@@ -555,18 +594,20 @@ class SafeSendService:
             if notice["id"] not in results or results[notice["id"]].ok:
                 continue
             if notice.get("gave_up_at") is not None:
-                log(
+                emit(
+                    signals.CALLBACK_GIVEN_UP,
                     logging.ERROR,
                     "callback notice given up",
                     job_id=stored.id,
+                    kind=notice.get("kind") or "callback",
                     notice_id=notice["id"],
                     error=notice.get("last_error"),
                 )
             elif notice.get("overdue_at") is not None:
-                log(
+                emit(
+                    signals.REVIEWER_NOTICE_OVERDUE,
                     logging.ERROR,
                     "reviewer notice overdue: still retried, not delivered within the callback horizon",
-                    event="reviewer_notice_overdue",
                     job_id=stored.id,
                     kind=notice.get("kind"),
                     notice_id=notice["id"],
@@ -716,7 +757,7 @@ class SafeSendService:
         for state in SWEPT_STATES:
             try:
                 if not self._sweep_state(state, batch, deadline, report):
-                    return report
+                    return self._finish_sweep(report)
             except IndexMissingError:
                 raise  # no state can be queried reliably: loud, at once
             except StoreUnavailableError as exc:
@@ -731,7 +772,34 @@ class SafeSendService:
             log(logging.WARNING, "sweep could not query due callback notices", error=str(exc))
         if len(unqueried) == len(SWEPT_STATES) + 1:
             raise unqueried[-1]
+        return self._finish_sweep(report)
+
+    def _finish_sweep(self, report: SweepReport) -> SweepReport:
+        """The age of the oldest open review item (one read), then the sweep's record for /health."""
+        try:
+            oldest = self.store.find_open_reviews(1)
+            if oldest:
+                report.oldest_review_s = (self.clock() - oldest[0].updated_at).total_seconds()
+            self.store.record_sweep(
+                {
+                    "at": self.clock(),
+                    "due": report.examined,
+                    "advanced": report.advanced,
+                    "overdue": report.overdue,
+                    "oldest_overdue_s": round(report.oldest_overdue_s, 1),
+                    "oldest_review_s": report.oldest_review_s,
+                    "errors": report.errors,
+                    "stopped_early": report.stopped_early,
+                }
+            )
+        except StoreUnavailableError as exc:  # the sweep's own line still says it ran
+            log(logging.WARNING, "sweep record not stored", error=str(exc))
         return report
+
+    def health(self, sweep_interval_s: float) -> dict[str, Any]:
+        """/health: what the alerts ask, from the store. Raises StoreUnavailableError."""
+        oldest = self.store.find_open_reviews(1)
+        return health_view(self.store.last_sweep(), oldest[0] if oldest else None, self.clock(), sweep_interval_s)
 
     def _sweep_notices(self, batch: int, deadline: float, report: SweepReport) -> None:
         """Notices whose task was lost, page after page past any this instance cannot act on. Also
@@ -771,6 +839,7 @@ class SafeSendService:
                     report.stopped_early = True
                     return False
                 report.examined += 1
+                report.saw_due(due_of(job), self.clock())
                 report.count(self._advance_isolated(job, report))
             if not page:
                 return True  # a short page may only mean unreadable records were left out: ask once more
@@ -849,7 +918,8 @@ class SafeSendService:
             return "conflict"
         include_body = self.policies.for_job(held.channel).review_includes_body
         pubsub_id = self.publisher.publish(review_item(held, include_body), review_attributes(held))
-        log(
+        emit(
+            signals.JOB_NEEDS_REVIEW,
             logging.WARNING,
             "job needs a human",
             job_id=job.id,
@@ -857,6 +927,16 @@ class SafeSendService:
             reason=job.review_reason,
             pubsub_message_id=pubsub_id,
         )
+        if job.review_reason in (lifecycle.ReviewReason.DUPLICATE, lifecycle.ReviewReason.SENT_AFTER_CANCEL):
+            # Here, once per review entry (the publish claim has one winner), whichever check found it.
+            emit(
+                signals.DUPLICATE_FOUND,
+                logging.ERROR,
+                "duplicate found: a person is told",
+                job_id=job.id,
+                reason=job.review_reason,
+                copies=len(job.known_copies),
+            )
         self._mark_published(held, pubsub_id)
         return "review_published"
 

@@ -616,6 +616,10 @@ def _call(name: str, args: list, scope: Scope, raw: tuple) -> Any:
     if name == "regexall":
         pattern = _go_regex(values[0])
         return [_regex_result(m, pattern) for m in pattern.finditer(values[1])]
+    if name == "replace":  # the plain-string form (infra/ uses no /regex/ form)
+        if values[1].startswith("/") and values[1].endswith("/"):
+            raise Unsupported("replace() with a regular expression")
+        return values[0].replace(values[1], values[2])
     if name == "jsondecode":
         return json.loads(values[0])
     if name == "jsonencode":

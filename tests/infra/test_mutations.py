@@ -47,6 +47,7 @@ SETUP_TESTS = ("tests/infra/test_postgres_setup.py",)
 DOCS_TESTS = ("tests/infra/test_postgres_docs.py",)
 TERRAFORM_TESTS = ("tests/infra/test_terraform.py",)
 GCLOUD_CLI_TESTS = ("tests/infra/test_gcloud_cli.py",)
+MONITORING_TESTS = ("tests/infra/test_monitoring.py",)
 SPEC = f"{M}/env_spec.json"
 TAIL = '"pg_dsn_tail": " sslmode=verify-ca sslrootcert=/etc/secrets/cloudsql/server-ca.pem options=\'-c search_path=safesend -c role=safesend_owner\'"'
 
@@ -872,6 +873,48 @@ MUTATIONS = [
         "--ack-deadline=180 --min-retry-dalay=10s",
         ("test_every_pipeline_command_fails_only_for_want_of_credentials",),
         GCLOUD_CLI_TESTS,
+    ),
+    # ---- issue 20: the alerts cannot go quiet unnoticed
+    Mutation(
+        "renamed-log-event",
+        "a signal renamed in the code no longer matches its metric",
+        "functions/safesend/signals.py",
+        'SWEEP_COMPLETED = "sweep_completed"',
+        'SWEEP_COMPLETED = "sweep_done"',
+        (
+            "test_the_captured_lines_are_the_code_s_signals_with_every_field",
+            "test_every_metric_counts_a_signal_and_reads_only_its_fields[sweep_completed]",
+        ),
+        MONITORING_TESTS,
+    ),
+    Mutation(
+        "log-filter-typo",
+        "every log-based metric's filter matches a log line the code prints",
+        f"{M}/monitoring.json",
+        'jsonPayload.event=\\"gmail_refused\\"',
+        'jsonPayload.event=\\"gmail_refusd\\"',
+        ("test_every_metric_filter_matches_a_real_log_line[gmail_refused]",),
+        MONITORING_TESTS,
+    ),
+    Mutation(
+        "alert-without-documentation",
+        "every alert carries its runbook",
+        f"{M}/monitoring.tf",
+        '  documentation {\n    subject   = "safesend ${var.name_prefix}: ${each.value.title}"\n'
+        '    content   = replace(file("${path.module}/runbooks/${each.key}.md"), "{prefix}", var.name_prefix)\n'
+        '    mime_type = "text/markdown"\n  }\n',
+        "",
+        ("test_every_alert_watches_a_declared_metric_and_has_its_runbook[sweep_missing]",),
+        MONITORING_TESTS,
+    ),
+    Mutation(
+        "absent-duration-too-short",
+        "the dead man's switch waits at least 3 sweep intervals",
+        f"{M}/monitoring.json",
+        '"type": "absent", "metric": "sweep_completed", "sweeps": 3',
+        '"type": "absent", "metric": "sweep_completed", "sweeps": 2',
+        ("test_the_dead_man_s_switch_waits_three_sweep_intervals",),
+        MONITORING_TESTS,
     ),
 ]
 

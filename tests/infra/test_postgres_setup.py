@@ -124,8 +124,11 @@ def test_the_setup_sql_lets_every_function_run_and_migrate_the_store_as_the_owne
         assert dict(owners) == {
             "ai_jobs": "safesend_owner",
             "safesend_mailbox_budgets": "safesend_owner",
+            "ops": "safesend_owner",  # the last sweep's record (issue 20)
             "safesend_schema_migrations": "safesend_owner",
         }
+        stores["sweep"].record_sweep({"at": NOW, "due": 0})
+        assert stores["status"].last_sweep() == {"at": NOW, "due": 0}
         # every other function reads and writes the same tables
         for fn in ("reconcile", "sweep", "status"):
             assert stores[fn].get(sent.id).id == sent.id, fn

@@ -864,3 +864,26 @@ def test_racing_writers_on_different_jobs_all_win(harness):
 
     results, errors = race(8, write)
     assert errors == {} and sorted(j.checks for j in results.values()) == list(range(8))
+
+
+# ------------------------------------------------------------------------ the sweep's record (issue 20)
+
+
+def test_the_last_sweep_record_round_trips_and_the_newest_wins(harness):
+    store = harness.store
+    assert store.last_sweep() is None
+    store.record_sweep({"at": NOW, "due": 3, "overdue": 1, "oldest_overdue_s": 420.5, "oldest_review_s": None})
+    store.record_sweep({"at": NOW + timedelta(minutes=5), "due": 0, "overdue": 0, "oldest_overdue_s": 0.0})
+    for reader in (store, harness.another()):
+        record = reader.last_sweep()
+        assert record is not None and record["at"] == NOW + timedelta(minutes=5)
+        assert record["at"].tzinfo is not None and (record["due"], record["overdue"]) == (0, 0)
+    assert store.find_open_reviews(10) == []  # the record is not a job
+
+
+def test_an_unreachable_store_cannot_say_when_the_last_sweep_was(remote_harness):
+    cut_off = remote_harness.unreachable()
+    with pytest.raises(StoreUnavailableError):
+        cut_off.last_sweep()
+    with pytest.raises(StoreUnavailableError):
+        cut_off.record_sweep({"at": NOW})

@@ -34,6 +34,7 @@ T = TypeVar("T")
 Document = dict[str, Any]  # Firestore's REST document: name, fields, createTime, updateTime
 
 WRITE_ID_FIELD = "_write_id"
+OPS_SUFFIX = "_ops"  # <collection>_ops: the service's own records (the last sweep), not jobs
 MAX_WRITE_ATTEMPTS = 3  # and none started after the store's timeout; backoff 0.1 s, then 0.2 s
 MAX_READ_ATTEMPTS = 5
 _BACKOFF_S = 0.1
@@ -144,6 +145,18 @@ class FirestoreJobStore:
     def find_notices_due(self, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
         """One field, so Firestore's automatic single-field index serves it (no composite index)."""
         return self._query(_field("notice_due_at", "LESS_THAN_OR_EQUAL", now), "notice_due_at", limit, start_after)
+
+    def record_sweep(self, summary: Mapping[str, Any]) -> None:
+        """One unconditional write to `<collection>_ops/sweep`: the newest sweep's record wins."""
+        name = self.client.document_name(self._collection + OPS_SUFFIX, "sweep")
+        try:
+            self.client.commit([{"update": {"name": name, "fields": encode_fields(dict(summary))}}], self._timeout_s)
+        except (FirestoreApiError, FirestoreTransportError) as exc:
+            raise StoreUnavailableError(f"firestore: sweep record: {exc}") from exc
+
+    def last_sweep(self) -> dict[str, Any] | None:
+        doc = self._reading(lambda timeout_s: self.client.get(self._collection + OPS_SUFFIX, "sweep", timeout_s))
+        return decode_fields(doc.get("fields")) if doc is not None else None
 
     def _document(self, job: Job, write_id: str) -> Document:
         """The stored document: the job's fields plus the id of the write that put them there."""

@@ -79,6 +79,12 @@ class _Sql:
     """Every statement the store sends, written out. Parameters are named after the row's keys
     (job_row); JSON goes in as text and comes out as text (job_from_row decodes it)."""
 
+    record_ops = (
+        "INSERT INTO ops (name, doc, updated_at) VALUES (%(name)s, %(doc)s::jsonb, now()) "
+        "ON CONFLICT (name) DO UPDATE SET doc = EXCLUDED.doc, updated_at = EXCLUDED.updated_at"
+    )
+    read_ops = "SELECT doc::text FROM ops WHERE name = %(name)s"
+
     _select = (
         "SELECT id, message_id, state, payload::text, attempts, claimed_at, provider_ref::text, "
         "next_check_at, notice_due_at, updated_at, version, write_id, doc::text FROM ai_jobs"
@@ -385,6 +391,14 @@ class PostgresJobStore:
         if start_after is None:
             return self._jobs(_Sql.find_notices_due, params)
         return self._jobs(_Sql.find_notices_due_after, {**params, **_after(start_after)})
+
+    def record_sweep(self, summary: Mapping[str, Any]) -> None:
+        """An upsert of the `sweep` row (idempotent: tried again like a read)."""
+        self._read(_Sql.record_ops, {"name": "sweep", "doc": dumps(dict(summary))})
+
+    def last_sweep(self) -> dict[str, Any] | None:
+        rows = self._read(_Sql.read_ops, {"name": "sweep"})
+        return dict(loads(rows[0][0])) if rows else None
 
     # -- schema
 

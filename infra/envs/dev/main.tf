@@ -88,6 +88,13 @@ module "safesend" {
 
   source_bucket_force_destroy = var.source_bucket_force_destroy
 
-  mailboxes     = var.mailboxes
-  mailbox_pools = var.mailbox_pools
+  mailboxes                      = var.mailboxes
+  mailbox_pools                  = var.mailbox_pools
+  monitoring_enabled             = var.monitoring_enabled
+  monitoring_thresholds          = var.monitoring_thresholds
+  monitoring_notification_emails = var.monitoring_notification_emails
+  monitoring_slack_channel       = var.monitoring_slack_channel
+  monitoring_slack_auth_token    = var.monitoring_slack_auth_token
+  monitoring_chat_space          = var.monitoring_chat_space
+  monitoring_reviewer_emails     = var.monitoring_reviewer_emails
 }

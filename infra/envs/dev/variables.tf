@@ -592,3 +592,48 @@ variable "mailbox_pools" {
     error_message = "A pool is a non-empty list of mailbox ids, each at most once."
   }
 }
+
+# ------------------------------------------------------------- monitoring (issue 20, monitoring.tf)
+
+variable "monitoring_enabled" {
+  description = "Create the log-based metrics, alert policies (each with its runbook), notification channels and dashboard of monitoring.tf. On by default."
+  type        = bool
+  default     = true
+}
+
+variable "monitoring_thresholds" {
+  description = "Alert thresholds by name, over monitoring.json's defaults (overdue_minutes, oldest_review_hours, review_unacked_minutes, dead_letter_messages, function_5xx_per_second, tasks_queue_depth, tasks_delay_minutes, gmail_rate_limited_per_5min, gmail_daily_limited, store_unavailable_per_5min)."
+  type        = map(number)
+  default     = {}
+}
+
+variable "monitoring_notification_emails" {
+  description = "Email addresses told of every alert (Cloud Monitoring email channels)."
+  type        = list(string)
+  default     = []
+}
+
+variable "monitoring_slack_channel" {
+  description = "Slack channel (\"#ops\") told of every alert; empty: none. Needs monitoring_slack_auth_token (Cloud Monitoring's Slack app token)."
+  type        = string
+  default     = ""
+}
+
+variable "monitoring_slack_auth_token" {
+  description = "Cloud Monitoring Slack app's OAuth token for monitoring_slack_channel."
+  type        = string
+  default     = ""
+  sensitive   = true
+}
+
+variable "monitoring_chat_space" {
+  description = "Google Chat space (\"spaces/AAAA...\") told of every alert, through Cloud Monitoring's Google Chat channel; empty: none."
+  type        = string
+  default     = ""
+}
+
+variable "monitoring_reviewer_emails" {
+  description = "Reviewers' addresses, told of every duplicate at once (besides the operations channels)."
+  type        = list(string)
+  default     = []
+}

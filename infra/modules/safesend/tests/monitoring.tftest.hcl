@@ -1,0 +1,90 @@
+# Issue 20: the metrics, alerts (each with its runbook), channels and dashboard, on by default and off.
+
+mock_provider "google" {
+  mock_data "google_project" {
+    defaults = {
+      number = "123456789012"
+    }
+  }
+}
+mock_provider "google-beta" {}
+mock_provider "archive" {}
+mock_provider "time" {}
+
+variables {
+  project_id        = "p-test"
+  region            = "europe-west1"
+  message_id_domain = "mail.example.com"
+  default_from      = "Support <support@example.com>"
+}
+
+run "on_by_default_every_alert_has_a_runbook" {
+  command = plan
+
+  variables {
+    monitoring_notification_emails = ["ops@example.com"]
+    monitoring_reviewer_emails     = ["reviewers@example.com"]
+    monitoring_chat_space          = "spaces/AAAAops"
+  }
+
+  assert {
+    condition     = length(google_logging_metric.signal) == 11 && length(google_monitoring_alert_policy.alert) == 15
+    error_message = "One log-based metric per signal and every alert of monitoring.json."
+  }
+  assert {
+    condition     = alltrue([for a in google_monitoring_alert_policy.alert : a.documentation[0].mime_type == "text/markdown" && length(a.documentation[0].content) > 200])
+    error_message = "Every alert carries its runbook as markdown."
+  }
+  assert {
+    condition     = google_monitoring_alert_policy.alert["sweep_missing"].conditions[0].condition_absent[0].duration == "900s"
+    error_message = "The dead man's switch waits 3 sweep intervals (3 x 5 min)."
+  }
+  assert {
+    condition     = google_monitoring_alert_policy.alert["jobs_overdue"].conditions[0].condition_threshold[0].threshold_value == 1800
+    error_message = "Jobs overdue: 30 minutes by default."
+  }
+  assert {
+    condition     = length(google_monitoring_notification_channel.chat) == 1 && google_monitoring_notification_channel.chat[0].type == "google_chat"
+    error_message = "A Google Chat space gets a Cloud Monitoring google_chat channel."
+  }
+  assert {
+    condition     = length(google_monitoring_dashboard.safesend) == 1
+    error_message = "A dashboard."
+  }
+}
+
+run "thresholds_and_sweep_interval_follow_the_environment" {
+  command = plan
+
+  variables {
+    sweep_schedule        = "*/2 * * * *"
+    monitoring_thresholds = { overdue_minutes = 10 }
+  }
+
+  assert {
+    condition     = google_monitoring_alert_policy.alert["sweep_missing"].conditions[0].condition_absent[0].duration == "360s"
+    error_message = "3 intervals of a 2-minute schedule."
+  }
+  assert {
+    condition     = google_monitoring_alert_policy.alert["jobs_overdue"].conditions[0].condition_threshold[0].threshold_value == 600
+    error_message = "A per-environment threshold overrides the default."
+  }
+  assert {
+    condition     = google_monitoring_alert_policy.alert["oldest_review"].conditions[0].condition_threshold[0].threshold_value == 86400
+    error_message = "Thresholds not overridden keep monitoring.json's defaults."
+  }
+}
+
+run "off" {
+  command = plan
+
+  variables {
+    monitoring_enabled             = false
+    monitoring_notification_emails = ["ops@example.com"]
+  }
+
+  assert {
+    condition     = length(google_logging_metric.signal) == 0 && length(google_monitoring_alert_policy.alert) == 0 && length(google_monitoring_dashboard.safesend) == 0 && length(google_monitoring_notification_channel.email) == 0
+    error_message = "monitoring_enabled = false creates no monitoring resource."
+  }
+}
