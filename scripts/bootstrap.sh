@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a machine to run safesend's tests: idempotent, quiet when nothing changes.
 #
-#   .venv        project deps from requirements-dev.txt (which includes requirements.txt)
+#   .venv        project deps from the hashed lock requirements-dev.txt (pip --require-hashes;
+#                scripts/lock.sh writes it and the functions' locks from their .in files)
 #   .venv-tasks  gcloud-tasks-emulator in a venv of its own: it pins protobuf<5,
 #                which the project's client libraries cannot use
 #   .venv-infra  checkov and check-jsonschema from requirements-infra.txt, plus python-hcl2 in
@@ -119,7 +120,7 @@ PY
 [[ -f requirements-dev.txt ]] || die "requirements-dev.txt missing in $ROOT"
 ensure_venv "$VENV"
 main_stamp="$(python_tag "$VENV/bin/python") $(requirements_digest requirements-dev.txt requirements.txt)"
-install_if_changed "$VENV" "$main_stamp" -r requirements-dev.txt
+install_if_changed "$VENV" "$main_stamp" --require-hashes -r requirements-dev.txt
 
 # ---------------------------------------------------------------- .venv-tasks
 ensure_venv "$TASKS_VENV"
