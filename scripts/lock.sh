@@ -4,6 +4,7 @@
 #   functions/requirements.in          -> functions/requirements.txt           (deployed, Firestore store)
 #   functions/requirements-postgres.in -> functions/requirements-postgres.txt  (deployed, job_store = postgres)
 #   requirements-dev.in                -> requirements-dev.txt                  (.venv: tests and the gate)
+#   requirements-infra.in              -> requirements-infra.txt                (.venv-infra: checkov, check-jsonschema)
 #
 # The functions' locks are resolved for their runtime (python312 on Linux); the dev lock for every
 # Python the venv may use (>= 3.11), with the runtime packages held at the functions' versions.
@@ -25,4 +26,5 @@ compile --python-version 3.12 --python-platform x86_64-manylinux_2_28 "$@" \
     functions/requirements-postgres.in -c functions/requirements.txt -o functions/requirements-postgres.txt
 compile --universal --python-version 3.11 "$@" \
     requirements-dev.in -c functions/requirements-postgres.txt -o requirements-dev.txt
+compile --universal --python-version 3.11 "$@" requirements-infra.in -o requirements-infra.txt
 printf 'lock: ok\n' >&2

@@ -63,6 +63,7 @@ LOCKS = {
     FUNCTIONS / "requirements.in": FUNCTIONS / "requirements.txt",
     FUNCTIONS / "requirements-postgres.in": FUNCTIONS / "requirements-postgres.txt",
     ROOT / "requirements-dev.in": ROOT / "requirements-dev.txt",
+    ROOT / "requirements-infra.in": ROOT / "requirements-infra.txt",
 }
 
 
@@ -120,6 +121,8 @@ def test_the_top_level_requirements_refer_to_the_functions_lock():
 def test_bootstrap_installs_the_dev_lock_with_hashes_required():
     bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
     assert re.search(r'install_if_changed "\$VENV" "\$main_stamp" --require-hashes -r requirements-dev.txt', bootstrap)
+    assert re.search(r'"\$infra_stamp" --require-hashes -r requirements-infra.txt', bootstrap)
+    assert "sed -n 's/^#target:[[:space:]]*//p' requirements-infra.in" in bootstrap  # python-hcl2's own pin
 
 
 def test_deployed_code_imports_nothing_from_outside_functions():
