@@ -1,23 +1,23 @@
 #!/usr/bin/env python3
 """Build the functions' deploy artifact the way Terraform's archive_file does (modules/safesend/storage.tf).
 
-    python3 infra/package_source.py [--source functions] [--out functions-source.zip]
+    python3 infra/package_source.py [--source functions] [--store firestore|postgres] [--out functions-source.zip]
 
-prints "<sha256> <path>". The zip holds functions/ (main.py, requirements.txt, channels.toml,
-safesend/) minus EXCLUDES, which must equal the `excludes` of data.archive_file.functions_source
-(tests/infra/test_deploy_artifact.py checks that). The rules follow the archive provider 2.8:
-walk the tree in lexical order, match each path relative to the source directory against every
-pattern with doublestar semantics (`**` = any number of path segments, `*` and `?` within one
-segment), skip a matching directory whole, store files deflated with a fixed modification time
-and mode 0644. Used by the tests and by cloudbuild-gcloud.yaml, so both deploy paths upload the
-same artifact.
+prints "<sha256> <path>". The zip holds the files of functions/ that INCLUDES names (main.py,
+channels.toml, safesend/'s code, SQL, templates and static files), which must equal
+local.functions_globs of modules/safesend/storage.tf (tests/infra/test_deploy_artifact.py checks
+that), plus requirements.txt: the job store's hashed lock (REQUIREMENTS), so a Firestore deployment
+installs no PostgreSQL driver. The rules follow the archive provider 2.8 with `source` blocks:
+Terraform's fileset() (doublestar: `**` = any number of path segments, `*` and `?` within one
+segment), entries in lexical order of their names, deflated with a fixed modification time and
+mode 0644. Used by the tests and by cloudbuild-gcloud.yaml, so both deploy paths upload the same
+artifact.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import re
 import stat
 import sys
@@ -26,18 +26,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-EXCLUDES = [
-    "**/__pycache__",
-    "**/*.pyc",
-    "**/.pytest_cache",
-    "**/.mypy_cache",
-    "**/.ruff_cache",
-    "**/.hypothesis",
-    "**/tests",
-    "**/.venv",
-    "**/*.egg-info",
-    "**/.DS_Store",
+INCLUDES = [
+    "main.py",
+    "channels.toml",
+    "safesend/**/*.py",
+    "safesend/**/*.sql",
+    "safesend/**/*.html",
+    "safesend/**/*.css",
+    "safesend/**/*.js",
+    "safesend/**/*.svg",
 ]
+# The lock each job store deploys as requirements.txt (local.functions_requirements).
+REQUIREMENTS = {"firestore": "requirements.txt", "postgres": "requirements-postgres.txt"}
 
 # What Go's zip.FileInfoHeader + SetModTime(time.Time{}) + SetMode(0644) produce.
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
@@ -63,50 +63,40 @@ def pattern_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(regex + r"\Z")
 
 
-def excluded(relpath: str, patterns: list[re.Pattern[str]]) -> bool:
-    return any(p.match(relpath) for p in patterns)
-
-
-def files_to_zip(source: Path, excludes: list[str] = EXCLUDES) -> list[str]:
-    """Paths (relative, "/"-separated) in the order the archive provider's filepath.Walk visits them."""
-    patterns = [pattern_regex(p) for p in excludes]
-    found: list[str] = []
-
-    def walk(directory: Path, prefix: str) -> None:
-        for name in sorted(os.listdir(directory)):
-            path = directory / name
-            rel = f"{prefix}{name}"
-            if excluded(rel, patterns):
-                continue
-            if path.is_dir():
-                walk(path, rel + "/")
-            elif path.is_file():
-                found.append(rel)
-
-    walk(source, "")
+def files_to_zip(source: Path, includes: list[str] = INCLUDES) -> list[str]:
+    """Paths (relative, "/"-separated) that fileset() finds for any of the globs, in lexical order."""
+    patterns = [pattern_regex(p) for p in includes]
+    found = sorted(
+        rel
+        for rel in (p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file())
+        if any(pattern.match(rel) for pattern in patterns)
+    )
     if not found:
         raise SystemExit(f"{source}: archive would be empty")
     return found
 
 
-def build_zip(source: Path, out: Path, excludes: list[str] = EXCLUDES) -> str:
-    """Write the zip and return its SHA-256 (hex)."""
+def build_zip(source: Path, out: Path, store: str = "firestore") -> str:
+    """Write the zip for the job store and return its SHA-256 (hex)."""
+    entries = {rel: (source / rel).read_bytes() for rel in files_to_zip(source)}
+    entries["requirements.txt"] = (source / REQUIREMENTS[store]).read_bytes()
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for rel in files_to_zip(source, excludes):
+        for rel in sorted(entries):
             info = zipfile.ZipInfo(rel, date_time=_FIXED_TIME)
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = (stat.S_IFREG | _MODE) << 16
-            zf.writestr(info, (source / rel).read_bytes())
+            zf.writestr(info, entries[rel])
     return hashlib.sha256(out.read_bytes()).hexdigest()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="Zip functions/ as Terraform deploys it.")
     parser.add_argument("--source", type=Path, default=ROOT / "functions")
+    parser.add_argument("--store", choices=sorted(REQUIREMENTS), default="firestore")
     parser.add_argument("--out", type=Path, default=Path("functions-source.zip"))
     args = parser.parse_args()
-    digest = build_zip(args.source, args.out)
+    digest = build_zip(args.source, args.out, args.store)
     print(f"{digest} {args.out}")
     return 0
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Prepare a machine to run safesend's tests: idempotent, quiet when nothing changes.
 #
-#   .venv        project deps from requirements-dev.txt (which includes requirements.txt)
+#   .venv        project deps from the hashed lock requirements-dev.txt (pip --require-hashes;
+#                scripts/lock.sh writes it and the functions' locks from their .in files)
 #   .venv-tasks  gcloud-tasks-emulator in a venv of its own: it pins protobuf<5,
 #                which the project's client libraries cannot use
-#   .venv-infra  checkov and check-jsonschema from requirements-infra.txt, plus python-hcl2 in
+#   .venv-infra  checkov and check-jsonschema from the hashed lock requirements-infra.txt, plus python-hcl2 in
 #                .venv-infra/python-hcl2 (pip --target: checkov's fork installs the same module)
 #   .venv-tfplugin  the `tf` library (tools/tf_schema_provider/requirements.txt: protobuf<6) for the
 #                offline Terraform provider plugin; terraform itself must be on PATH (apt-get from
@@ -119,7 +120,7 @@ PY
 [[ -f requirements-dev.txt ]] || die "requirements-dev.txt missing in $ROOT"
 ensure_venv "$VENV"
 main_stamp="$(python_tag "$VENV/bin/python") $(requirements_digest requirements-dev.txt requirements.txt)"
-install_if_changed "$VENV" "$main_stamp" -r requirements-dev.txt
+install_if_changed "$VENV" "$main_stamp" --require-hashes -r requirements-dev.txt
 
 # ---------------------------------------------------------------- .venv-tasks
 ensure_venv "$TASKS_VENV"
@@ -131,12 +132,12 @@ install_if_changed "$TASKS_VENV" "$tasks_stamp" $TASKS_REQUIREMENTS
 
 # ---------------------------------------------------------------- .venv-infra
 # Tools for tests/infra (offline checks of infra/ and cloudbuild*.yaml). The requirement after
-# "#target:" in requirements-infra.txt goes into its own directory, not the venv (see that file).
+# "#target:" in requirements-infra.in goes into its own directory, not the venv (see that file).
 [[ -f requirements-infra.txt ]] || die "requirements-infra.txt missing in $ROOT"
 ensure_venv "$INFRA_VENV"
-hcl2_requirement="$(sed -n 's/^#target:[[:space:]]*//p' requirements-infra.txt)"
-[[ -n "$hcl2_requirement" ]] || die "requirements-infra.txt has no '#target: python-hcl2==...' line"
-infra_stamp="$(python_tag "$INFRA_VENV/bin/python") $(requirements_digest requirements-infra.txt)"
+hcl2_requirement="$(sed -n 's/^#target:[[:space:]]*//p' requirements-infra.in)"
+[[ -n "$hcl2_requirement" ]] || die "requirements-infra.in has no '#target: python-hcl2==...' line"
+infra_stamp="$(python_tag "$INFRA_VENV/bin/python") $(requirements_digest requirements-infra.txt requirements-infra.in)"
 infra_stamp_file="$INFRA_VENV/.safesend-bootstrap.sha256"
 if [[ ! -f "$infra_stamp_file" || "$(cat "$infra_stamp_file")" != "$infra_stamp" ]]; then
     rm -rf "$INFRA_VENV/python-hcl2"
@@ -148,7 +149,7 @@ if [[ ! -f "$infra_stamp_file" || "$(cat "$infra_stamp_file")" != "$infra_stamp"
         die "pip install --target .venv-infra/python-hcl2 failed"
     fi
 fi
-install_if_changed "$INFRA_VENV" "$infra_stamp" -r requirements-infra.txt
+install_if_changed "$INFRA_VENV" "$infra_stamp" --require-hashes -r requirements-infra.txt
 "$INFRA_VENV/bin/python" -I -c 'import sys; sys.path.insert(0, sys.argv[1]); import hcl2.api' "$INFRA_VENV/python-hcl2" 2>/dev/null \
     || die ".venv-infra/python-hcl2 cannot import hcl2; delete $INFRA_VENV and run again"
 [[ -x "$INFRA_VENV/bin/checkov" && -x "$INFRA_VENV/bin/check-jsonschema" ]] \

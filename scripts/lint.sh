@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The static gate, the same locally and in CI (scripts/test.sh runs it first when called without
 # arguments): ruff's lint rules, ruff's formatting, mypy --strict on functions/ (devstack/ a little
-# looser). All configuration is in pyproject.toml; each tool runs even if an earlier one failed,
+# looser), deptry on functions/ (every import declared in functions/requirements*.in, nothing
+# declared unused, nothing imported that only comes as another package's dependency). The locks'
+# freshness is a unit test (tests/unit/test_packaging.py). All configuration is in pyproject.toml; each tool runs even if an earlier one failed,
 # and the script fails if any did.
 #
 #   bash scripts/lint.sh          check (needs .venv: bash scripts/bootstrap.sh)
@@ -13,8 +15,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"
 
-BIN="$ROOT/.venv/bin"
-for tool in ruff mypy; do
+BIN="${SAFESEND_VENV:-$ROOT/.venv}/bin" # SAFESEND_VENV: another venv with the same locked tools
+for tool in ruff mypy deptry; do
     [[ -x "$BIN/$tool" ]] || { printf 'lint: %s missing in .venv: run bash scripts/bootstrap.sh\n' "$tool" >&2; exit 1; }
 done
 
@@ -38,6 +40,7 @@ step() {
 step "ruff check" "$BIN/ruff" check --no-fix --output-format=concise .
 step "ruff format --check" "$BIN/ruff" format --check .
 step "mypy" "$BIN/mypy"
+step "deptry" "$BIN/python" -m deptry functions
 
 if ((${#failed[@]})); then
     printf 'lint: FAILED: %s (fix them, or try: bash scripts/lint.sh --fix)\n' "${failed[*]}" >&2

@@ -15,10 +15,12 @@ anything. A decision must carry the CSRF token of the page it was made on (bound
 and the review_id) and come from our own origin; the service checks the review_id is still
 current (else 409) and replays a repeated decision instead of applying it twice.
 
-Everything shown is attacker-influenced (subject, names, dedup key, Gmail's error texts): every
-value is HTML-escaped where it is written, and the Content-Security-Policy allows no inline script
-or style and nothing from elsewhere. Recipients and error texts are masked like logs are; the
-message body is never shown.
+The pages are Jinja2 templates (templates/console/), the stylesheet, script and icon real files
+(static/console/). Everything shown is attacker-influenced (subject, names, dedup key, Gmail's
+error texts): the templates autoescape every value, so no value can be written unescaped by
+forgetting to escape it, and the Content-Security-Policy allows no inline script or style and
+nothing from elsewhere. Recipients and error texts are masked like logs are; the message body is
+never shown.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ import html
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+import jinja2
 from flask import Request
+from markupsafe import Markup
 
 from . import lifecycle
 from .errors import (
@@ -142,11 +147,6 @@ EVENT_LABELS = {
 _EVENT_KEYS_SHOWN_ELSEWHERE = {"at", "kind", "state", "attempt"}
 
 
-def e(value: Any) -> str:
-    """Escape for HTML text and double-quoted attributes (the only places values are written)."""
-    return html.escape("" if value is None else str(value), quote=True)
-
-
 def item_path(job_id: str) -> str:
     return f"{BASE}/items/{job_id}"
 
@@ -199,27 +199,21 @@ class ReviewConsole:
         shown = [j for j in jobs if (not channel or j.channel == channel) and (not reason or j.review_reason == reason)]
         channels = sorted(set(service.policies.names()) | {j.channel for j in jobs} | ({channel} - {""}))
         reasons = sorted(set(REASONS) | {j.review_reason or "" for j in jobs} | ({reason} - {""}) - {""})
-        parts = [
-            "<h1>Waiting for a person</h1>",
-            '<form class="filters" method="get" action="/review" data-autosubmit>',
-            _select("channel", "Channel", channels, channel),
-            _select("reason", "Reason", reasons, reason),
-            '<button type="submit" class="secondary">Filter</button>',
-            '<a class="clear" href="/review">Clear</a>' if channel or reason else "",
-            "</form>",
-            f'<p class="count">{len(shown)} open item{"" if len(shown) == 1 else "s"}'
-            f"{' matching the filter' if channel or reason else ''}, oldest first"
-            f"{f' (only the {LIST_LIMIT} oldest are listed)' if len(jobs) >= LIST_LIMIT else ''}.</p>",
-        ]
-        if not shown:
-            parts.append(
-                f'<p class="empty">Nothing waits for a person{" with this filter" if channel or reason else ""}.</p>'
-            )
-        else:
-            parts.append('<ul class="items">')
-            parts.extend(_list_entry(job, now) for job in shown)
-            parts.append("</ul>")
-        return self._page("Open items", "".join(parts), reviewer)
+        entries = [{"job": job, "path": item_path(job.id), "to": _to_line(job)} for job in shown]
+        return self._page(
+            "index.html",
+            "Open items",
+            reviewer,
+            channels=channels,
+            channel=channel,
+            reasons=reasons,
+            reason=reason,
+            filtered=bool(channel or reason),
+            entries=entries,
+            limit=LIST_LIMIT,
+            truncated=len(jobs) >= LIST_LIMIT,
+            now=now,
+        )
 
     # ------------------------------------------------------------------ GET /review/items/<id>
     def item(self, request: Request, job_id: str) -> Response:
@@ -242,34 +236,42 @@ class ReviewConsole:
         if job is None:
             return self._not_found(reviewer)
         flash = _flash(request.args.getlist("result")[:1], request.args.getlist("copy"))
-        body = _item_page(job, service.clock(), flash, self._form(job, auth, reviewer))
-        return self._page(job.payload.get("subject") or "Item", body, reviewer)
+        subject = job.payload.get("subject") or "(no subject)"
+        return self._page(
+            "item.html",
+            job.payload.get("subject") or "Item",
+            reviewer,
+            **_item_context(job, service.clock()),
+            subject=subject,
+            flash=flash,
+            form=self._form(job, auth, reviewer),
+        )
 
-    def _form(self, job: Job, auth: ReviewerAuth, reviewer: Reviewer) -> str:
+    def _form(self, job: Job, auth: ReviewerAuth, reviewer: Reviewer) -> dict[str, Any] | None:
+        """The decision form's values, or None when there is nothing to decide."""
         allowed = [d for d in lifecycle.allowed_decisions(job) if d in DECISIONS]
         if job.state not in HUMAN_STATES or not allowed:
-            return (
-                f'<section class="card decide"><h2>Decision</h2><p>This job is <strong>{e(job.state.value)}'
-                "</strong>: there is nothing to decide.</p></section>"
-            )
+            return None
         review_id = f"{job.id}:{job.review_entries}"
-        buttons = "".join(
-            f'<div class="choice"><button type="submit" name="decision" value="{e(d)}" '
-            f'class="{"danger" if d == "cancel" else "primary" if d in ("resend", "acknowledge") else "secondary"}"'
-            f' data-busy="Working…">{e(DECISIONS[d][0])}</button><p class="hint">{e(DECISIONS[d][1])}</p></div>'
-            for d in allowed
-        )
-        return (
-            '<section class="card decide"><h2>Decision</h2>'
-            f'<form method="post" action="{e(item_path(job.id))}/decision" data-once>'
-            f'<input type="hidden" name="review_id" value="{e(review_id)}">'
-            f'<input type="hidden" name="csrf" value="{e(auth.csrf_token(reviewer, review_id))}">'
-            f'<label for="note">Note <span class="muted">(why; kept with the decision)</span></label>'
-            f'<textarea id="note" name="note" rows="3" maxlength="{lifecycle.MAX_NOTE_CHARS}"></textarea>'
-            f'<div class="choices">{buttons}</div>'
-            f'<p class="muted small">Answers review <code>{e(review_id)}</code> as {e(reviewer.email)}.</p>'
-            "</form></section>"
-        )
+        return {
+            "action": f"{item_path(job.id)}/decision",
+            "review_id": review_id,
+            "csrf": auth.csrf_token(reviewer, review_id),
+            "max_note": lifecycle.MAX_NOTE_CHARS,
+            "buttons": [
+                {
+                    "value": d,
+                    "label": DECISIONS[d][0],
+                    "hint": DECISIONS[d][1],
+                    "style": "danger"
+                    if d == "cancel"
+                    else "primary"
+                    if d in ("resend", "acknowledge")
+                    else "secondary",
+                }
+                for d in allowed
+            ],
+        }
 
     # ------------------------------------------------------------------ POST .../decision
     def decision(self, request: Request, job_id: str) -> Response:
@@ -404,11 +406,8 @@ class ReviewConsole:
     def _only(self, request: Request, methods: tuple[str, ...]) -> Response | None:
         if request.method in methods:
             return None
-        return (
-            "<!doctype html><title>Method not allowed</title><p>Method not allowed.</p>",
-            405,
-            {**HTML_HEADERS, "Allow": ", ".join(methods)},
-        )
+        page = _TEMPLATES.get_template("method_not_allowed.html").render()
+        return page, 405, {**HTML_HEADERS, "Allow": ", ".join(methods)}
 
     def _identify(self, request: Request) -> tuple[Any, Any, Response | None]:
         """(auth, reviewer, None), or a 401/403/500/503 page. Runs before anything else is read."""
@@ -485,56 +484,38 @@ class ReviewConsole:
     def _error(
         self, status: int, title: str, text: str, reviewer: Reviewer | None, link: tuple[str, str] | None = None
     ) -> Response:
-        body = (
-            f'<section class="card problem status-{status}"><h1>{e(title)}</h1><p>{e(text)}</p>'
-            + (f'<p><a class="button secondary" href="{e(link[0])}">{e(link[1])}</a></p>' if link else "")
-            + "</section>"
-        )
-        return self._page(title, body, reviewer, status)
+        return self._page("error.html", title, reviewer, status=status, text=text, link=link)
 
-    def _page(self, title: str, body: str, reviewer: Reviewer | None, status: int = 200) -> Response:
-        return _layout(title, body, reviewer), status, dict(HTML_HEADERS)
+    def _page(
+        self, template: str, title: str, reviewer: Reviewer | None, status: int = 200, **context: Any
+    ) -> Response:
+        page = _TEMPLATES.get_template(template).render(title=title, reviewer=reviewer, status=status, **context)
+        return page, status, dict(HTML_HEADERS)
 
 
 # ----------------------------------------------------------------------------- rendering
-def _layout(title: str, body: str, reviewer: Reviewer | None) -> str:
-    banner = ""
-    if reviewer is not None and reviewer.is_dev:
-        banner = (
-            '<div class="devbanner" role="alert"><strong>Development identity</strong> — every request '
-            f"from this machine acts as <code>{e(reviewer.email)}</code>. No sign-in protects this console: "
-            "local stacks only (SAFESEND_REVIEW_DEV_IDENTITY).</div>"
-        )
-    who = ""
-    if reviewer is not None:
-        who = f'<span class="who" title="signed in via {e(reviewer.source)}">{e(reviewer.email)}</span>'
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        '<meta name="referrer" content="same-origin">'
-        f"<title>{e(title)} · safesend review</title>"
-        f'<link rel="icon" href="{ICON_PATH}" type="image/svg+xml">'
-        f'<link rel="stylesheet" href="{CSS_PATH}"><script src="{JS_PATH}" defer></script></head>'
-        f'<body>{banner}<header class="top"><a class="brand" href="{BASE}">safesend <span>review</span></a>'
-        f"{who}</header><main>{body}</main></body></html>"
-    )
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates" / "console"
+STATIC_DIR = Path(__file__).resolve().parent / "static" / "console"
 
 
-def _select(name: str, label: str, options: Iterable[str], selected: str) -> str:
-    rendered = "".join(f'<option value="{e(o)}"{" selected" if o == selected else ""}>{e(o)}</option>' for o in options)
-    return (
-        f'<label class="field"><span>{e(label)}</span><select name="{e(name)}">'
-        f'<option value="">all</option>{rendered}</select></label>'
-    )
+def _escaped(value: Any) -> Markup:
+    """Every `{{ value }}` of a template: escaped with the entities html.escape writes (those the
+    console has always used), None as nothing; a macro's output, already escaped Markup, as it is.
+    Autoescape stays on behind it."""
+    if isinstance(value, Markup):
+        return value
+    return Markup(html.escape("" if value is None else str(value), quote=True))  # noqa: S704 - escaped here
 
 
-def _when(value: datetime | None, now: datetime) -> str:
-    if value is None:
-        return '<span class="muted">—</span>'
-    return (
-        f'<time datetime="{e(value.isoformat())}" title="{e(value.isoformat())}">'
-        f'{e(value.strftime("%Y-%m-%d %H:%M:%S"))} UTC</time> <span class="ago">({e(_ago(value, now))})</span>'
-    )
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+    autoescape=True,
+    finalize=_escaped,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    undefined=jinja2.StrictUndefined,
+    auto_reload=False,
+)
 
 
 def _ago(value: datetime, now: datetime) -> str:
@@ -547,152 +528,76 @@ def _ago(value: datetime, now: datetime) -> str:
     return f"{int(seconds)} s ago"
 
 
+_TEMPLATES.globals.update(ago=_ago, paths={"base": BASE, "css": CSS_PATH, "js": JS_PATH, "icon": ICON_PATH})
+
+
 def _recipients(job: Job) -> list[tuple[str, list[str]]]:
     return [(kind, [str(mask_emails(a)) for a in (job.payload.get(kind) or [])]) for kind in ("to", "cc", "bcc")]
 
 
-def _badges(job: Job) -> str:
-    return (
-        f'<span class="badge state-{e(job.state.value)}">{e(job.state.value)}</span>'
-        + (f'<span class="badge reason">{e(job.review_reason)}</span>' if job.review_reason else "")
-        + f'<span class="badge channel">{e(job.channel)}</span>'
-    )
-
-
-def _list_entry(job: Job, now: datetime) -> str:
+def _to_line(job: Job) -> str:
+    """The list entry's recipients: the first three, masked, and how many more."""
     to = [a for _, addresses in _recipients(job) for a in addresses]
-    shown = ", ".join(to[:3]) + (f" +{len(to) - 3}" if len(to) > 3 else "")
-    return (
-        f'<li class="item"><a href="{e(item_path(job.id))}">'
-        f'<span class="subject">{e(job.payload.get("subject") or "(no subject)")}</span>'
-        f'<span class="badges">{_badges(job)}</span>'
-        f'<span class="meta">to {e(shown or "nobody")} · {job.attempts} attempt{"" if job.attempts == 1 else "s"}'
-        f" · waiting since {_when(job.updated_at, now)}</span></a></li>"
-    )
+    return ", ".join(to[:3]) + (f" +{len(to) - 3}" if len(to) > 3 else "")
 
 
-def _flash(results: list[str], copies: list[str]) -> str:
+def _flash(results: list[str], copies: list[str]) -> dict[str, Any] | None:
     if not results or results[0] not in RESULTS:
-        return ""
+        return None
     tone, text = RESULTS[results[0]]
-    extra = ""
     valid = [c for c in copies[:10] if _GMAIL_ID.fullmatch(c)]
-    if results[0] == "refused_copy_found" and valid:
-        extra = (
-            '<ul class="copies">' + "".join(f"<li>Gmail message id <code>{e(c)}</code></li>" for c in valid) + "</ul>"
-        )
-    return f'<div class="flash {tone}" role="status" data-result="{e(results[0])}"><p>{e(text)}</p>{extra}</div>'
+    shown = valid if results[0] == "refused_copy_found" else []
+    return {"tone": tone, "text": text, "result": results[0], "copies": shown}
 
 
-def _item_page(job: Job, now: datetime, flash: str, form: str) -> str:
-    payload = job.payload
-    recipients = "".join(
-        f'<dt>{e(kind.capitalize())}</dt><dd class="addresses">'
-        + ("".join(f"<span>{e(a)}</span>" for a in addresses) or '<span class="muted">—</span>')
-        + "</dd>"
-        for kind, addresses in _recipients(job)
-        if addresses or kind == "to"
-    )
+def _item_context(job: Job, now: datetime) -> dict[str, Any]:
+    """What item.html shows of a job, computed here: masking, labels and the mailbox evidence."""
     reason = REASONS.get(job.review_reason or "", "") if job.state in HUMAN_STATES else ""
-    facts = (
-        '<section class="card"><h2>Message</h2><dl class="facts">'
-        f"<dt>Subject</dt><dd>{e(payload.get('subject') or '(no subject)')}</dd>"
-        f"{recipients}"
-        f"<dt>From</dt><dd>{e(mask_emails(payload.get('from') or '')) or '—'}</dd>"
-        f"<dt>Message-ID</dt><dd><code>{e(job.message_id)}</code></dd>"
-        f"<dt>Job</dt><dd><code>{e(job.id)}</code></dd>"
-        f"<dt>Dedup key</dt><dd><code>{e(job.dedup_key)}</code></dd>"
-        f"<dt>Attempts</dt><dd>{job.attempts} (may have landed: {job.maybe_landed})</dd>"
-        f"<dt>Created</dt><dd>{_when(job.created_at, now)}</dd>"
-        f"<dt>Last change</dt><dd>{_when(job.updated_at, now)}</dd>"
-        f"{_error_fact(job.last_error, 'Last error' if job.state in HUMAN_STATES else 'Earlier error')}"
-        '</dl><p class="muted small">The message body is never shown here.</p></section>'
-    )
-    return (
-        f'<p class="back"><a href="{BASE}">← Open items</a></p>{flash}'
-        f'<h1 class="subject">{e(payload.get("subject") or "(no subject)")}</h1>'
-        f'<p class="badges">{_badges(job)}</p>'
-        + (f'<p class="reason-text">{e(reason)}</p>' if reason else "")
-        + facts
-        + _mailbox(job)
-        + form
-        + _decisions(job, now)
-        + _timeline(job, now)
-    )
+    return {
+        "job": job,
+        "now": now,
+        "reason": reason,
+        "recipients": [(kind, addresses) for kind, addresses in _recipients(job) if addresses or kind == "to"],
+        "sender": mask_emails(job.payload.get("from") or ""),
+        "error": _error_fact(job.last_error, "Last error" if job.state in HUMAN_STATES else "Earlier error"),
+        "mailbox": _mailbox(job),
+        "decisions": [_decision_row(d) for d in job.decisions],
+        "events": [_event_row(event) for event in job.events],
+    }
 
 
-def _error_fact(error: Mapping[str, Any] | None, label: str) -> str:
+def _error_fact(error: Mapping[str, Any] | None, label: str) -> dict[str, str] | None:
     if not error:
-        return ""
+        return None
     code = " ".join(
         str(p)
         for p in (error.get("code"), f"HTTP {error['status']}" if error.get("status") else None, error.get("bucket"))
         if p
     )
-    detail = mask_emails(str(error.get("detail") or ""))
-    return (
-        f"<dt>{e(label)}</dt><dd><code>{e(code)}</code>"
-        + (f'<div class="detail">{e(detail)}</div>' if detail else "")
-        + "</dd>"
-    )
+    return {"label": label, "code": code, "detail": str(mask_emails(str(error.get("detail") or "")))}
 
 
-def _mailbox(job: Job) -> str:
+def _mailbox(job: Job) -> dict[str, Any]:
     """The mailbox evidence. A search hit without the SENT label is somebody else's message that
     carries our (predictable) Message-ID: marked as such, so a planted message cannot pass for a copy."""
-    hits = "".join(
-        f'<li><code>{e(h.get("gmail_id"))}</code> <span class="muted">thread {e(h.get("thread_id") or "—")}</span> '
-        + "".join(f'<span class="label">{e(label)}</span>' for label in (h.get("label_ids") or []))
-        + (
-            ' <span class="hit sent">sent copy</span>'
-            if "SENT" in (h.get("label_ids") or [])
-            else ' <strong class="hit not-sent warn">NOT a sent copy: received or planted, '
-            "not proof ours went out</strong>"
-        )
-        + "</li>"
+    hits = [
+        {
+            "gmail_id": h.get("gmail_id"),
+            "thread_id": h.get("thread_id"),
+            "labels": list(h.get("label_ids") or []),
+            "sent": "SENT" in (h.get("label_ids") or []),
+        }
         for h in job.mailbox_hits
-    )
-    others = not_sent_hits(job.mailbox_hits)
-    copies = "".join(f"<li><code>{e(c)}</code></li>" for c in job.known_copies)
-    ref = job.provider_ref.get("gmail_id") if job.provider_ref else None
-    stored = (
-        f'<p class="warn">Gmail stored a different Message-ID: <code>{e(job.stored_message_id)}</code></p>'
-        if job.stored_message_id and job.stored_message_id != job.message_id
-        else ""
-    )
-    return (
-        '<section class="card"><h2>Mailbox</h2>'
-        f'<p><a class="button secondary" href="{e(gmail_search_link(job.message_id))}" target="_blank" '
-        'rel="noopener noreferrer">Search Gmail for this Message-ID ↗</a> '
-        f'<a class="button secondary" href="{e(gmail_search_link(job.message_id, sent_only=True))}" '
-        'target="_blank" rel="noopener noreferrer">Sent mail only ↗</a></p>'
-        '<p class="muted small">Anyone can mail this mailbox a message carrying this Message-ID: only a hit '
-        "labelled SENT is a copy of ours.</p>"
-        + _not_sent_summary(others)
-        + '<dl class="facts"><dt>Copies known</dt><dd>'
-        + (f'<ul class="plain">{copies}</ul>' if copies else '<span class="muted">none</span>')
-        + "</dd>"
-        "<dt>Last search</dt><dd>"
-        + (
-            f'<ul class="plain">{hits}</ul>'
-            if hits
-            else f'<span class="muted">{"no hit" if job.checks else "not searched yet"}</span>'
-        )
-        + f' <span class="muted small">({job.checks} search{"" if job.checks == 1 else "es"})</span></dd>'
-        + (f"<dt>Accepted as</dt><dd><code>{e(ref)}</code></dd>" if ref else "")
-        + f"</dl>{stored}</section>"
-    )
-
-
-def _not_sent_summary(others: list[str]) -> str:
-    if not others:
-        return ""
-    one = len(others) == 1
-    return (
-        f'<p class="warn not-sent-summary">{len(others)} hit{"" if one else "s"} of the last search '
-        f"{'is' if one else 'are'} NOT a sent copy (received or planted mail carrying this Message-ID): "
-        "not proof that the message went out.</p>"
-    )
+    ]
+    stored = job.stored_message_id if job.stored_message_id and job.stored_message_id != job.message_id else None
+    return {
+        "search_link": gmail_search_link(job.message_id),
+        "sent_link": gmail_search_link(job.message_id, sent_only=True),
+        "not_sent": len(not_sent_hits(job.mailbox_hits)),
+        "hits": hits,
+        "accepted_as": job.provider_ref.get("gmail_id") if job.provider_ref else None,
+        "stored_message_id": stored,
+    }
 
 
 def _decision_name(decision: object) -> object:
@@ -700,38 +605,31 @@ def _decision_name(decision: object) -> object:
     return DECISIONS[decision][0] if isinstance(decision, str) and decision in DECISIONS else decision
 
 
-def _decisions(job: Job, now: datetime) -> str:
-    if not job.decisions:
-        return ""
-    rows = "".join(
-        f'<li><div class="when">{_when(d.get("at"), now) if isinstance(d.get("at"), datetime) else e(d.get("at"))}'
-        f"</div><div><strong>{e(_decision_name(d.get('decision')))}</strong> → "
-        f'<span class="badge">{e(d.get("result"))}</span> by {e(d.get("reviewer"))}'
-        f' <span class="muted small">review {e(d.get("review_id"))}</span>'
-        + (f'<div class="note">{e(d.get("note"))}</div>' if d.get("note") else "")
-        + "</div></li>"
-        for d in job.decisions
-    )
-    return f'<section class="card decisions"><h2>Decisions</h2><ol class="timeline">{rows}</ol></section>'
+def _decision_row(decision: Mapping[str, Any]) -> dict[str, Any]:
+    at = decision.get("at")
+    return {
+        "at": at,
+        "at_time": at if isinstance(at, datetime) else None,
+        "name": _decision_name(decision.get("decision")),
+        "result": decision.get("result"),
+        "reviewer": decision.get("reviewer"),
+        "review_id": decision.get("review_id"),
+        "note": decision.get("note"),
+    }
 
 
-def _timeline(job: Job, now: datetime) -> str:
-    rows = []
-    for event in job.events:
-        details = {k: v for k, v in event.items() if k not in _EVENT_KEYS_SHOWN_ELSEWHERE}
-        text = " · ".join(f"{k}: {_detail(v)}" for k, v in details.items())
-        rows.append(
-            f'<li class="event kind-{e(event.get("kind"))}"><div class="when">'
-            f"{_when(event.get('at'), now) if isinstance(event.get('at'), datetime) else ''}</div>"
-            f"<div><strong>{e(EVENT_LABELS.get(str(event.get('kind')), event.get('kind')))}</strong>"
-            f' <span class="muted small">{e(event.get("state"))}, attempt {e(event.get("attempt"))}</span>'
-            + (f'<div class="detail">{e(mask_emails(text))}</div>' if text else "")
-            + "</div></li>"
-        )
-    dropped = (
-        f'<p class="muted small">{job.events_dropped} older events were dropped.</p>' if job.events_dropped else ""
-    )
-    return f'<section class="card events"><h2>Timeline</h2>{dropped}<ol class="timeline">{"".join(rows)}</ol></section>'
+def _event_row(event: Mapping[str, Any]) -> dict[str, Any]:
+    details = {k: v for k, v in event.items() if k not in _EVENT_KEYS_SHOWN_ELSEWHERE}
+    text = " · ".join(f"{k}: {_detail(v)}" for k, v in details.items())
+    at = event.get("at")
+    return {
+        "kind": event.get("kind"),
+        "at": at if isinstance(at, datetime) else None,
+        "label": EVENT_LABELS.get(str(event.get("kind")), event.get("kind")),
+        "state": event.get("state"),
+        "attempt": event.get("attempt"),
+        "text": mask_emails(text) if text else "",
+    }
 
 
 def _detail(value: Any) -> str:
@@ -761,108 +659,9 @@ def _parse_form(raw: bytes) -> tuple[dict[str, str], str | None]:
 
 
 # ----------------------------------------------------------------------------- assets
-CONSOLE_CSS = """
-:root{--fg:#1d2329;--muted:#5f6b76;--bg:#f4f6f8;--card:#fff;--line:#d9dee3;--accent:#1a5fb4;--danger:#b42318;
---ok:#1e7d3a;--warn:#9a5b00;font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif}
-*{box-sizing:border-box}
-body{margin:0;background:var(--bg);color:var(--fg);font-size:16px;line-height:1.45}
-main{max-width:60rem;margin:0 auto;padding:1rem}
-a{color:var(--accent)}
-code{font-family:ui-monospace,"DejaVu Sans Mono",monospace;font-size:.88em;overflow-wrap:anywhere;word-break:break-all}
-h1{font-size:1.45rem;margin:.4rem 0 .6rem;overflow-wrap:anywhere}
-h2{font-size:1.1rem;margin:0 0 .6rem}
-.devbanner{background:#b3261e;color:#fff;padding:.6rem 1rem;font-size:.95rem;text-align:center}
-.devbanner code{color:#fff}
-.top{display:flex;justify-content:space-between;align-items:center;gap:.5rem;flex-wrap:wrap;
-background:#17212b;color:#fff;padding:.6rem 1rem}
-.brand{color:#fff;text-decoration:none;font-weight:700}
-.brand span{font-weight:400;opacity:.8}
-.who{font-size:.9rem;opacity:.9;overflow-wrap:anywhere}
-.card{background:var(--card);border:1px solid var(--line);border-radius:.6rem;padding:1rem;margin:0 0 1rem}
-.filters{display:flex;flex-wrap:wrap;gap:.6rem;align-items:flex-end;margin:0 0 .6rem}
-.field{display:flex;flex-direction:column;font-size:.85rem;color:var(--muted)}
-select,textarea{font:inherit;border:1px solid var(--line);border-radius:.4rem;padding:.45rem;background:#fff;
-color:var(--fg)}
-select{min-width:10rem}
-textarea{width:100%;margin:.3rem 0 .8rem;resize:vertical}
-.count{color:var(--muted);margin:.2rem 0 .8rem}
-.empty{background:var(--card);border:1px dashed var(--line);border-radius:.6rem;padding:1.5rem;text-align:center}
-.items{list-style:none;margin:0;padding:0}
-.item a{display:flex;flex-direction:column;gap:.3rem;background:var(--card);border:1px solid var(--line);
-border-radius:.6rem;padding:.8rem 1rem;margin:0 0 .6rem;color:inherit;text-decoration:none}
-.item a:hover,.item a:focus{border-color:var(--accent);outline:none}
-.item .subject{font-weight:600;color:var(--accent);overflow-wrap:anywhere}
-.meta{font-size:.88rem;color:var(--muted);overflow-wrap:anywhere}
-.badges{display:flex;flex-wrap:wrap;gap:.3rem;margin:0 0 .5rem}
-.badge{display:inline-block;font-size:.78rem;padding:.1rem .5rem;border-radius:1rem;background:#e7ecf1;color:#26323d}
-.badge.state-review{background:#fde7c4;color:#6b3d00}.badge.state-failed{background:#fbd5d2;color:#7a1a12}
-.badge.state-sent{background:#d3f0dc;color:#0f5127}.badge.state-cancelled{background:#e3e3e3;color:#333}
-.badge.reason{background:#e8e0f8;color:#3f2a77}
-.reason-text{margin:0 0 1rem}
-.facts{display:grid;grid-template-columns:9rem 1fr;gap:.35rem .8rem;margin:0}
-.facts dt{color:var(--muted);font-size:.9rem}
-.facts dd{margin:0;overflow-wrap:anywhere;min-width:0}
-.addresses span{display:inline-block;margin:0 .6rem 0 0}
-.detail{font-size:.85rem;color:var(--muted);overflow-wrap:anywhere}
-.plain{list-style:none;margin:0;padding:0}
-.label{font-size:.72rem;border:1px solid var(--line);border-radius:.3rem;padding:0 .3rem;margin-left:.25rem}
-.hit{font-size:.78rem;margin-left:.35rem;padding:0 .3rem;border-radius:.3rem}.hit.sent{background:#d3f0dc;color:#0f5127}
-.muted{color:var(--muted)}.small{font-size:.82rem}
-.button,button{display:inline-block;font:inherit;font-weight:600;border-radius:.45rem;padding:.6rem 1rem;
-border:1px solid transparent;cursor:pointer;text-decoration:none;text-align:center}
-.primary{background:var(--accent);color:#fff}.secondary{background:#fff;color:var(--accent);border-color:var(--accent)}
-.danger{background:#fff;color:var(--danger);border-color:var(--danger)}
-.choices{display:grid;grid-template-columns:repeat(auto-fit,minmax(12rem,1fr));gap:.8rem}
-.choice button{width:100%}
-.hint{font-size:.82rem;color:var(--muted);margin:.3rem 0 0}
-form.busy button{opacity:.55;cursor:progress}
-.flash{border-radius:.6rem;padding:.7rem 1rem;margin:0 0 1rem;border:1px solid}
-.flash p{margin:0}.flash.ok{background:#e6f4ea;border-color:#9fd3ad}.flash.info{background:#e8f0fb;border-color:#a9c3ea}
-.flash.warn,.warn{background:#fff4e0;border-color:#f0c36d}
-.copies{margin:.4rem 0 0}
-.timeline{list-style:none;margin:0;padding:0}
-.timeline li{display:grid;grid-template-columns:13rem 1fr;gap:.2rem .8rem;padding:.45rem 0;
-border-top:1px solid var(--line)}
-.timeline li:first-child{border-top:0}
-.timeline .when{font-size:.82rem;color:var(--muted)}
-.note{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f7f9;border-radius:.3rem;padding:.3rem .5rem;
-margin-top:.2rem}
-.problem h1{margin-top:0}.back{margin:0 0 .3rem}
-.ago{white-space:nowrap}
-@media (max-width:40rem){
-main{padding:.6rem}
-.facts{grid-template-columns:1fr}.facts dt{margin-top:.35rem}
-.timeline li{grid-template-columns:1fr}
-.filters{flex-direction:column;align-items:stretch}select{width:100%}
-.choices{grid-template-columns:1fr}
-}
-"""
-
-CONSOLE_JS = """(function () {
-  "use strict";
-  // A decision form submits once: a double click, or a second tap while the first is on its way,
-  // is stopped here (the server would replay it anyway, never apply it twice).
-  document.querySelectorAll("form[data-once]").forEach(function (form) {
-    form.addEventListener("submit", function (event) {
-      if (form.getAttribute("data-sent") === "1") { event.preventDefault(); return; }
-      form.setAttribute("data-sent", "1");
-      form.classList.add("busy");
-      form.querySelectorAll("button").forEach(function (b) { b.setAttribute("aria-disabled", "true"); });
-      var chosen = event.submitter;
-      if (chosen && chosen.getAttribute("data-busy")) { chosen.textContent = chosen.getAttribute("data-busy"); }
-    });
-  });
-  // Filters apply as soon as one is chosen (the Filter button does the same without script).
-  document.querySelectorAll("form[data-autosubmit] select").forEach(function (select) {
-    select.addEventListener("change", function () { select.form.submit(); });
-  });
-})();
-"""
-
-ICON_SVG = (
-    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
-    'fill="#17212b"/><path d="M3 8.5l3 3 7-7" stroke="#fff" stroke-width="2" fill="none"/></svg>'
-)
+CONSOLE_CSS = (STATIC_DIR / "console.css").read_text(encoding="utf-8")
+CONSOLE_JS = (STATIC_DIR / "console.js").read_text(encoding="utf-8")
+ICON_SVG = (STATIC_DIR / "icon.svg").read_text(encoding="utf-8")
 
 ASSETS = {
     CSS_PATH: ("text/css; charset=utf-8", CONSOLE_CSS),

@@ -7,9 +7,10 @@ the reviewers' Google group), and forwards each request with a signed header
 function some other way (IAP switched off by mistake, a misconfigured ingress, a caller inside
 the project) gets nothing:
 
-- the assertion is verified here: ES256 only, a `kid` from IAP's published key set
-  (https://www.gstatic.com/iap/verify/public_key-jwk, fetched lazily, cached, refetched when an
-  unknown key appears), issuer `https://cloud.google.com/iap`, audience exactly one of ours
+- the assertion is verified here, the way IAP's documentation shows, by google-auth's
+  `id_token.verify_token(..., certs_url=IAP's public keys)`: ES256 only, a `kid` from IAP's
+  published keys (https://www.gstatic.com/iap/verify/public_key, fetched lazily, cached,
+  refetched when an unknown key appears), issuer `https://cloud.google.com/iap`, audience exactly one of ours
   (direct IAP on Cloud Run: `/projects/NUMBER/locations/REGION/services/NAME`; behind a load
   balancer: `/projects/NUMBER/global/backendServices/ID`), `iat`/`exp` with 30 s of skew and
   a lifetime of at most 10 minutes + 2 x skew, as IAP's "Securing your app with signed headers"
@@ -47,7 +48,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from .auth import UNIX_SECONDS, RequestHeaders
@@ -56,9 +57,12 @@ from .errors import ConfigurationError, SafesendError
 from .jwt_parts import MalformedTokenError, b64url, json_object, numeric_date
 from .logs import log
 
+if TYPE_CHECKING:
+    from google.auth.transport import Request
+
 IAP_HEADER = "x-goog-iap-jwt-assertion"
 IAP_ISSUER = "https://cloud.google.com/iap"
-IAP_KEYS_URL = "https://www.gstatic.com/iap/verify/public_key-jwk"
+IAP_KEYS_URL = "https://www.gstatic.com/iap/verify/public_key"  # {kid: PEM public key}
 IAP_ALGORITHM = "ES256"
 IAP_SKEW_S = 30.0
 IAP_MAX_LIFETIME_S = 600.0 + 2 * IAP_SKEW_S
@@ -253,7 +257,13 @@ def _refused(reason: str) -> ReviewerAuthError:
 
 
 class IapVerifier:
-    """Verifies `x-goog-iap-jwt-assertion` values; returns the claims or raises ReviewerAuthError."""
+    """Verifies `x-goog-iap-jwt-assertion` values; returns the claims or raises ReviewerAuthError.
+
+    The signature and audience are google-auth's `id_token.verify_token` against IAP's public keys,
+    which it reads through a request served from this verifier's key cache (one fetch per
+    KEYS_TTL_S, another when an unknown `kid` appears, at most once per KEYS_REFETCH_MIN_AGE_S).
+    Before it, the token is read strictly (jwt_parts) and our own claim checks run with `clock`:
+    issuer, audience, iat/exp with IAP's skew and lifetime, email, hd. Refusals name a fixed reason."""
 
     def __init__(
         self,
@@ -266,7 +276,7 @@ class IapVerifier:
         self.keys_url = keys_url
         self._fetch = fetch
         self._clock = clock
-        self._keys: dict[str, Any] | None = None
+        self._keys: dict[str, str] | None = None
         self._fetched_at = 0.0
         self._lock = threading.Lock()
 
@@ -280,25 +290,37 @@ class IapVerifier:
             raise _refused("unverifiable") from None
 
     def _verify(self, assertion: str) -> dict[str, Any]:
+        from google.auth import exceptions as auth_exceptions
+        from google.oauth2 import id_token
+
         parts = assertion.split(".")
         if len(assertion) > MAX_ASSERTION_CHARS or len(parts) != 3:
             raise _refused("malformed")
         try:
             header, claims = json_object(parts[0]), json_object(parts[1])
+            signature = b64url(parts[2])
         except MalformedTokenError:
             raise _refused("malformed") from None
         if header.get("alg") != IAP_ALGORITHM or not isinstance(header.get("kid"), str):
             raise _refused("algorithm or key id")
         self._check_claims(claims)
-        try:
-            signature = b64url(parts[2])
-        except ValueError:
-            raise _refused("malformed") from None
         if len(signature) != 64:  # JWS ES256: r || s, 32 bytes each
             raise _refused("signature")
-        if not self._key(header["kid"]).verify(f"{parts[0]}.{parts[1]}".encode("ascii"), signature):
-            raise _refused("signature")
-        return claims
+        keys = self._keys_with(header["kid"])
+        # google-auth checks iat/exp against the wall clock with IAP's skew; with another clock (tests)
+        # its window widens by the difference, and the exact check above, with our clock, decides.
+        skew = int(IAP_SKEW_S + abs(self._clock() - time.time())) + 1
+        try:
+            verified = id_token.verify_token(
+                assertion,
+                cast("Request", _CachedKeys(self.keys_url, keys)),
+                audience=sorted(self.audiences),
+                certs_url=self.keys_url,
+                clock_skew_in_seconds=skew,
+            )
+        except (ValueError, auth_exceptions.GoogleAuthError):
+            raise _refused("signature") from None
+        return dict(verified)
 
     def _check_claims(self, claims: Mapping[str, Any]) -> None:
         if claims.get("iss") != IAP_ISSUER:
@@ -322,13 +344,14 @@ class IapVerifier:
         if "hd" in claims and not isinstance(claims["hd"], str):
             raise _refused("malformed hd")
 
-    def _key(self, kid: str) -> Any:
-        key = self._current_keys().get(kid)
-        if key is None and self._refresh_if_stale():
-            key = self._current_keys().get(kid)
-        if key is None:
+    def _keys_with(self, kid: str) -> dict[str, str]:
+        """The cached keys, holding `kid` (refetched once if stale), or a refusal."""
+        keys = self._current_keys()
+        if kid not in keys and self._refresh_if_stale():
+            keys = self._current_keys()
+        if kid not in keys:
             raise _refused("unknown signing key")
-        return key
+        return keys
 
     def _refresh_if_stale(self) -> bool:
         with self._lock:
@@ -337,17 +360,17 @@ class IapVerifier:
             self._keys = None
             return True
 
-    def _current_keys(self) -> dict[str, Any]:
+    def _current_keys(self) -> dict[str, str]:
         with self._lock:
             if self._keys is None or self._clock() - self._fetched_at > KEYS_TTL_S:
                 self._keys = self._fetch_keys()
                 self._fetched_at = self._clock()
             return self._keys
 
-    def _fetch_keys(self) -> dict[str, Any]:
+    def _fetch_keys(self) -> dict[str, str]:
         try:
             document = self._fetch(self.keys_url)
-            keys = parse_jwks(document)
+            keys = es256_keys(document)
         except Exception as exc:  # noqa: BLE001 - network, JSON or shape: no keys
             log(logging.ERROR, "cannot fetch IAP public keys", error=type(exc).__name__)
             raise KeysUnavailableError("cannot fetch IAP public keys: try again shortly") from None
@@ -357,35 +380,42 @@ class IapVerifier:
         return keys
 
 
-# DER SubjectPublicKeyInfo of an uncompressed P-256 point, up to the point itself (RFC 5480).
-_P256_SPKI_PREFIX = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200")
+def es256_keys(document: Any) -> dict[str, str]:
+    """kid -> PEM, from IAP's key document (`{kid: PEM public key}`): only P-256 public keys (loading
+    one checks its point is on the curve); others are skipped."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-
-def parse_jwks(document: Any) -> dict[str, Any]:
-    """kid -> ES256 verifier, from a JWK set (`{"keys": [{"kty": "EC", "crv": "P-256", ...}]}`).
-
-    Built as a P-256 SubjectPublicKeyInfo for google-auth's ES256Verifier (which checks the point is
-    on the curve); entries of another type or curve, or that do not load, are skipped."""
-    from google.auth.crypt.es256 import ES256Verifier
-
-    if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
-        raise ValueError("not a JWK set")
+    if not isinstance(document, dict):
+        raise ValueError("not a key document")
     keys = {}
-    for jwk in document["keys"]:
-        if not isinstance(jwk, dict) or jwk.get("kty") != "EC" or jwk.get("crv") != "P-256":
-            continue
-        if not all(isinstance(jwk.get(name), str) for name in ("kid", "x", "y")):
+    for kid, pem in document.items():
+        if not isinstance(kid, str) or not isinstance(pem, str):
             continue
         try:
-            x, y = b64url(jwk["x"]), b64url(jwk["y"])
-            if len(x) != 32 or len(y) != 32:
-                continue
-            der = _P256_SPKI_PREFIX + b"\x04" + x + y
-            pem = b"-----BEGIN PUBLIC KEY-----\n" + base64.encodebytes(der) + b"-----END PUBLIC KEY-----\n"
-            keys[jwk["kid"]] = ES256Verifier.from_string(pem)
-        except ValueError:
+            public_key = load_pem_public_key(pem.encode("ascii"))
+        except (ValueError, TypeError, UnicodeEncodeError):
             continue
+        if isinstance(public_key, ec.EllipticCurvePublicKey) and isinstance(public_key.curve, ec.SECP256R1):
+            keys[kid] = pem
     return keys
+
+
+@dataclass(frozen=True)
+class _KeysAnswer:
+    status: int
+    data: bytes
+
+
+class _CachedKeys:
+    """The google-auth transport verify_token fetches the keys with, served from the cache."""
+
+    def __init__(self, url: str, keys: Mapping[str, str]):
+        self._url = url
+        self._data = json.dumps(dict(keys)).encode()
+
+    def __call__(self, url: str, method: str = "GET", **kwargs: Any) -> _KeysAnswer:
+        return _KeysAnswer(200, self._data) if url == self._url and method == "GET" else _KeysAnswer(404, b"{}")
 
 
 # ----------------------------------------------------------------------------- the reviewer

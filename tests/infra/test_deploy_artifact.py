@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -37,41 +38,40 @@ def archive_block():
     return found[0]
 
 
-def test_packager_uses_exactly_the_terraform_exclude_rules():
+def test_packager_ships_exactly_the_terraform_globs_and_the_stores_lock():
     block = archive_block()
     assert block.body["type"] == "zip"
     assert block.body["output_file_mode"] == "0644"
-    assert block.body["excludes"] == package_module().EXCLUDES
-    assert block.body["source_dir"] == "${local.functions_source_dir}"
+    assert "source_dir" not in block.body and "excludes" not in block.body
+    storage = (INFRA / "modules" / "safesend" / "storage.tf").read_text()
+    globs = re.search(r"functions_globs = \[(.*?)\]", storage, re.S)
+    assert globs and re.findall(r'"([^"]+)"', globs.group(1)) == package_module().INCLUDES
+    assert (
+        'functions_requirements = var.job_store == "postgres" ? "requirements-postgres.txt" : "requirements.txt"'
+        in storage
+    )
+    assert package_module().REQUIREMENTS == {"firestore": "requirements.txt", "postgres": "requirements-postgres.txt"}
+    assert re.search(r'filename = "requirements.txt"', storage)
     assert (
         resource("google_storage_bucket_object", "functions_source").body["source"]
         == "${data.archive_file.functions_source.output_path}"
     )
 
 
-def test_exclude_matching_follows_doublestar_rules():
+def test_include_globs_follow_doublestar_rules():
     pkg = package_module()
-    patterns = [pkg.pattern_regex(p) for p in pkg.EXCLUDES]
+    patterns = [pkg.pattern_regex(p) for p in pkg.INCLUDES]
+    for path in ("main.py", "channels.toml", "safesend/keys.py", "safesend/adapters/cloud_tasks.py"):
+        assert any(p.match(path) for p in patterns), path
     for path in (
-        "__pycache__",
-        "safesend/__pycache__",
-        "a/b/c.pyc",
-        "x.pyc",
-        "tests",
-        "safesend/tests",
-        ".venv",
-        "pkg.egg-info",
+        "safesend/__pycache__/keys.cpython-312.pyc",
+        "requirements.in",
+        "requirements-postgres.txt",
+        "tests/test_x.pyc",
+        "other/x.py",
+        ".venv/lib/x.py",
     ):
-        assert pkg.excluded(path, patterns), path
-    for path in (
-        "main.py",
-        "requirements.txt",
-        "channels.toml",
-        "safesend/adapters/cloud_tasks.py",
-        "testsuite.py",
-        "safesend/pyc.py",
-    ):
-        assert not pkg.excluded(path, patterns), path
+        assert not any(p.match(path) for p in patterns), path
 
 
 def test_zip_is_deterministic_and_holds_what_the_runtime_needs(tmp_path):
@@ -80,19 +80,26 @@ def test_zip_is_deterministic_and_holds_what_the_runtime_needs(tmp_path):
     assert pkg.build_zip(FUNCTIONS, first) == pkg.build_zip(FUNCTIONS, second)
     names = zipfile.ZipFile(first).namelist()
     assert {"main.py", "requirements.txt", "channels.toml", "safesend/__init__.py"} <= set(names)
-    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or "/tests/" in n]
-    patterns = [pkg.pattern_regex(p) for p in pkg.EXCLUDES]  # local caches (.mypy_cache...) stay out
-    expected = sorted(
-        rel
-        for rel in (p.relative_to(FUNCTIONS).as_posix() for p in FUNCTIONS.rglob("*") if p.is_file())
-        if not any(pkg.excluded(prefix, patterns) for prefix in _prefixes(rel))
-    )
-    assert sorted(names) == expected
+    assert names == sorted(names)
+    assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".in")) or "/tests/" in n]
+    shipped = {
+        p.relative_to(FUNCTIONS).as_posix()
+        for p in FUNCTIONS.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith("requirements")
+    }
+    assert set(names) - {"requirements.txt"} == shipped  # every source file, nothing else
+    for name in names:  # Terraform's file() reads text only
+        zipfile.ZipFile(first).read(name).decode("utf-8")
 
 
-def _prefixes(rel: str) -> list[str]:
-    parts = rel.split("/")
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+def test_each_job_store_ships_its_own_lock_as_requirements_txt(tmp_path):
+    pkg = package_module()
+    for store, lock in (("firestore", "requirements.txt"), ("postgres", "requirements-postgres.txt")):
+        artifact = tmp_path / f"{store}.zip"
+        pkg.build_zip(FUNCTIONS, artifact, store)
+        requirements = zipfile.ZipFile(artifact).read("requirements.txt")
+        assert requirements == (FUNCTIONS / lock).read_bytes()
+        assert (b"psycopg==" in requirements) == (store == "postgres")
 
 
 def runtime_python() -> str:
@@ -169,24 +176,42 @@ print("entry points ok:", ",".join(names), "python", sys.version.split()[0])
 """
 
 
-def test_artifact_installs_in_a_fresh_venv_and_exposes_every_entry_point(tmp_path):
-    pkg = package_module()
-    artifact = tmp_path / "functions-source.zip"
-    pkg.build_zip(FUNCTIONS, artifact)
-    app_dir = tmp_path / "workspace"
+def _unpack_and_install(python: Path, artifact: Path, app_dir: Path) -> None:
+    """What the runtime's build does with the artifact: pip over its requirements.txt (every line hashed)."""
     zipfile.ZipFile(artifact).extractall(app_dir)
-    venv = tmp_path / "venv"
-    started = time.monotonic()
-    subprocess.run([runtime_python(), "-m", "venv", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", "requirements.txt"],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--require-hashes",
+            "-r",
+            "requirements.txt",
+        ],
         cwd=app_dir,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+
+
+def test_artifact_installs_in_a_fresh_venv_and_exposes_every_entry_point(tmp_path):
+    pkg = package_module()
+    venv = tmp_path / "venv"
+    started = time.monotonic()
+    subprocess.run([runtime_python(), "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    app_dir, postgres_dir = tmp_path / "workspace", tmp_path / "workspace-postgres"
+    pkg.build_zip(FUNCTIONS, tmp_path / "functions-source.zip", "firestore")
+    pkg.build_zip(FUNCTIONS, tmp_path / "functions-source-postgres.zip", "postgres")
+    _unpack_and_install(python, tmp_path / "functions-source.zip", app_dir)
+    # The Firestore artifact carries no PostgreSQL driver.
+    probe = subprocess.run([str(python), "-I", "-c", "import psycopg"], capture_output=True, timeout=60)
+    assert probe.returncode != 0
     # The deployed entry points (env_spec.json); the others are listed there as not deployed yet
     # (test_policy.py), and may need settings of their own (e.g. the review console's).
     deployed = json.loads((INFRA / "modules" / "safesend" / "env_spec.json").read_text())["functions"]
@@ -202,12 +227,14 @@ def test_artifact_installs_in_a_fresh_venv_and_exposes_every_entry_point(tmp_pat
         )
         assert run.returncode == 0, f"{name}: " + run.stdout[-3000:] + run.stderr[-3000:]
         assert "entry points ok" in run.stdout
-    # The PostgreSQL job store: each function starts with the module's postgres settings (its DSN
-    # parsed as libpq does, the pool opening in the background towards the stand-in private IP).
+    # The PostgreSQL job store's artifact (its own requirements.txt adds psycopg and its pool): each
+    # function starts with the module's postgres settings (its DSN parsed as libpq does, the pool
+    # opening in the background towards the stand-in private IP).
+    _unpack_and_install(python, tmp_path / "functions-source-postgres.zip", postgres_dir)
     for name in sorted(deployed):
         run = subprocess.run(
             command(name),
-            cwd=app_dir,
+            cwd=postgres_dir,
             capture_output=True,
             text=True,
             timeout=120,

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from google.auth.compute_engine import _metadata
 from google.auth.compute_engine import credentials as gce
 
-from safesend.adapters.gmail_auth import load_gmail_credentials
+from safesend.adapters.gmail_auth import IAM_SIGN_JWT_URL, OAUTH_TOKEN_URI, load_gmail_credentials
 from safesend.adapters.gmail_mailer import GMAIL_SCOPES, GmailMailer
 from safesend.model import Accepted, Bucket, Failure
 from tests.integration.test_gmail_mailer import MESSAGE_ID, RAW
@@ -72,8 +72,6 @@ class FakeGoogle:
 
         self.http = LoopbackHttpServer(Handler, "fake-google")
         self.host = self.http.host
-        self.sign_url = f"{self.http.url}/v1/projects/-/serviceAccounts/{{email}}:signJwt"
-        self.token_url = f"{self.http.url}/token"
 
     @staticmethod
     def answer(
@@ -154,7 +152,7 @@ class FakeGoogle:
         self.exchanges.append(claims)
         now = time.time()
         if (
-            claims["aud"] != self.token_url
+            claims["aud"] != OAUTH_TOKEN_URI  # Google checks its own token URL
             or claims["iss"] != OWN_ACCOUNT
             or not claims["iat"] - 60 <= now < claims["exp"]
             or claims["exp"] - claims["iat"] > 3600
@@ -236,9 +234,12 @@ def gmail(sim) -> Iterator[RecordingProxy]:
 def keyless(google: FakeGoogle):
     # What runtime.py builds on Cloud Run: no credentials JSON, a delegated user, ADC of the function.
     source = gce.Credentials(scopes=["https://www.googleapis.com/auth/iam"])
-    return load_gmail_credentials(
-        None, None, MAILBOX, source_credentials=source, iam_sign_jwt_url=google.sign_url, token_uri=google.token_url
-    )
+    # google-auth calls Google's real URLs; the test sends them to the loopback fake.
+    redirect = {
+        IAM_SIGN_JWT_URL.split("/v1/")[0]: google.http.url,
+        OAUTH_TOKEN_URI.rsplit("/", 1)[0]: google.http.url,
+    }
+    return load_gmail_credentials(None, None, MAILBOX, source_credentials=source, redirect=redirect)
 
 
 def copies(sim) -> int:
@@ -285,7 +286,7 @@ def test_the_signed_jwt_is_rejected_if_tampered_with(google):
             {
                 "iss": OWN_ACCOUNT,
                 "sub": MAILBOX,
-                "aud": google.token_url,
+                "aud": OAUTH_TOKEN_URI,
                 "scope": " ".join(GMAIL_SCOPES),
                 "iat": int(time.time()),
                 "exp": int(time.time()) + 600,

@@ -1,5 +1,6 @@
-"""Keyless domain-wide delegation (adapters/gmail_auth.py) over a fake transport: the JWT claims,
-the signJwt call, the token exchange, and every failure as a RefreshError that names the step."""
+"""Keyless domain-wide delegation (adapters/gmail_auth.py: google-auth's impersonated credentials with
+`subject`) over a fake transport: the JWT claims, the signJwt call, the token exchange, every failure
+as a RefreshError that names the step, and one try per request (no sleep between retries)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import urllib.parse
 from dataclasses import dataclass
 
 import pytest
+from google.auth import credentials as auth_credentials
+from google.auth import impersonated_credentials
 from google.auth.exceptions import RefreshError
 
 from safesend.adapters import gmail_auth
-from safesend.adapters.gmail_auth import IAM_SCOPE, OAUTH_TOKEN_URI, KeylessDelegatedCredentials, load_gmail_credentials
+from safesend.adapters.gmail_auth import IAM_SCOPE, OAUTH_TOKEN_URI, DelegatedCredentials, load_gmail_credentials
 from safesend.adapters.gmail_mailer import GMAIL_SCOPES
 from safesend.errors import ConfigurationError
 
@@ -40,6 +43,10 @@ class FakeSource:
     @property
     def valid(self) -> bool:
         return self.token is not None
+
+    @property
+    def token_state(self) -> auth_credentials.TokenState:
+        return auth_credentials.TokenState.FRESH if self.token else auth_credentials.TokenState.INVALID
 
     def refresh(self, request) -> None:
         self.refreshes += 1
@@ -92,8 +99,8 @@ class FakeGoogle:
         return Answer(200, json.dumps({"access_token": "delegated-token", "expires_in": 3600}).encode())
 
 
-def credentials(**kwargs) -> KeylessDelegatedCredentials:
-    return KeylessDelegatedCredentials(kwargs.pop("source", FakeSource()), USER, GMAIL_SCOPES, **kwargs)
+def credentials(**kwargs) -> DelegatedCredentials:
+    return DelegatedCredentials(kwargs.pop("source", FakeSource()), USER, GMAIL_SCOPES, **kwargs)
 
 
 def claims_of(call: dict) -> dict:
@@ -191,7 +198,7 @@ def test_delegated_user_without_a_credential_is_keyless_with_the_runtime_account
 
     monkeypatch.setattr(gmail_auth.google.auth, "default", default)
     creds = load_gmail_credentials(None, None, USER)
-    assert isinstance(creds, KeylessDelegatedCredentials)
+    assert isinstance(creds, DelegatedCredentials)
     assert seen["scopes"] == [IAM_SCOPE] and creds.subject == USER and creds.scopes == GMAIL_SCOPES
 
 
@@ -204,9 +211,29 @@ def test_no_delegation_and_no_credential_is_plain_adc_with_the_gmail_scopes(monk
 
 def test_delegation_needs_a_mailbox():
     with pytest.raises(ConfigurationError):
-        KeylessDelegatedCredentials(FakeSource(), "not-a-mailbox", GMAIL_SCOPES)
+        DelegatedCredentials(FakeSource(), "not-a-mailbox", GMAIL_SCOPES)
 
 
 def test_a_delegated_user_with_a_one_mailbox_token_is_refused():
     with pytest.raises(ConfigurationError, match="not both"):
         load_gmail_credentials(json.dumps({"type": "authorized_user"}), None, USER)
+
+
+def test_it_is_google_auths_impersonated_credentials_with_the_mailbox_as_subject():
+    creds = credentials(signer_email=SIGNER)
+    assert isinstance(creds, impersonated_credentials.Credentials)
+    assert creds._subject == USER and creds._target_principal == SIGNER  # google-auth's own fields
+    assert list(creds._target_scopes) == list(GMAIL_SCOPES)
+
+
+@pytest.mark.parametrize(("sign_status", "token_status"), [(503, 200), (200, 503), (200, 429), (500, 200)])
+def test_a_failing_step_is_one_request_and_never_a_sleep(monkeypatch, sign_status, token_status):
+    """google-auth retries the token exchange after sleeping ~1 s, then ~2 s, outside any deadline;
+    inside a send, the caller's later attempt is the retry instead."""
+    slept: list[float] = []
+    monkeypatch.setattr("time.sleep", slept.append)
+    google = FakeGoogle(sign_status=sign_status, token_status=token_status, token_error="backend_error")
+    with pytest.raises(RefreshError) as error:
+        credentials().refresh(google)
+    assert error.value.retryable and slept == []
+    assert len(google.calls) == (1 if sign_status != 200 else 2)

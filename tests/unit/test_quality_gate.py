@@ -75,6 +75,36 @@ def test_mypy_strict_fails_on_a_type_error_in_the_package(tmp_path, planted, exp
     assert (result.returncode != 0) == expect_failure, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize(
+    ("declared", "planted", "rule"),
+    [
+        ("functions-framework==3.10.2\nflask==3.1.3\n", "import flask\n", None),
+        ("functions-framework==3.10.2\n", "import flask\n", "DEP003"),  # only functions-framework's dependency
+        ("functions-framework==3.10.2\n", "import safesend_no_such_package\n", "DEP001"),  # not installed
+        ("functions-framework==3.10.2\nflask==3.1.3\nidna==3.20\n", "import flask\n", "DEP002"),  # unused
+    ],
+)
+def test_deptry_fails_on_a_missing_unused_or_transitive_dependency(tmp_path, declared, planted, rule):
+    tree = scratch_tree(
+        tmp_path,
+        {
+            "functions/requirements.in": declared,
+            "functions/requirements-postgres.in": "-r requirements.in\n",
+            "requirements-dev.in": "pytest==9.2.0\n",
+            "functions/main.py": '"""Entry."""\n\n' + planted,
+        },
+    )
+    result = run([str(BIN / "python"), "-m", "deptry", "functions"], tree)
+    output = result.stdout + result.stderr
+    assert (result.returncode != 0) == (rule is not None), output
+    assert rule is None or rule in output, output
+
+
+def test_the_gate_runs_deptry_on_the_deployed_code():
+    lint = (ROOT / "scripts" / "lint.sh").read_text()
+    assert 'step "deptry" "$BIN/python" -m deptry functions' in lint
+
+
 def test_coverage_under_the_floor_fails_the_report(tmp_path):
     half_run = (
         '"""Half of it runs."""\n\n\ndef used() -> int:\n    return 1\n\n\n'

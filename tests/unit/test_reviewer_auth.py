@@ -1,5 +1,6 @@
 """reviewer_auth: who may use the review console (IAP assertion + allowlist, or a local development
-identity), and the CSRF checks of a decision. Tokens are signed here with our own P-256 keys."""
+identity), and the CSRF checks of a decision. Tokens are signed here with our own P-256 keys, served
+in the format of IAP's public key document ({kid: PEM}) that google-auth's verify_token reads."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import time
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from safesend.errors import ConfigurationError
@@ -26,7 +27,7 @@ from safesend.reviewer_auth import (
     ReviewerAuthError,
     ReviewerForbiddenError,
     ReviewerSettings,
-    parse_jwks,
+    es256_keys,
 )
 
 AUDIENCE = "/projects/123456789/locations/europe-west1/services/safesend-review"
@@ -47,28 +48,15 @@ class Keys:
         self.fetches = 0
         self.fail = False
 
-    def jwks(self) -> dict[str, Any]:
-        keys = []
-        for kid, key in self.private.items():
-            numbers = key.public_key().public_numbers()
-            keys.append(
-                {
-                    "kty": "EC",
-                    "crv": "P-256",
-                    "alg": "ES256",
-                    "use": "sig",
-                    "kid": kid,
-                    "x": b64(numbers.x.to_bytes(32, "big")),
-                    "y": b64(numbers.y.to_bytes(32, "big")),
-                }
-            )
-        return {"keys": keys}
+    def document(self) -> dict[str, str]:
+        """What https://www.gstatic.com/iap/verify/public_key serves: kid -> PEM public key."""
+        return {kid: pem(key.public_key()) for kid, key in self.private.items()}
 
     def fetch(self, url: str) -> dict[str, Any]:
         self.fetches += 1
         if self.fail:
             raise OSError("network down")
-        return self.jwks()
+        return self.document()
 
     def sign(self, claims: dict[str, Any], kid: str = "k1", alg: str = "ES256", key=None) -> str:
         header = b64(json.dumps({"alg": alg, "kid": kid, "typ": "JWT"}).encode())
@@ -76,6 +64,10 @@ class Keys:
         der = (key or self.private[kid]).sign(f"{header}.{payload}".encode(), ec.ECDSA(hashes.SHA256()))
         r, s = decode_dss_signature(der)
         return f"{header}.{payload}.{b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"
+
+
+def pem(public_key: Any) -> str:
+    return public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
 
 
 def claims(**overrides: Any) -> dict[str, Any]:
@@ -170,7 +162,16 @@ def test_unreachable_keys_are_a_503_never_a_pass(keys):
     assert caught.value.status == 503
 
 
-@pytest.mark.parametrize("document", [{"keys": []}, {"keys": "x"}, [], {"keys": [{"kty": "RSA", "kid": "k1"}]}])
+@pytest.mark.parametrize(
+    "document",
+    [
+        {},
+        [],
+        {"k1": 5},
+        {"k1": "not a key"},
+        {"k1": pem(rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key())},
+    ],
+)
 def test_a_key_set_without_p256_keys_refuses_everyone(keys, document):
     settings = iap_settings()
     auth = ReviewerAuth(
@@ -476,19 +477,40 @@ def test_without_a_console_url_the_request_host_is_our_origin():
         auth.check_origin({"Origin": "http://127.0.0.1:8080"}, None)
 
 
-def test_parse_jwks_skips_what_is_not_a_p256_key():
+def test_es256_keys_skips_what_is_not_a_p256_key():
     keys = Keys(("a", "b"))
-    document = keys.jwks()
-    document["keys"].append({"kty": "EC", "crv": "P-384", "kid": "c", "x": "AA", "y": "AA"})
-    document["keys"].append({"kty": "EC", "crv": "P-256", "kid": 5})
-    document["keys"].append(
-        {"kty": "EC", "crv": "P-256", "kid": "short", "x": b64(b"\x01" * 31), "y": b64(b"\x01" * 32)}
-    )
-    document["keys"].append(
-        {"kty": "EC", "crv": "P-256", "kid": "off-curve", "x": b64(b"\x01" * 32), "y": b64(b"\x02" * 32)}
-    )
-    document["keys"].append({"kty": "EC", "crv": "P-256", "kid": "not-b64", "x": "!!", "y": "!!"})
-    assert set(parse_jwks(document)) == {"a", "b"}
+    document: dict[str, Any] = keys.document()
+    document["p384"] = pem(ec.generate_private_key(ec.SECP384R1()).public_key())
+    document["rsa"] = pem(rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key())
+    document["number"] = 5
+    document["garbage"] = "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"
+    assert set(es256_keys(document)) == {"a", "b"}
+
+
+def test_the_signature_and_audience_are_google_auths_verify_token_on_iaps_keys(keys, monkeypatch):
+    from google.oauth2 import id_token
+
+    from safesend import reviewer_auth
+
+    assert reviewer_auth.IAP_KEYS_URL == "https://www.gstatic.com/iap/verify/public_key"
+    calls: list[dict[str, Any]] = []
+    real = id_token.verify_token
+
+    def recording(token: str, request: Any, **kwargs: Any) -> Any:
+        served = request(kwargs["certs_url"], method="GET")  # what google-auth reads: the cached keys
+        calls.append({**kwargs, "status": served.status, "keys": json.loads(served.data)})
+        return real(token, request, **kwargs)
+
+    monkeypatch.setattr(id_token, "verify_token", recording)
+    auth = iap_auth(keys)
+    auth.identify({IAP_HEADER: keys.sign(claims())}, None)
+    auth.identify({IAP_HEADER: keys.sign(claims())}, None)
+    assert len(calls) == 2 and keys.fetches == 1  # google-auth reads our cache, not the network
+    assert calls[0]["certs_url"] == reviewer_auth.IAP_KEYS_URL and calls[0]["audience"] == [AUDIENCE]
+    assert calls[0]["status"] == 200 and calls[0]["keys"] == keys.document()
+    monkeypatch.setattr(id_token, "verify_token", lambda *a, **k: (_ for _ in ()).throw(ValueError("bad")))
+    with pytest.raises(ReviewerAuthError, match="signature"):  # google-auth's refusal is ours
+        auth.identify({IAP_HEADER: keys.sign(claims())}, None)
 
 
 def test_time_is_real_time_by_default():

@@ -35,14 +35,22 @@ Document = dict[str, Any]  # Firestore's REST document: name, fields, createTime
 
 WRITE_ID_FIELD = "_write_id"
 OPS_SUFFIX = "_ops"  # <collection>_ops: the service's own records (the last sweep), not jobs
-MAX_WRITE_ATTEMPTS = 3  # and none started after the store's timeout; backoff 0.1 s, then 0.2 s
+MAX_WRITE_ATTEMPTS = 3  # and none started after the call's deadline; jittered backoff up to 0.1 s, then 0.2 s
 MAX_READ_ATTEMPTS = 5
 _BACKOFF_S = 0.1
+# Of a store call's deadline, the share a commit leaves for the re-read that settles it when its
+# answer is lost: a commit that hangs to its timeout still leaves time to learn whether it landed.
+SETTLE_SHARE = 1 / 3
 
 # After these the server may or may not have applied a commit: only a re-read can tell.
 AMBIGUOUS_STATUSES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN", "INTERNAL", "ABORTED", "CANCELLED"})
-# Transient failures of idempotent reads, tried again within the store's timeout.
-TRANSIENT_READ_STATUSES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN", "INTERNAL", "ABORTED"})
+# Transient failures of idempotent reads, tried again within the call's deadline (RESOURCE_EXHAUSTED:
+# a quota or rate refusal, which passes).
+TRANSIENT_READ_STATUSES = frozenset(
+    {"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN", "INTERNAL", "ABORTED", "RESOURCE_EXHAUSTED"}
+)
+# Refusals of a commit that wrote nothing and may pass when tried again after a backoff.
+RETRYABLE_REFUSALS = frozenset({"RESOURCE_EXHAUSTED"})
 
 
 class FirestoreJobStore:
@@ -80,6 +88,7 @@ class FirestoreJobStore:
         Our own create is recognised by its write id, never by caller data such as lease_owner:
         a create that landed but was then overwritten counts as not ours (no send from a stale claim).
         """
+        deadline = time.monotonic() + self._timeout_s
         stored = job.copy()
         stored.version = 1
         write_id = _new_write_id()
@@ -90,9 +99,11 @@ class FirestoreJobStore:
             refused=frozenset({"ALREADY_EXISTS"}),
             is_ours=lambda doc: _written_by(doc, write_id, stored.version),
             untouched=lambda doc: doc is None,
+            deadline=deadline,
         )
         if update_time is None:
-            existing = self.get(job.id)
+            doc = self._read(job.id, deadline)
+            existing = _job_from(doc) if doc is not None else None
             if existing is None:
                 raise StoreUnavailableError(f"job {job.id} reported as existing but cannot be read")
             return existing, False
@@ -110,7 +121,10 @@ class FirestoreJobStore:
 
         The token is the update time exactly as Firestore wrote it (nanoseconds, as a string): a
         datetime would round it to microseconds and the precondition would never match."""
-        token = job.store_token if isinstance(job.store_token, str) else self._token_at(job.id, expected_version)
+        deadline = time.monotonic() + self._timeout_s  # the token read, the commit and its settling re-read
+        token = (
+            job.store_token if isinstance(job.store_token, str) else self._token_at(job.id, expected_version, deadline)
+        )
         stored = job.copy()
         stored.version = expected_version + 1
         write_id = _new_write_id()
@@ -126,6 +140,7 @@ class FirestoreJobStore:
             refused=frozenset({"FAILED_PRECONDITION", "NOT_FOUND"}),
             is_ours=lambda doc: _written_by(doc, write_id, stored.version),
             untouched=lambda doc: doc is not None and doc.get("updateTime") == token,
+            deadline=deadline,
         )
         if update_time is None:
             raise ConcurrentUpdateError(job.id)
@@ -187,19 +202,19 @@ class FirestoreJobStore:
         docs = self._reading(lambda timeout_s: self.client.run_query(query, timeout_s))
         return [job for doc in docs if (job := readable_job(_job_from, doc, _document_id(doc))) is not None]
 
-    def _read(self, job_id: str) -> Document | None:
-        return self._reading(lambda timeout_s: self.client.get(self._collection, job_id, timeout_s))
+    def _read(self, job_id: str, deadline: float | None = None) -> Document | None:
+        return self._reading(lambda timeout_s: self.client.get(self._collection, job_id, timeout_s), deadline)
 
-    def _reading(self, read: Callable[[float], T]) -> T:
-        """Run an idempotent read, tried again on transient failures within the store's timeout.
-        What is left after that means the store is unreachable, except a query's missing index,
-        which no retry fixes (IndexMissingError)."""
+    def _reading(self, read: Callable[[float], T], deadline: float | None = None) -> T:
+        """Run an idempotent read, tried again on transient failures until `deadline` (the store call's;
+        default: the store's timeout from now), each attempt with the time left. What is left after
+        that means the store is unreachable, except a query's missing index, which no retry fixes
+        (IndexMissingError)."""
         error: Exception | None = None
-        attempts = BoundedAttempts(MAX_READ_ATTEMPTS, self._timeout_s, _BACKOFF_S)
-        started = time.monotonic()
+        attempts = BoundedAttempts(MAX_READ_ATTEMPTS, self._timeout_s, _BACKOFF_S, deadline)
         for _ in attempts:
             try:
-                return read(max(self._timeout_s - (time.monotonic() - started), 0.001))
+                return read(attempts.time_left())
             except FirestoreApiError as exc:
                 if exc.status == "FAILED_PRECONDITION" and "index" in exc.message.lower():
                     raise IndexMissingError(f"firestore_index_missing: {exc.message}") from exc
@@ -210,9 +225,9 @@ class FirestoreJobStore:
                 error = exc
         raise StoreUnavailableError(f"firestore: read failed after {attempts.made} attempt(s): {error}") from error
 
-    def _token_at(self, job_id: str, expected_version: int) -> str:
+    def _token_at(self, job_id: str, expected_version: int, deadline: float) -> str:
         """The update time to condition on, read now; the version must still be the expected one."""
-        doc = self._read(job_id)
+        doc = self._read(job_id, deadline)
         if doc is None or decode_fields(doc.get("fields")).get("version") != expected_version:
             raise ConcurrentUpdateError(job_id)
         return str(doc["updateTime"])
@@ -224,23 +239,31 @@ class FirestoreJobStore:
         refused: frozenset[str],
         is_ours: Callable[[Document | None], bool],
         untouched: Callable[[Document | None], bool],
+        deadline: float,
     ) -> str | None:
         """Send one conditional commit until its fate is known: our write's update time, or None if
         another write won. `refused` (the precondition failure) is final unless an earlier attempt
         may have landed; after an ambiguous failure a re-read decides. Every attempt sends the same
-        document under the same precondition, so at most one of them can ever apply."""
+        document under the same precondition, so at most one of them can ever apply. Every attempt
+        and re-read gets only the time left before `deadline`, the store call's; a commit leaves
+        SETTLE_SHARE of the store's timeout of it for its settling re-read."""
         maybe_landed = False
         error: Exception | None = None
-        attempts = BoundedAttempts(MAX_WRITE_ATTEMPTS, self._timeout_s, _BACKOFF_S)
-        for _ in attempts:
+        attempts = BoundedAttempts(MAX_WRITE_ATTEMPTS, self._timeout_s, _BACKOFF_S, deadline)
+        reserve = self._timeout_s * SETTLE_SHARE
+        for attempt in attempts:
+            if attempt > 1 and attempts.time_left(reserve, floor_s=0.0) == 0.0:
+                break  # no time for another commit and its settling re-read
             try:
-                answer = self.client.commit([write], self._timeout_s)
+                answer = self.client.commit([write], attempts.time_left(reserve))
                 return str(answer["writeResults"][0]["updateTime"])
             except FirestoreApiError as exc:
                 error = exc
                 if exc.status in refused:
                     if not maybe_landed:
                         return None
+                elif exc.status in RETRYABLE_REFUSALS:  # refused before writing: try again after a backoff
+                    continue
                 elif exc.status not in AMBIGUOUS_STATUSES:  # refused for another reason: nothing written
                     raise StoreUnavailableError(f"firestore: {exc}") from exc
             except FirestoreTransportError as exc:
@@ -250,7 +273,7 @@ class FirestoreJobStore:
             except (KeyError, IndexError, TypeError) as exc:  # a 2xx without the documented answer
                 error = exc
             maybe_landed = True
-            doc = self._read(job_id)
+            doc = self._read(job_id, deadline)
             if is_ours(doc):
                 return str(doc["updateTime"]) if doc is not None else None
             if not untouched(doc):

@@ -1,12 +1,12 @@
 """Gmail credentials from settings: keyless domain-wide delegation, an authorized-user token, or ADC.
 
 * **Keyless domain-wide delegation** (Google Workspace; `delegated_user` set, no credentials
-  JSON/file): the function's own service account signs the delegation JWT through the IAM
-  Credentials API `signJwt` (Google-managed key; the account needs
-  roles/iam.serviceAccountTokenCreator on itself, which holds iam.serviceAccounts.signJwt), and
-  the signed JWT is exchanged at Google's OAuth token endpoint for an access token of the
-  delegated mailbox. No key exists anywhere; the account's client ID must be authorised for the
-  Gmail scopes in the Admin console (infra/README.md).
+  JSON/file): google-auth's impersonated credentials with `subject`. The function's own service
+  account signs the delegation JWT through the IAM Credentials API `signJwt` (Google-managed key;
+  the account needs roles/iam.serviceAccountTokenCreator on itself, which holds
+  iam.serviceAccounts.signJwt), and the signed JWT is exchanged at Google's OAuth token endpoint
+  for an access token of the delegated mailbox. No key exists anywhere; the account's client ID
+  must be authorised for the Gmail scopes in the Admin console (infra/README.md).
 * **Authorized-user token** (one mailbox, e.g. a consumer account): the refresh token JSON from
   Secret Manager (SAFESEND_GMAIL_CREDENTIALS_JSON) or a file.
 * A service-account key JSON still works for a local run with a file, never in a deployment
@@ -20,15 +20,13 @@ these, so the Admin console entry must list exactly these.
 
 from __future__ import annotations
 
-import datetime
 import json
-import time
-import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import google.auth
 from google.auth import credentials as auth_credentials
+from google.auth import iam, impersonated_credentials
 from google.auth.credentials import Credentials
 from google.auth.exceptions import RefreshError
 from google.oauth2 import credentials as user_credentials
@@ -37,15 +35,14 @@ from google.oauth2 import service_account
 from ..errors import ConfigurationError
 from .gmail_mailer import GMAIL_SCOPES
 
-# Google's endpoints (iamcredentials v1 projects.serviceAccounts.signJwt; the OAuth 2.0 token
-# endpoint with the JWT bearer grant of RFC 7523). Overridable for tests only.
-IAM_SIGN_JWT_URL = "https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/{email}:signJwt"
-OAUTH_TOKEN_URI = "https://oauth2.googleapis.com/token"  # noqa: S105 - an endpoint, not a secret
-JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+# Google's endpoints as google-auth calls them (iamcredentials v1 signJwt; the OAuth 2.0 token
+# endpoint with the JWT bearer grant of RFC 7523).
+IAM_SIGN_JWT_URL = iam._IAM_SIGNJWT_ENDPOINT  # noqa: SLF001 - "...serviceAccounts/{}:signJwt"
+OAUTH_TOKEN_URI = impersonated_credentials._GOOGLE_OAUTH2_TOKEN_ENDPOINT  # noqa: SLF001
 # What the function's own (source) credentials need: calling IAM Credentials. The IAM scope is
 # narrower than cloud-platform and is what google-auth's IAM signer asks for.
 IAM_SCOPE = "https://www.googleapis.com/auth/iam"
-DELEGATION_LIFETIME_S = 3600  # the maximum Google's token endpoint grants for a JWT bearer assertion
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 def load_gmail_credentials(
@@ -55,12 +52,12 @@ def load_gmail_credentials(
     *,
     signer_email: str | None = None,
     source_credentials: Credentials | None = None,
-    iam_sign_jwt_url: str = IAM_SIGN_JWT_URL,
-    token_uri: str = OAUTH_TOKEN_URI,
+    redirect: Mapping[str, str] | None = None,
 ) -> Credentials:
     """JSON (Secret Manager env) wins over a file; neither means Application Default Credentials,
     which with `delegated_user` is keyless domain-wide delegation signed by the ADC account
-    (`signer_email` to name another account the ADC identity may sign for)."""
+    (`signer_email` to name another account the ADC identity may sign for). `redirect` (tests
+    only) sends Google's URL prefixes elsewhere, e.g. to a loopback fake."""
     info = None
     if credentials_json:
         info = _parse(credentials_json, "SAFESEND_GMAIL_CREDENTIALS_JSON")
@@ -75,13 +72,8 @@ def load_gmail_credentials(
         if delegated_user:
             if source_credentials is None:
                 source_credentials, _ = google.auth.default(scopes=[IAM_SCOPE])
-            return KeylessDelegatedCredentials(
-                source_credentials,
-                delegated_user,
-                scopes,
-                signer_email=signer_email,
-                iam_sign_jwt_url=iam_sign_jwt_url,
-                token_uri=token_uri,
+            return DelegatedCredentials(
+                source_credentials, delegated_user, scopes, signer_email=signer_email, redirect=redirect
             )
         creds, _ = google.auth.default(scopes=scopes)
         return creds
@@ -104,15 +96,17 @@ def load_gmail_credentials(
     )
 
 
-class KeylessDelegatedCredentials(auth_credentials.Credentials):
-    """Access tokens for `subject`'s mailbox by domain-wide delegation, with no key: the signer
-    account's Google-managed key signs the JWT (IAM Credentials signJwt), the OAuth token endpoint
-    exchanges it (JWT bearer grant). `source` are the credentials of the caller (on Cloud Run the
-    function's own account, from the metadata server); the signer defaults to that account.
+class DelegatedCredentials(impersonated_credentials.Credentials):
+    """Access tokens for `subject`'s mailbox by keyless domain-wide delegation: google-auth's
+    impersonated credentials with `subject` (signJwt as the signer, then the JWT-bearer exchange).
+    `source` are the caller's credentials (on Cloud Run the function's own account, from the
+    metadata server); the signer defaults to that account, which the metadata server names only
+    once the source has a token, so it is learnt at the first refresh.
 
-    One refresh is three requests on the given transport: the source's own token if stale, the
-    signJwt call, the token exchange. Every failure is a RefreshError naming the step and the
-    answer's status or OAuth error code (never a token or the signed JWT)."""
+    What this adds to google-auth: every request of a refresh gets one try (an error answer is a
+    RefreshError at once, retryable for 429/5xx), so google-auth never sleeps between retries of
+    the token exchange inside a send's deadline; and each failure names its step and a hint (never
+    a token or the signed JWT)."""
 
     def __init__(
         self,
@@ -121,108 +115,87 @@ class KeylessDelegatedCredentials(auth_credentials.Credentials):
         scopes: Sequence[str],
         *,
         signer_email: str | None = None,
-        iam_sign_jwt_url: str = IAM_SIGN_JWT_URL,
-        token_uri: str = OAUTH_TOKEN_URI,
-        lifetime_s: int = DELEGATION_LIFETIME_S,
+        redirect: Mapping[str, str] | None = None,
     ):
-        # google.auth's base __init__ is unannotated, and mypy's untyped_calls_exclude misses super() calls.
-        super().__init__()  # type: ignore[no-untyped-call]
         if not subject or "@" not in subject:
             raise ConfigurationError("SAFESEND_GMAIL_DELEGATED_USER must be a mailbox address")
-        self._source = source
-        self._subject = subject
-        self._scopes = tuple(scopes)
-        self._signer_email = signer_email
-        self._iam_sign_jwt_url = iam_sign_jwt_url
-        self._token_uri = token_uri
-        self._lifetime_s = lifetime_s
+        # google-auth's __init__ and refresh are unannotated (mypy's untyped_calls_exclude misses super()).
+        super().__init__(  # type: ignore[no-untyped-call]
+            source, target_principal=signer_email or "", target_scopes=list(scopes), subject=subject
+        )
+        self._redirect = dict(redirect or {})
 
     @property
     def subject(self) -> str:
-        return self._subject
+        return str(self._subject)
 
     @property
     def scopes(self) -> tuple[str, ...]:
-        return self._scopes
+        return tuple(self._target_scopes)
 
     @property
     def signer_email(self) -> str | None:
         """The account that signs (known after the first refresh when taken from the source)."""
-        return self._signer_email or _own_email(self._source)
-
-    @property
-    def requires_scopes(self) -> bool:
-        return False
+        return str(self._target_principal) or None
 
     def refresh(self, request: Any) -> None:
-        if not self._source.valid:
-            self._source.refresh(request)  # on Cloud Run: the metadata server, which also tells the email
-        universe = getattr(self._source, "universe_domain", auth_credentials.DEFAULT_UNIVERSE_DOMAIN)
+        universe = getattr(self._source_credentials, "universe_domain", auth_credentials.DEFAULT_UNIVERSE_DOMAIN)
         if universe != auth_credentials.DEFAULT_UNIVERSE_DOMAIN:
             raise RefreshError(f"domain-wide delegation is not available in universe {universe!r}")
-        signer = self.signer_email
-        if not signer:
-            raise RefreshError(
-                "keyless delegation: cannot tell which service account signs (the runtime "
-                "credentials have no service account email)"
-            )
-        now = int(time.time())
-        claims = {
-            "iss": signer,
-            "sub": self._subject,
-            "scope": " ".join(self._scopes),
-            "aud": self._token_uri,
-            "iat": now,
-            "exp": now + self._lifetime_s,
-        }
-        signed_jwt = self._sign_jwt(request, signer, claims)
-        self.token, self.expiry = self._exchange(request, signed_jwt, now)
-
-    def _sign_jwt(self, request: Any, signer: str, claims: dict[str, Any]) -> str:
-        headers = {"Content-Type": "application/json"}
-        self._source.apply(headers)
-        body = json.dumps({"payload": json.dumps(claims, separators=(",", ":"))}).encode()
-        url = self._iam_sign_jwt_url.format(email=urllib.parse.quote(signer, safe="@"))
-        response = _call("IAM signJwt", request, url, body, headers)
-        if response.status != 200:
-            raise RefreshError(
-                f"IAM signJwt as {signer} answered HTTP {response.status}"
-                f"{_iam_status(response.data)} (does it hold roles/iam.serviceAccountTokenCreator "
-                "on itself?)",
-                retryable=response.status in (429, 500, 502, 503, 504),
-            )
+        steps = _OneTryPerStep(request, self._redirect)
         try:
-            signed = json.loads(response.data)["signedJwt"]
-        except (ValueError, KeyError, TypeError):
-            raise RefreshError("IAM signJwt answered without a signedJwt") from None
-        if not isinstance(signed, str) or signed.count(".") != 2:
+            if not self._target_principal:
+                if not self._source_credentials.valid:
+                    self._source_credentials.refresh(steps)  # the metadata server, which also tells the email
+                self._target_principal = _own_email(self._source_credentials) or ""
+            if not self._target_principal:
+                raise RefreshError(
+                    "keyless delegation: cannot tell which service account signs (the runtime "
+                    "credentials have no service account email)"
+                )
+            super().refresh(steps)  # type: ignore[no-untyped-call]
+        except RefreshError as exc:
+            raise steps.explain(exc, self._target_principal) from exc
+
+
+class _OneTryPerStep:
+    """The transport of one refresh: each request once, an error answer a RefreshError at once
+    (google-auth would retry the exchange after sleeping), and the step that failed remembered."""
+
+    def __init__(self, request: Any, redirect: Mapping[str, str]):
+        self._request = request
+        self._redirect = redirect
+        self.step = "source credentials"
+
+    def __call__(self, url: str, method: str = "GET", body: Any = None, headers: Any = None, **kwargs: Any) -> Any:
+        self.step = (
+            "IAM signJwt" if url.endswith(":signJwt") else "token exchange" if url == OAUTH_TOKEN_URI else self.step
+        )
+        for prefix, target in self._redirect.items():
+            if url.startswith(prefix):
+                url = target + url[len(prefix) :]
+        response = self._request(url=url, method=method, body=body, headers=headers, **kwargs)
+        if self.step == "IAM signJwt" and response.status == 200 and not _is_jwt(_signed_jwt(response.data)):
             raise RefreshError("IAM signJwt answered something that is not a JWT")
-        return signed
-
-    def _exchange(self, request: Any, signed_jwt: str, now: int) -> tuple[str, datetime.datetime]:
-        body = urllib.parse.urlencode({"grant_type": JWT_BEARER_GRANT, "assertion": signed_jwt}).encode()
-        headers = {"Content-Type": "application/x-www-form-urlencoded"}
-        response = _call("token exchange", request, self._token_uri, body, headers)
-        if response.status != 200:
-            code = _oauth_error(response.data)
-            hint = (
-                " (authorise the signer's client ID for exactly the Gmail scopes in the Admin console)"
-                if code in ("unauthorized_client", "access_denied")
-                else ""
-            )
+        if response.status >= 400:
+            detail = _iam_status(response.data) if self.step == "IAM signJwt" else _oauth_error(response.data)
             raise RefreshError(
-                f"delegation token exchange answered HTTP {response.status}" + (f": {code}" if code else "") + hint,
-                {"error": code} if code else {},
-                retryable=response.status in (429, 500, 502, 503, 504),
+                f"answered HTTP {response.status}" + (f" {detail}" if detail else ""),
+                {"error": detail} if detail and self.step == "token exchange" else {},
+                retryable=response.status in RETRYABLE_STATUSES,
             )
-        try:
-            answer = json.loads(response.data)
-            token = answer["access_token"]
-            lifetime = int(answer.get("expires_in", self._lifetime_s))
-        except (ValueError, KeyError, TypeError):
-            raise RefreshError("delegation token exchange answered without an access_token") from None
-        expiry = datetime.datetime.fromtimestamp(now + lifetime, datetime.UTC).replace(tzinfo=None)
-        return token, expiry
+        return response
+
+    def explain(self, exc: RefreshError, signer: str) -> RefreshError:
+        """The error with its step and what to check; the retryable flag kept."""
+        text = str(exc.args[0]) if exc.args else str(exc)
+        hint = ""
+        if self.step == "IAM signJwt":
+            hint = f" (as {signer}: does it hold roles/iam.serviceAccountTokenCreator on itself?)"
+        elif self.step == "token exchange" and ("unauthorized_client" in text or "access_denied" in text):
+            hint = " (authorise the signer's client ID for exactly the Gmail scopes in the Admin console)"
+        prefix = "delegation token exchange" if self.step == "token exchange" else self.step
+        return RefreshError(f"{prefix}: {text}{hint}", *exc.args[1:], retryable=getattr(exc, "retryable", False))
 
 
 def _own_email(source: Credentials) -> str | None:
@@ -230,13 +203,15 @@ def _own_email(source: Credentials) -> str | None:
     return email if isinstance(email, str) and "@" in email else None  # GCE says "default" until refreshed
 
 
-def _call(step: str, request: Any, url: str, body: bytes, headers: dict[str, str]) -> Any:
+def _signed_jwt(data: Any) -> Any:
     try:
-        return request(url=url, method="POST", body=body, headers=headers)
-    except RefreshError as exc:  # a transport that turns error answers into RefreshError (GmailMailer's)
-        raise RefreshError(
-            f"{step}: {exc.args[0] if exc.args else exc}", *exc.args[1:], retryable=getattr(exc, "retryable", False)
-        ) from exc
+        return json.loads(data)["signedJwt"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _is_jwt(value: Any) -> bool:
+    return isinstance(value, str) and value.count(".") == 2
 
 
 def _iam_status(data: Any) -> str:
@@ -244,15 +219,15 @@ def _iam_status(data: Any) -> str:
         status = json.loads(data)["error"]["status"]
     except (ValueError, KeyError, TypeError):
         return ""
-    return f" {status}" if isinstance(status, str) and status.isupper() and len(status) < 40 else ""
+    return status if isinstance(status, str) and status.isupper() and len(status) < 40 else ""
 
 
-def _oauth_error(data: Any) -> str | None:
+def _oauth_error(data: Any) -> str:
     try:
         code = json.loads(data).get("error")
     except (ValueError, TypeError, AttributeError):
-        return None
-    return code if isinstance(code, str) and code.replace("_", "").isalpha() and len(code) <= 40 else None
+        return ""
+    return code if isinstance(code, str) and code.replace("_", "").isalpha() and len(code) <= 40 else ""
 
 
 def _parse(text: str, source: str) -> dict[str, Any]:

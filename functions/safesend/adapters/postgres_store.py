@@ -41,7 +41,7 @@ from ..states import State
 from . import postgres_schema
 from .store_common import BoundedAttempts, readable_job
 
-MAX_WRITE_ATTEMPTS = 3  # and none started after the store's timeout; backoff 0.1 s, then 0.2 s
+MAX_WRITE_ATTEMPTS = 3  # and none started after the call's deadline; jittered backoff up to 0.1 s, then 0.2 s
 MAX_READ_ATTEMPTS = 3
 _BACKOFF_S = 0.1
 SQL_LOGIN_SCOPE = "https://www.googleapis.com/auth/sqlservice.login"
@@ -442,10 +442,11 @@ class PostgresJobStore:
         finally:
             self._pool.putconn(conn)  # a broken connection is discarded and replaced by the pool
 
-    def _read(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """An idempotent read, tried again on a lost connection within the timeout."""
+    def _read(self, sql: str, params: Mapping[str, Any], deadline: float | None = None) -> list[tuple[Any, ...]]:
+        """An idempotent read, tried again on a lost connection until `deadline` (the store call's;
+        default: the timeout from now)."""
         error: Exception | None = None
-        attempts = BoundedAttempts(MAX_READ_ATTEMPTS, self._timeout_s, _BACKOFF_S)
+        attempts = BoundedAttempts(MAX_READ_ATTEMPTS, self._timeout_s, _BACKOFF_S, deadline)
         for _ in attempts:
             try:
                 return self._run(sql, params)
@@ -492,7 +493,7 @@ class PostgresJobStore:
                     error = exc
                 else:
                     raise StoreUnavailableError(f"postgres: {exc}") from exc
-            rows = self._read(_Sql.write_of, {"id": job_id})
+            rows = self._read(_Sql.write_of, {"id": job_id}, attempts.deadline)  # within the write's deadline
             current = (rows[0][0], rows[0][1]) if rows else None
             if current == (version, write_id):
                 return True

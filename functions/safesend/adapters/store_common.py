@@ -1,9 +1,12 @@
 """What the job stores share: the retry skeleton and the rule for a record that is not a job.
 
-The retry skeleton is bounded in count and in time, with exponential backoff: a store's read is
-tried again after a lost connection, and its conditional write is re-sent until its fate is
-known; both must stop, so neither loops past `max_attempts` nor starts an attempt after its
-deadline. What an attempt's failure means differs per store and stays in each adapter.
+The retry skeleton is bounded in count and in time, with the project's one jittered backoff
+(safesend.backoff): a store's read is tried again after a lost connection, and its conditional write
+is re-sent until its fate is known; both must stop, so neither loops past `max_attempts` nor starts
+an attempt after its deadline. One deadline covers a whole store call: each attempt, and the
+re-read that settles an ambiguous write, gets only the time left in it, so a write and its settling
+re-read stay within the store's timeout instead of each taking it anew. What an attempt's failure
+means differs per store and stays in each adapter.
 """
 
 from __future__ import annotations
@@ -13,30 +16,47 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
+from ..backoff import backoff_delay
 from ..logs import log
 from ..model import Job
 
 R = TypeVar("R")  # a store's raw record: a snapshot, a row, a dict
 
+BACKOFF_CAP_S = 1.0  # no store retry waits longer: the request's budget is seconds
+
 
 class BoundedAttempts:
-    """Iterate to run attempts: the first at once; before each retry a backoff of `backoff_s`
-    doubled per retry; none after `max_attempts`, and none started once `timeout_s` has passed
-    since the iteration began. `made` counts the attempts started, for the final error."""
+    """Iterate to run attempts: the first at once; before each retry a full-jitter backoff
+    (base `backoff_s`, doubled per retry, at most BACKOFF_CAP_S); none after `max_attempts`, and none
+    that would start after the deadline: `deadline` (time.monotonic()) if given, the caller's, else
+    `timeout_s` from now. `made` counts the attempts started, for the final error."""
 
-    def __init__(self, max_attempts: int, timeout_s: float, backoff_s: float):
+    def __init__(
+        self,
+        max_attempts: int,
+        timeout_s: float,
+        backoff_s: float,
+        deadline: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.max_attempts = max_attempts
-        self.timeout_s = timeout_s
         self.backoff_s = backoff_s
+        self.deadline = time.monotonic() + timeout_s if deadline is None else deadline
         self.made = 0
+        self._sleep = sleep
+
+    def time_left(self, reserve_s: float = 0.0, floor_s: float = 0.001) -> float:
+        """Seconds left before the deadline less `reserve_s` (kept for what must follow, e.g. the
+        re-read that settles a write), at least `floor_s` so that a timeout is never zero."""
+        return max(self.deadline - time.monotonic() - reserve_s, floor_s)
 
     def __iter__(self) -> Iterator[int]:
-        deadline = time.monotonic() + self.timeout_s
         for attempt in range(1, self.max_attempts + 1):
             if attempt > 1:
-                if time.monotonic() >= deadline:
+                delay = backoff_delay(attempt - 1, self.backoff_s, BACKOFF_CAP_S)
+                if time.monotonic() + delay >= self.deadline:
                     return
-                time.sleep(self.backoff_s * 2 ** (attempt - 2))
+                self._sleep(delay)
             self.made = attempt
             yield attempt
 

@@ -1,33 +1,44 @@
 locals {
   functions_source_dir = var.functions_source_dir != "" ? var.functions_source_dir : "${path.module}/../../../functions"
   source_bucket_name   = var.source_bucket_name != "" ? var.source_bucket_name : "${var.project_id}-${var.name_prefix}-fn-src"
+  # What ships of functions/ (infra/package_source.py INCLUDES, checked equal): code, policy, SQL,
+  # the console's templates and static files, all text. No caches, tests or local venvs.
+  functions_globs = [
+    "main.py",
+    "channels.toml",
+    "safesend/**/*.py",
+    "safesend/**/*.sql",
+    "safesend/**/*.html",
+    "safesend/**/*.css",
+    "safesend/**/*.js",
+    "safesend/**/*.svg",
+  ]
+  functions_files = toset(flatten([for glob in local.functions_globs : tolist(fileset(local.functions_source_dir, glob))]))
+  # The job store's hashed lock ships as requirements.txt: only job_store = "postgres" installs psycopg.
+  functions_requirements = var.job_store == "postgres" ? "requirements-postgres.txt" : "requirements.txt"
 }
 
-# The deploy artifact: functions/ without caches and tests. tests/infra builds
-# the same zip with infra/package_source.py (same excludes, checked) and
+# The deploy artifact: those files plus the store's requirements.txt. tests/infra
+# builds the same zip with infra/package_source.py (same globs, checked) and
 # installs it into a fresh venv. Modification times are not stored (the archive
 # provider writes a fixed time) and the file mode is fixed, so the hash
 # depends on the content only, on a laptop and in Cloud Build alike.
 data "archive_file" "functions_source" {
   type             = "zip"
-  source_dir       = local.functions_source_dir
   output_path      = "${path.root}/.terraform/safesend-functions-source.zip"
   output_file_mode = "0644"
 
-  # doublestar globs on the path relative to functions/; a matching directory
-  # is skipped whole.
-  excludes = [
-    "**/__pycache__",
-    "**/*.pyc",
-    "**/.pytest_cache",
-    "**/.mypy_cache",
-    "**/.ruff_cache",
-    "**/.hypothesis",
-    "**/tests",
-    "**/.venv",
-    "**/*.egg-info",
-    "**/.DS_Store",
-  ]
+  dynamic "source" {
+    for_each = local.functions_files
+    content {
+      content  = file("${local.functions_source_dir}/${source.value}")
+      filename = source.value
+    }
+  }
+  source {
+    content  = file("${local.functions_source_dir}/${local.functions_requirements}")
+    filename = "requirements.txt"
+  }
 }
 
 resource "google_storage_bucket" "functions_source" {
