@@ -111,6 +111,15 @@ def receiver() -> Iterator[RecordingReceiver]:
         yield recording
 
 
+HMAC_CREDENTIAL = {"safesendApi": {"id": "SafesendNodeHmac", "name": "Safesend API (HMAC)"}}
+
+
+def hmac_credential(stack: LocalStack, base_url: str) -> dict[str, Any]:
+    ref = HMAC_CREDENTIAL["safesendApi"]
+    data = {"baseUrl": base_url, "authMode": "hmac", "hmacSecret": stack.hmac_secret}
+    return {"id": ref["id"], "name": ref["name"], "type": "safesendApi", "data": data}
+
+
 def credential(stack: LocalStack, base_url: str, api_key: str | None = None) -> dict[str, Any]:
     return {
         "id": CREDENTIAL["safesendApi"]["id"],
@@ -240,8 +249,11 @@ class Runs:
         self.scenarios: dict[str, tuple[str, list[dict[str, Any]]]] = {}
         self.workflows: list[dict[str, Any]] = []
 
-    def add(self, name: str, orders: list[dict[str, Any]], **parameters: Any) -> None:
+    def add(
+        self, name: str, orders: list[dict[str, Any]], settings: dict[str, Any] | None = None, **parameters: Any
+    ) -> None:
         workflow = manual_workflow(name, orders, **parameters)
+        ns.node_named(workflow, "Safesend").update(settings or {})
         self.scenarios[name] = (workflow["id"], orders)
         self.workflows.append(workflow)
 
@@ -272,7 +284,27 @@ def runs(n8n_bin, extensions, stack, proxy, tmp_path_factory) -> Runs:
     runner.add("outage", [order(new_customer(), "1"), order(new_customer(), "2")], retryFor=3)
     hundred = new_customer()
     runner.add("hundred", [order(hundred, str(n)) for n in range(100)], waitForOutcome="poll", maxWait=60)
-    runner.folder.import_credentials([credential(stack, proxy.url)])
+    runner.add("hmac", [order(new_customer(), "1")], settings={"credentials": HMAC_CREDENTIAL})
+    runner.add(
+        "get status",
+        runner.orders("two orders"),
+        operation="getStatus",
+        lookupBy="dedupKey",
+        dedupKey="={{ $json.customer_id }}:{{ $json.event_type }}:{{ $json.order_id }}",
+    )
+    flaky = new_customer()
+    runner.add(
+        "continue on fail",
+        [
+            dict(order(flaky, "1"), key={"value": f"{flaky}-1"}),
+            order(flaky, "2"),
+            dict(order(flaky, "3"), key={"value": f"{flaky}-3"}),
+        ],
+        settings={"onError": "continueRegularOutput"},
+        keyMode="dedupKey",
+        dedupKey="={{ $json.key.value }}",  # order 2 has no key: the expression fails for that item only
+    )
+    runner.folder.import_credentials([credential(stack, proxy.url), hmac_credential(stack, proxy.url)])
     runner.folder.import_workflows(runner.workflows)
     return runner
 
@@ -286,6 +318,33 @@ def test_sent_two_items_two_emails(runs, stack, proxy):
         assert item["message"].startswith("Done")
         assert emails_for(stack, job) == 1
     assert all(r.headers["authorization"] == f"Bearer {stack.api_key}" for r in proxy.requests("POST", "/send"))
+
+
+def test_get_status_by_dedup_key_and_no_secret_in_any_item(runs, stack):
+    runs.run("two orders")  # idempotent: replays when the test above ran first
+    out = runs.run("get status")
+    assert sorted(i["order_id"] if "order_id" in i else i["dedup_key"][-1] for i in out["sent"]) == ["1", "2"]
+    assert all(i["state"] == "sent" and i["events"] for i in out["sent"])
+    assert stack.api_key not in json.dumps(out) and stack.callback_secret not in json.dumps(out)
+
+
+def test_hmac_credential_signs_each_request(runs, stack, proxy):
+    [job] = runs.orders("hmac")
+    out = runs.run("hmac")
+    assert [i["state"] for i in out["sent"]] == ["sent"]
+    [seen] = proxy.sends_for(customer_id=job["customer_id"])
+    assert seen.headers["x-safesend-signature"].startswith("t=") and "authorization" not in seen.headers
+    assert stack.hmac_secret not in json.dumps(out)
+    assert emails_for(stack, job) == 1
+
+
+def test_continue_on_fail_puts_the_bad_item_on_rejected_and_sends_the_others(runs, stack, proxy):
+    orders = runs.orders("continue on fail")
+    out = runs.run("continue on fail")
+    assert sorted(i["dedup_key"] for i in out["sent"]) == [orders[0]["key"]["value"], orders[2]["key"]["value"]]
+    [bad] = out["rejected"]
+    assert bad["outcome"] == "rejected" and bad["error"] and bad["message"]
+    assert len(proxy.sends_for(dedup_key=orders[0]["key"]["value"])) == 1
 
 
 def test_replayed_run_sends_nothing_more(runs, stack):

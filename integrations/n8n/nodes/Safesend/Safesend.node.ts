@@ -48,12 +48,25 @@ interface Key {
 	dedupKey: string;
 }
 
+/** A key part: an expression that finds nothing must stop this item, never become the key "undefined". */
+function keyPart(ctx: IExecuteFunctions, name: string, i: number): string {
+	const value: unknown = ctx.getNodeParameter(name, i, '');
+	const text = value === undefined || value === null ? '' : String(value).trim();
+	if (text === '' || text === 'undefined' || text === 'null') {
+		throw new NodeOperationError(ctx.getNode(), `${name} is empty for this item: nothing was sent`, {
+			itemIndex: i,
+			description: 'Every item needs its own dedup key (or customer, event and order): check the expression.',
+		});
+	}
+	return text;
+}
+
 function keyOf(ctx: IExecuteFunctions, i: number): Key {
 	if (ctx.getNodeParameter('keyMode', i) === 'dedupKey') {
-		const dedupKey = String(ctx.getNodeParameter('dedupKey', i)).trim();
+		const dedupKey = keyPart(ctx, 'dedupKey', i);
 		return { lookup: { dedup_key: dedupKey }, fields: { dedup_key: dedupKey }, dedupKey };
 	}
-	const parts = ['customerId', 'eventType', 'orderId'].map((name) => String(ctx.getNodeParameter(name, i)).trim());
+	const parts = ['customerId', 'eventType', 'orderId'].map((name) => keyPart(ctx, name, i));
 	const [customer_id, event_type, order_id] = parts;
 	return {
 		lookup: { customer_id, event_type, order_id },
