@@ -44,7 +44,15 @@ pytestmark = [
     pytest.mark.skipif(os.environ.get("SAFESEND_SKIP_N8N") == "1", reason="SAFESEND_SKIP_N8N=1"),
 ]
 
-RESULT_NODES = ("Accepted", "Rejected (not retried)", "Gave up", "Final state", "Still in progress")
+RESULT_NODES = (
+    "Sent",
+    "Needs review or failed",
+    "In progress (look it up)",
+    "Rejected (not retried)",
+    "Gave up",
+    "Final state",
+    "Still in progress",
+)
 WRONG_KEY = "ssk_wrong-key_" + "A" * 43
 ORDERS_HEADER = ("X-Orders-Token", uuid.uuid4().hex)  # who may trigger send-and-wait's Webhook
 
@@ -135,6 +143,9 @@ def cli(n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy, tmp_path_fact
         runner.add("503 then a drop", retry, [order(new_customer(), "42")]),
         runner.add("hmac", "send-hmac", orders_of_one_customer("1", "2")),
         runner.add("poll", "send-and-poll", [order(new_customer(), "3")]),
+        runner.add("202 is not done", retry, [order(new_customer(), "8")]),
+        runner.add("review branch", "send-and-poll", [order(new_customer(), "9", channel="payments")]),
+        runner.add("long outage", retry, orders_of_one_customer("10", "11")),
         *(ns.load_example(name, proxy.url) for name in Cli.EXAMPLES),
     ]
     runner.folder.import_credentials(credentials(stack.api_key, stack.hmac_secret))
@@ -196,8 +207,8 @@ def by_order(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_send_with_retry_two_orders_two_emails(cli, stack, proxy):
     orders = cli.orders("two orders")
     result = cli.run("two orders")
-    assert set(outputs(result)) == {"Accepted"}, outputs(result)
-    accepted = by_order(result.items("Accepted"))
+    assert set(outputs(result)) == {"Sent"}, outputs(result)
+    accepted = by_order(result.items("Sent"))
     assert set(accepted) == {"1001", "1002"}
     for job in orders:
         assert (accepted[job["order_id"]]["http_status"], accepted[job["order_id"]]["state"]) == (200, "sent")
@@ -208,9 +219,9 @@ def test_send_with_retry_two_orders_two_emails(cli, stack, proxy):
 def test_send_with_retry_rerun_replays_and_sends_nothing_more(cli, stack):
     first = cli.run("rerun")
     again = cli.run("rerun")  # someone runs the workflow again
-    assert first.items("Accepted")[0]["replayed"] is False
-    assert again.items("Accepted")[0]["replayed"] is True
-    assert again.items("Accepted")[0]["message_id"] == first.items("Accepted")[0]["message_id"]
+    assert first.items("Sent")[0]["replayed"] is False
+    assert again.items("Sent")[0]["replayed"] is True
+    assert again.items("Sent")[0]["message_id"] == first.items("Sent")[0]["message_id"]
     assert emails_for(stack, cli.orders("rerun")[0]) == 1
 
 
@@ -242,7 +253,7 @@ def test_wrong_api_key_is_401_on_the_error_branch_and_never_retried(n8n_bin, cli
     assert [r.status for r in seen] == [401, 401]
     assert all(r.headers["authorization"] == f"Bearer {WRONG_KEY}" for r in seen)
 
-    assert good.items("Accepted")[0]["state"] == "sent"
+    assert good.items("Sent")[0]["state"] == "sent"
     assert emails_for(stack, cli.orders("next to a wrong key")[0]) == 1
 
 
@@ -260,18 +271,57 @@ def test_503_is_retried_after_retry_after_and_network_errors_by_retry_on_fail(cl
     proxy.inject("status", count=1, status=503)  # store unavailable before a claim: nothing was sent
     proxy.inject("drop", count=1)  # then the connection closes without an answer (Retry On Fail)
     result = cli.run("503 then a drop")
-    assert [a["state"] for a in result.items("Accepted")] == ["sent"]
+    assert [a["state"] for a in result.items("Sent")] == ["sent"]
     assert result.runs("Wait before retry") == 1
     assert [r.status for r in proxy.sends_for(customer_id=job["customer_id"])] == [503, 0, 200]
     assert emails_for(stack, job) == 1
+
+
+def test_send_with_retry_a_202_is_in_progress_not_done(cli, stack, proxy):
+    """Issue 19: every 202 went to Accepted with the 200s; an execution ended in success with outcomes unknown."""
+    stack.relay.set_mode("forward-then-drop-response", count=1, delay_s=6)
+    result = cli.run("202 is not done")
+    assert set(outputs(result)) == {"In progress (look it up)"}, outputs(result)
+    [item] = result.items("In progress (look it up)")
+    assert item["http_status"] == 202 and item["state"] != "sent" and item["job_id"] and item["dedup_key"]
+    assert f"/status?job_id={item['job_id']}" in item["message"]
+
+
+def test_send_and_poll_review_has_its_own_branch(cli, stack):
+    stack.relay.set_mode("fail-before-forward", count=1)  # payments: Gmail never got it; nobody can know that
+    [job] = cli.orders("review branch")
+    result = cli.run("review branch")
+    assert set(outputs(result)) == {"Needs review or failed"}, outputs(result)
+    [item] = result.items("Needs review or failed")
+    assert (item["state"], item["review_reason"]) == ("review", "ambiguous")
+    assert "review console" in item["message"]
+    assert emails_for(stack, job) == 0
+
+
+def test_send_with_retry_gave_up_keeps_the_dedup_key_and_says_to_look_it_up(cli, proxy):
+    """Every answer a 503 for longer than the retries: the items must say which job to look up."""
+    orders = cli.orders("long outage")
+    proxy.inject("status", count=60, status=503)
+    try:
+        result = cli.run("long outage")
+    finally:
+        with proxy._lock:
+            proxy._faults.clear()
+    gave_up = by_order(result.items("Gave up"))
+    assert set(gave_up) == {"10", "11"}, outputs(result)
+    for job in orders:
+        item = gave_up[job["order_id"]]
+        key = f"{job['customer_id']}:order_paid:{job['order_id']}"
+        assert item["dedup_key"] == key and item["http_status"] == 503
+        assert "/status?dedup_key=" in item["message"] and "error" not in item
 
 
 # --------------------------------------------------------------------------- send-hmac, send-and-poll
 def test_send_hmac_signs_each_item_with_the_crypto_node(cli, stack, proxy):
     orders = cli.orders("hmac")
     result = cli.run("hmac")
-    assert set(outputs(result)) == {"Accepted"}, outputs(result)
-    assert {a["order_id"]: a["state"] for a in result.items("Accepted")} == {"1": "sent", "2": "sent"}
+    assert set(outputs(result)) == {"Sent"}, outputs(result)
+    assert {a["order_id"]: a["state"] for a in result.items("Sent")} == {"1": "sent", "2": "sent"}
     seen = proxy.sends_for(customer_id=orders[0]["customer_id"])
     assert len(seen) == 2
     for request in seen:

@@ -1,0 +1,208 @@
+import type { INodeProperties } from 'n8n-workflow';
+
+const send = { show: { operation: ['sendEmail'] } };
+
+export const properties: INodeProperties[] = [
+	{
+		displayName: 'Operation',
+		name: 'operation',
+		type: 'options',
+		noDataExpression: true,
+		options: [
+			{
+				name: 'Send Email',
+				value: 'sendEmail',
+				description: 'Send one email per item, exactly once per dedup key',
+				action: 'Send an email',
+			},
+			{
+				name: 'Get Status',
+				value: 'getStatus',
+				description: 'Look a job up by job ID or dedup key',
+				action: 'Get the status of a job',
+			},
+		],
+		default: 'sendEmail',
+	},
+	// ---------------------------------------------------------------- Send Email: the key
+	{
+		displayName: 'Dedup Key From',
+		name: 'keyMode',
+		type: 'options',
+		options: [
+			{ name: 'Customer, Event and Order', value: 'fields' },
+			{ name: 'Dedup Key', value: 'dedupKey' },
+		],
+		default: 'fields',
+		description: 'The same key always means the same email: a repeat replays the stored outcome',
+		displayOptions: send,
+	},
+	{
+		displayName: 'Customer ID',
+		name: 'customerId',
+		type: 'string',
+		default: '',
+		required: true,
+		displayOptions: { show: { operation: ['sendEmail'], keyMode: ['fields'] } },
+	},
+	{
+		displayName: 'Event Type',
+		name: 'eventType',
+		type: 'string',
+		default: '',
+		placeholder: 'order_paid',
+		required: true,
+		displayOptions: { show: { operation: ['sendEmail'], keyMode: ['fields'] } },
+	},
+	{
+		displayName: 'Order ID',
+		name: 'orderId',
+		type: 'string',
+		default: '',
+		required: true,
+		displayOptions: { show: { operation: ['sendEmail'], keyMode: ['fields'] } },
+	},
+	{
+		displayName: 'Dedup Key',
+		name: 'dedupKey',
+		type: 'string',
+		default: '',
+		required: true,
+		description: 'Printable ASCII without spaces, up to 255 characters',
+		displayOptions: { show: { operation: ['sendEmail'], keyMode: ['dedupKey'] } },
+	},
+	// ---------------------------------------------------------------- Send Email: the message
+	{
+		displayName: 'Channel',
+		name: 'channel',
+		type: 'string',
+		default: 'transactional',
+		required: true,
+		description: 'A channel configured on the server (transactional, notifications, payments, refunds)',
+		displayOptions: send,
+	},
+	{
+		displayName: 'To',
+		name: 'to',
+		type: 'string',
+		default: '',
+		required: true,
+		placeholder: 'Ann <ann@example.com>, bob@example.org',
+		description: 'One address, a comma-separated list, or an expression giving a list',
+		displayOptions: send,
+	},
+	{
+		displayName: 'Subject',
+		name: 'subject',
+		type: 'string',
+		default: '',
+		required: true,
+		displayOptions: send,
+	},
+	{
+		displayName: 'Text',
+		name: 'text',
+		type: 'string',
+		typeOptions: { rows: 4 },
+		default: '',
+		description: 'The plain-text body (may be empty when HTML is set)',
+		displayOptions: send,
+	},
+	{
+		displayName: 'Additional Fields',
+		name: 'additionalFields',
+		type: 'collection',
+		placeholder: 'Add Field',
+		default: {},
+		displayOptions: send,
+		options: [
+			{ displayName: 'BCC', name: 'bcc', type: 'string', default: '' },
+			{
+				displayName: 'Callback URL',
+				name: 'callback_url',
+				type: 'string',
+				default: '',
+				description:
+					'Where safesend posts the outcome when the job settles, e.g. the production URL of a Safesend Trigger (with Wait for Outcome: No)',
+			},
+			{ displayName: 'CC', name: 'cc', type: 'string', default: '' },
+			{ displayName: 'From', name: 'from', type: 'string', default: '', placeholder: 'Shop <shop@example.com>' },
+			{ displayName: 'HTML', name: 'html', type: 'string', typeOptions: { rows: 4 }, default: '' },
+			{ displayName: 'Reply To', name: 'reply_to', type: 'string', default: '' },
+		],
+	},
+	// ---------------------------------------------------------------- Send Email: behaviour
+	{
+		displayName: 'Wait for Outcome',
+		name: 'waitForOutcome',
+		type: 'options',
+		options: [
+			{ name: 'No', value: 'no', description: 'Answer as soon as safesend does (202: In Progress)' },
+			{ name: 'Poll', value: 'poll', description: 'Poll the job until it settles, within Max Wait' },
+			{
+				name: 'Callback',
+				value: 'callback',
+				description:
+					'Put the execution to wait until safesend calls back (needs n8n\'s webhook server and the callback signing secret)',
+			},
+		],
+		default: 'no',
+		displayOptions: send,
+	},
+	{
+		displayName: 'Max Wait (Seconds)',
+		name: 'maxWait',
+		type: 'number',
+		typeOptions: { minValue: 1 },
+		default: 300,
+		description: 'How long to wait for the outcome; a job still in flight then comes out on In Progress',
+		displayOptions: { show: { operation: ['sendEmail'], waitForOutcome: ['poll', 'callback'] } },
+	},
+	{
+		displayName: 'Retry For (Seconds)',
+		name: 'retryFor',
+		type: 'number',
+		typeOptions: { minValue: 0 },
+		default: 120,
+		description:
+			'How long to keep re-sending the same request after network errors and 5xx (honouring Retry-After); a 4xx is never retried',
+		displayOptions: send,
+	},
+	// ---------------------------------------------------------------- Get Status
+	{
+		displayName: 'Look Up By',
+		name: 'lookupBy',
+		type: 'options',
+		options: [
+			{ name: 'Job ID', value: 'jobId' },
+			{ name: 'Dedup Key', value: 'dedupKey' },
+		],
+		default: 'jobId',
+		displayOptions: { show: { operation: ['getStatus'] } },
+	},
+	{
+		displayName: 'Job ID',
+		name: 'jobId',
+		type: 'string',
+		default: '',
+		required: true,
+		displayOptions: { show: { operation: ['getStatus'], lookupBy: ['jobId'] } },
+	},
+	{
+		displayName: 'Dedup Key',
+		name: 'dedupKey',
+		type: 'string',
+		default: '',
+		required: true,
+		description: 'The dedup key, or customer_ID:event_type:order_ID',
+		displayOptions: { show: { operation: ['getStatus'], lookupBy: ['dedupKey'] } },
+	},
+	{
+		displayName: 'Request Timeout (Seconds)',
+		name: 'requestTimeout',
+		type: 'number',
+		typeOptions: { minValue: 1 },
+		default: 60,
+		description: 'Per request: safesend may take up to its request budget (40 s) before it answers',
+	},
+];
