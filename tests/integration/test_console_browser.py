@@ -270,7 +270,8 @@ def test_a_reviewer_resends_an_item_a_faulted_send_put_in_review(page, browser, 
     settled = wait_for_state(stack, job_id, {"sent"})
     assert settled["attempts"] == 2 and effects(stack, message_id) == 1
     decision = [e for e in settled["events"] if e["kind"] == "decision"]
-    assert [(d["decision"], d["reviewer"], d["result"]) for d in decision] == [("resend", REVIEWER, "resent")]
+    # /status masks a reviewer's address (issue 25.15), as the logs do.
+    assert [(d["decision"], d["reviewer"], d["result"]) for d in decision] == [("resend", "d***@localhost", "resent")]
 
     # The notification's thread in the fake Chat receiver: the review card, then the answer to it.
     thread = wait_for_chat(stack, job_id, lambda posts: any("resent by" in p.json().get("text", "") for p in posts))
