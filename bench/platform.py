@@ -247,6 +247,6 @@ def _load_row(load: Load) -> Row:
     row.detail = {"throughput": round(load.throughput, 3), "p95": round(load.p95, 6), "wall_s": load.wall_s}
     row.check = (
         f"throughput {load.throughput:.1f} req/s, p95 {fmt_s(load.p95)}, {len(load.latencies)} requests, "
-        f"throttled {load.throttled_s:.1f} s, answers {dict(sorted(load.statuses.items()))}"
+        f"quota throttled {load.throttled_s * 1e3:.0f} ms, answers {dict(sorted(load.statuses.items()))}"
     )
     return row
