@@ -16,7 +16,8 @@ import functions_framework
 from flask import Request
 
 from safesend.http_api import HttpApi, Response
-from safesend.runtime import check_configuration, get_runtime
+from safesend.runtime import LazyMailer, check_configuration, get_runtime
+from safesend.warmup import function_target, warm_after_fork
 
 if TYPE_CHECKING:
     from safesend.console import Response as PageResponse
@@ -24,6 +25,16 @@ if TYPE_CHECKING:
 
 check_configuration()  # a bad setting stops the deployment here, not the mail later
 _api = HttpApi(get_runtime)
+
+
+def _warm_send() -> None:
+    """The send function's start-up: its runtime and Gmail client, built in the serving worker."""
+    mailer = get_runtime().service.mailer
+    if isinstance(mailer, LazyMailer):
+        mailer.warm()
+
+
+warm_after_fork(function_target(), _warm_send)  # send only; gunicorn's worker is a fork of this process
 
 
 @functools.lru_cache(maxsize=1)

@@ -140,6 +140,10 @@ class LazyMailer:
                 self._mailer = self._build()
             return self._mailer
 
+    def warm(self) -> None:
+        """Build now, off the request path (safesend/warmup.py); raises what the build raised."""
+        self._get()
+
     def _for_read(self) -> Mailer:
         try:
             return self._get()

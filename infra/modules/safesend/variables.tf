@@ -28,12 +28,6 @@ variable "runtime" {
   default     = "python312"
 }
 
-variable "function_memory" {
-  description = "Memory of each function instance."
-  type        = string
-  default     = "512Mi"
-}
-
 # ----------------------------------------------------------------- Firestore
 
 variable "manage_firestore_database" {
