@@ -1,7 +1,8 @@
 """Cloud Functions entry points. Thin on purpose: everything lives in the `safesend` package.
 
 Deployed as HTTP functions from this directory (see infra/):
-  send       POST, called by n8n with a job
+  send       POST, called by n8n with a job; POST <send URL>/decide: a caller's decision on a job in
+             review (off unless SAFESEND_API_DECIDERS; it needs what send has: the store and Gmail)
   reconcile  POST, called by Cloud Tasks to settle an ambiguous or delayed job
   sweep      POST, called by Cloud Scheduler to find stale or lost jobs
   status     GET,  job state and events by job_id or dedup key
@@ -48,6 +49,8 @@ def _console() -> "ReviewConsole":
 
 @functions_framework.http
 def send(request: Request) -> Response:
+    if request.path.rstrip("/").endswith("/decide"):
+        return _api.decide(request)
     return _api.send(request)
 
 

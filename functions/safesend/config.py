@@ -314,6 +314,14 @@ class Settings:
     public_invoker: bool = setting(
         "SAFESEND_PUBLIC_INVOKER", False, _flag, "this function is invocable by allUsers: the app is the only gate"
     )
+    api_deciders: frozenset[str] = setting(
+        "SAFESEND_API_DECIDERS",
+        frozenset(),
+        _lower_names,
+        "callers that may decide review items by API (POST /decide on send): `key:<key id>`, `hmac`, "
+        "a caller service account; unset: off",
+        shown="none",
+    )
     auth_internal_api_keys: str | None = setting(
         "SAFESEND_AUTH_INTERNAL_API_KEYS",
         None,

@@ -795,7 +795,12 @@ def _add_notice(job: Job, url: str, now: datetime) -> None:
             job.add_event(now, "notice_superseded", notice_id=older["id"], by=notice_id)
     _append_notice(
         job,
-        {"id": notice_id, "kind": "callback", "url": url, "payload": notice_payload(job, notice_id, now)},
+        {
+            "id": notice_id,
+            "kind": "callback",
+            "url": url,
+            "payload": notice_payload(job, notice_id, now, current_review_id(job)),
+        },
         now,
         due_at=due_at,
     )

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from .lifecycle import current_review_id
 from .logs import mask_emails
 from .model import Job, event_as_json, iso
 from .states import SETTLED_STATES, State
@@ -71,6 +72,8 @@ def job_view(job: Job, *, replayed: bool | None = None, with_events: bool = Fals
         "channel": job.channel,
         "next_check_at": iso(job.next_check_at),
         "review_reason": job.review_reason,
+        # What POST /decide (and the console) must name: the review entry a decision answers.
+        "review_id": current_review_id(job),
         # Not `error`: n8n's HTTP Request node takes a top-level `error` in a 2xx body for a failure.
         "last_error": job.last_error if job.state is not State.SENT else None,
         "created_at": iso(job.created_at),
