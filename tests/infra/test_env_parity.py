@@ -42,6 +42,7 @@ VARIABLE_TO_SUBSTITUTION = {
     "extra_caller_service_accounts": "_EXTRA_CALLERS",
     "public_callers": "_PUBLIC_CALLERS",
     "callback_allowed_hosts": "_CALLBACK_ALLOWED_HOSTS",
+    "api_deciders": "_API_DECIDERS",
     "gmail_credentials_version": "_GMAIL_CREDENTIALS_VERSION",
     "webhook_hmac_version": "_WEBHOOK_HMAC_VERSION",
     "api_keys_version": "_API_KEYS_VERSION",
@@ -149,6 +150,13 @@ SCENARIOS = {
         "notify_slack_webhook_version": "6",
         "review_csrf_version": "2",
         "review_max_delivery_attempts": 12,
+    },
+    # POST /decide on: an API key, the HMAC signer and n8n's service account may decide.
+    "deciders": {
+        **REVIEWERS,
+        "public_callers": True,
+        "api_deciders": ["key:n8n-prod", "hmac", "n8n@other-proj.iam.gserviceaccount.com"],
+        "extra_caller_service_accounts": ["n8n@other-proj.iam.gserviceaccount.com"],
     },
     "postgres": {"job_store": "postgres", "postgres_pool_max": 1, "postgres_server_ca_version": "3"},
     "mailboxes": {**REVIEWERS, **MAILBOXES, "name_prefix": "ss-prod", "region": "europe-west1"},
@@ -580,6 +588,27 @@ def test_both_deploy_paths_give_every_function_the_same_configuration(scenario, 
                 }
                 assert not differ, f"{scenario}/{fn}: variables differ (terraform, gcloud): {differ}"
             assert tf == gc, f"{scenario}/{fn}: {key} differs: terraform {tf!r}, gcloud {gc!r}"
+
+
+def test_api_deciders_reach_send_alone_on_both_paths(tmp_path):
+    """SAFESEND_API_DECIDERS turns POST /decide on, and only send serves it: both paths give send
+    the same list, no other function has it, and unset (the default) it is absent everywhere."""
+    overrides = SCENARIOS["deciders"]
+    terraform = terraform_config(overrides)
+    gcloud = gcloud_config(tmp_path / "on", overrides)
+    expected = "key:n8n-prod,hmac,n8n@other-proj.iam.gserviceaccount.com"
+    for config in (terraform, gcloud):
+        assert config["send"]["env"].get("SAFESEND_API_DECIDERS") == expected
+        assert {"send", "status", "reconcile", "sweep", "notify", "review"} <= set(config)
+        assert deciding(config) == {"send"}
+    defaults = (terraform_config({}), gcloud_config(tmp_path / "off", {}))
+    for config in defaults:
+        assert deciding(config) == set()
+
+
+def deciding(config: dict) -> set[str]:
+    """The functions whose environment has SAFESEND_API_DECIDERS."""
+    return {fn for fn, c in config.items() if not fn.startswith("_") and "SAFESEND_API_DECIDERS" in c["env"]}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=list(SCENARIOS))

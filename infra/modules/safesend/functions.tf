@@ -43,6 +43,7 @@ locals {
     extra_callers             = join(",", var.extra_caller_service_accounts)
     public_callers            = tostring(var.public_callers)
     callback_allowed_hosts    = join(",", var.callback_allowed_hosts)
+    api_deciders              = join(",", var.api_deciders)
     gmail_credentials_version = var.gmail_credentials_version
     webhook_hmac_version      = var.webhook_hmac_version
     api_keys_version          = var.api_keys_version
