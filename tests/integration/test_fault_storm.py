@@ -273,6 +273,8 @@ class Storm:
         self.cycler: RelayCycler | None = None
         self.chaos: ChaosRunner | None = None
         self.reviewer: ScriptedReviewer | None = None
+        self.seeded: dict[str, str] = {}  # message id -> job id: review items by construction (reviewers' phase)
+        self.seeded_views: dict[str, dict[str, Any] | None] = {}
         self.unsettled_at_timeout: list[str] = []
         self.missing_review_items: list[str] = []
         self.relay_stats: dict[str, Any] = {}
@@ -297,6 +299,8 @@ class Storm:
         stack = self.stack
         t0 = time.monotonic()
         traffic_s = max(j.start_at_s for j in self.jobs)
+        if self.phase.reviewer:
+            self._seed_review_items()
         self.ticker = RecordingSweepTicker(stack.url, SWEEP_INTERVAL_S, headers=stack.internal_headers()).start()
         self.cycler = RelayCycler(stack.relay, relay_module.MODES, random.Random(f"{self.seed}/relay")).start()
         self.chaos = ChaosRunner(
@@ -310,7 +314,9 @@ class Storm:
         ).start()
         if self.phase.reviewer:
             self.reviewer = ScriptedReviewer(
-                stack.url, random.Random(f"{self.seed}/reviewer"), accept=lambda job_id: job_id in self.by_id
+                stack.url,
+                random.Random(f"{self.seed}/reviewer"),
+                accept=lambda job_id: job_id in self.by_id or job_id in self.seeded.values(),
             ).start()
         self._traffic()
         self.timings["traffic_s"] = time.monotonic() - t0
@@ -330,6 +336,26 @@ class Storm:
         self.relay_stats = stack.relay.stats()
         self.effects = stack.sim.effects()
         self.claimed_traces = self._claims_from_log()
+        self.seeded_views = {
+            job_id: get_status(stack.url, job_id, stack.caller_headers()) for job_id in self.seeded.values()
+        }
+
+    def _seed_review_items(self) -> None:
+        """Review items of every kind by construction, before the chaos starts, so each decision is
+        on offer: the random traffic may make too few (runs saw none to acknowledge, or none left to
+        cancel). Three payments jobs whose only attempt fails before reaching Gmail wait for a person
+        (ambiguous: resend, mark sent or cancel); a transactional one is resent, watched up to the
+        horizon, and meets a planted second copy (a duplicate: acknowledge). The messengers' phase
+        makes its items the same way."""
+        channels = ["payments"] * 3 + ["transactional"]
+        self.stack.relay.set_mode("fail-before-forward", count=len(channels))
+        views = [messenger_send(self.stack, messenger_job(10_000 + n, c)) for n, c in enumerate(channels)]
+        for view in views:
+            self.seeded[view["message_id"]] = view["job_id"]
+        deadline = time.monotonic() + 20
+        while self.stack.relay.stats()["mode"] != relay_module.NORMAL and time.monotonic() < deadline:
+            time.sleep(0.1)  # every fault used by a seeded job before the storm's own traffic
+        make_duplicates(self.stack, [views[-1]["job_id"]])
 
     def stop_background(self) -> None:
         """Idempotent; called in a finally before the stack stops: nothing may stay frozen."""
@@ -451,7 +477,13 @@ class Storm:
         copies = Counter(e["message_id"] for e in self.effects)
         job_by_mid = {j.message_id: j for j in self.jobs}
         for mid in copies:
-            if mid not in job_by_mid:
+            if mid in self.seeded:  # decided by the reviewer: a second copy must have reached a person
+                view = self.seeded_views.get(self.seeded[mid]) or {}
+                decided = [e.get("result") for e in view.get("events", []) if e.get("kind") == "decision"]
+                told = view.get("review_reason") in ("duplicate", "sent_after_cancel") or "acknowledged" in decided
+                if copies[mid] > 1 and not told:
+                    failures["seeded job: a second copy nobody heard of"].append(self.seeded[mid])
+            elif mid not in job_by_mid:
                 failures["copy of a message id no job owns"].append(mid)
         gmail_ids: dict[str, set[str]] = defaultdict(set)
         for effect in self.effects:
