@@ -29,8 +29,8 @@ class InMemoryMailboxLedger:
     def reserve(self, mailbox: Mailbox, units: int, recipients: int, now: datetime) -> Reservation | Refusal:
         return self._apply(mailbox, lambda budget: mailbox_budget.reserve(budget, mailbox, units, recipients, now))
 
-    def penalise(self, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> None:
-        self._apply(mailbox, lambda budget: mailbox_budget.penalise(budget, mailbox, kind, now, until))
+    def penalise(self, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> bool:
+        return self._apply(mailbox, lambda budget: mailbox_budget.penalise(budget, mailbox, kind, now, until))
 
     def snapshot(self, mailbox: Mailbox, now: datetime) -> MailboxSnapshot:
         with self._lock:

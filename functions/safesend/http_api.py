@@ -242,6 +242,13 @@ class HttpApi:
         except _Refused as refused:
             return refused.response
         attributes = _push_attributes(body)
+        if attributes.get("kind") == "mailbox_incident" and isinstance(attributes.get("incident"), str):
+            try:
+                action = runtime.service.notify_incident(str(attributes.get("mailbox")), attributes["incident"])
+            except PublishError as exc:
+                log(logging.WARNING, "mailbox incident notice deferred", error=str(exc))
+                return _error(503, "try_again", "a reviewers' chat is unavailable; Pub/Sub will redeliver")
+            return {"incident": attributes["incident"], "action": action}, 200, dict(JSON)
         job_id, review_id = attributes.get("job_id"), attributes.get("review_id")
         if not (isinstance(job_id, str) and is_job_id(job_id) and isinstance(review_id, str)):
             log(logging.ERROR, "notify: not a review item push (no job_id/review_id attributes)")
@@ -328,4 +335,8 @@ class HttpApi:
             return _error(503, "store_unavailable", "the job store is unavailable")
         if job is None:
             return _error(404, "not_found", f"no job {job_id}", job_id=job_id)
-        return job_view(job, with_events=True), 200, dict(JSON)
+        try:
+            place = runtime.service.queue_place(job)
+        except StoreUnavailableError:
+            place = None
+        return job_view(job, with_events=True, place=place), 200, dict(JSON)

@@ -223,22 +223,26 @@ def reserve(budget: Budget, mailbox: Mailbox, units: int, recipients: int, now: 
     return Reservation(mailbox.id, units, recipients, _moment(at))
 
 
-def penalise(budget: Budget, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> None:
+def penalise(budget: Budget, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> bool:
     """Learn from a Gmail refusal: `rate` slows the mailbox down (AIMD), `daily` marks it exhausted
-    until `until` (Gmail's "Retry after" time) or for 24 h."""
+    until `until` (Gmail's "Retry after" time) or for 24 h. True when this refusal began a new
+    incident (the first decrease of a burst, or exhaustion of a mailbox that was not exhausted):
+    reviewers hear of a daily incident once, whichever instance met it first."""
     at = _advance(budget, now)
     if kind == RATE:
         rate = admitted_rate(budget, mailbox, at)
         if rate is None or (budget.rate is not None and at - budget.rate_at < DECREASE_HOLD_S):
-            return
+            return False
         limit = float(mailbox.limits.units_per_minute or 0)
         floor = min(limit, max(FLOOR_SHARE * limit, float(SEND_UNITS)))
         budget.rate, budget.rate_at = max(floor, rate * DECREASE), at
-    elif kind == DAILY:
+        return True
+    if kind == DAILY:
+        began = budget.exhausted_until <= at
         end = _epoch(until) if until is not None else at + DAY_S
         budget.exhausted_until = max(budget.exhausted_until, end)
-    else:
-        raise ValueError(f"penalise: unknown kind {kind!r}")
+        return began
+    raise ValueError(f"penalise: unknown kind {kind!r}")
 
 
 def snapshot(budget: Budget, mailbox: Mailbox, now: datetime) -> MailboxSnapshot:

@@ -94,7 +94,8 @@ class Mailer(Protocol):
 class CheckScheduler(Protocol):
     """Cloud Tasks: call reconcile for `job_id` at `at`. The same (job, step) enqueued twice is harmless."""
 
-    def schedule_check(self, job_id: str, step: str, at: datetime) -> None: ...
+    def schedule_check(self, job_id: str, step: str, at: datetime, mailbox: str | None = None) -> None:
+        """`mailbox`: a queued job's turn, on that mailbox's own paced queue (its rate_limits)."""
 
 
 class ReviewPublisher(Protocol):
@@ -131,7 +132,8 @@ class MailboxLedger(Protocol):
 
     def reserve(self, mailbox: Mailbox, units: int, recipients: int, now: datetime) -> Reservation | Refusal: ...
 
-    def penalise(self, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> None:
-        """Gmail refused for `kind` (rate: slow down for everyone; daily: exhausted until `until`)."""
+    def penalise(self, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> bool:
+        """Gmail refused for `kind` (rate: slow down for everyone; daily: exhausted until `until`).
+        True when this refusal began a new incident (mailbox_budget.penalise)."""
 
     def snapshot(self, mailbox: Mailbox, now: datetime) -> MailboxSnapshot: ...
