@@ -114,7 +114,7 @@ def test_past_the_budget_a_job_is_queued_with_an_honest_retry_after_and_sent_in_
     queued = jobs[3]
     assert http_status_for(queued) == 202 and queued.attempts == 0 and queued.maybe_landed == 0
     wait = retry_after_s(queued, pool.world.clock())
-    assert wait is not None and 1 <= wait <= 61
+    assert wait is not None and 1 <= wait <= 63  # the minute's window, plus the arrival margin
     assert queued.queue_reason == "rate" and queued.mailboxes == ["shop"]
     task = next(name for name in pool.world.scheduler.tasks if name.startswith(queued.id))
     assert pool.world.scheduler.queues[task] == "shop"  # the mailbox's own paced queue
