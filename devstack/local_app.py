@@ -40,6 +40,7 @@ ROUTES = {
     "/reconcile": main.reconcile,
     "/sweep": main.sweep,
     "/status": main.status,
+    "/mailboxes": main.status,  # the status function serves GET /mailboxes (HttpApi.status)
     "/notify": main.notify,
 }
 

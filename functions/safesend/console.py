@@ -167,6 +167,8 @@ class ReviewConsole:
             return self.index(request)
         if path in ASSETS:
             return self.asset(request)
+        if path.rstrip("/") == f"{BASE}/mailboxes":
+            return self.mailboxes(request)
         match = _DECISION.fullmatch(path)
         if match:
             return self.decision(request, match.group(1))
@@ -220,6 +222,26 @@ class ReviewConsole:
             parts.extend(_list_entry(job, now) for job in shown)
             parts.append("</ul>")
         return self._page("Open items", "".join(parts), reviewer)
+
+    # ------------------------------------------------------------------ GET /review/mailboxes
+    def mailboxes(self, request: Request) -> Response:
+        """The sender mailboxes' budgets (GET /mailboxes' data): used and limit for the minute and
+        the day, backlog, next free slot, state. Read-only."""
+        refused = self._only(request, ("GET", "HEAD"))
+        if refused:
+            return refused
+        _auth, reviewer, failure = self._identify(request)
+        if failure:
+            return failure
+        service = self._service()
+        if isinstance(service, tuple):
+            return service
+        try:
+            report = service.mailboxes_report()
+        except StoreUnavailableError as exc:
+            log(logging.ERROR, "review console could not read the mailboxes", error=str(exc))
+            return self._unavailable(reviewer)
+        return self._page("Sender mailboxes", _mailboxes_page(report), reviewer)
 
     # ------------------------------------------------------------------ GET /review/items/<id>
     def item(self, request: Request, job_id: str) -> Response:
@@ -517,6 +539,26 @@ def _layout(title: str, body: str, reviewer: Reviewer | None) -> str:
         f'<link rel="stylesheet" href="{CSS_PATH}"><script src="{JS_PATH}" defer></script></head>'
         f'<body>{banner}<header class="top"><a class="brand" href="{BASE}">safesend <span>review</span></a>'
         f"{who}</header><main>{body}</main></body></html>"
+    )
+
+
+def _mailboxes_page(report: Mapping[str, Any]) -> str:
+    """One row per sender mailbox: state, the minute's and the day's use against safesend's limits."""
+    rows = []
+    for box in report.get("mailboxes", []):
+        minute, day = box.get("minute") or {}, box.get("day") or {}
+        rows.append(
+            f"<tr><td>{e(box['id'])}</td><td>{e(box.get('address') or '')}</td>"
+            f'<td class="state-{e(box.get("state"))}">{e(box.get("state"))}</td>'
+            f"<td>{e(minute.get('units_used', ''))} / {e(minute.get('units_limit') or '∞')} units</td>"
+            f"<td>{e(day.get('messages_used', ''))} / {e(day.get('messages_limit') or '∞')} messages</td>"
+            f"<td>{e(box.get('backlog', ''))}</td><td>{e(box.get('next_free_at') or 'now')}</td></tr>"
+        )
+    return (
+        "<h1>Sender mailboxes</h1>"
+        f"<p class=\"count\">As of {e(report.get('as_of'))}; limits are safesend's (the safety share of Gmail's).</p>"
+        "<table><thead><tr><th>Mailbox</th><th>Address</th><th>State</th><th>Minute</th><th>Day</th>"
+        "<th>Queued</th><th>Next free slot</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
     )
 
 

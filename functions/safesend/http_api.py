@@ -315,7 +315,23 @@ class HttpApi:
             dict(JSON),
         )
 
+    def mailboxes(self, request: Request) -> Response:
+        """GET /mailboxes (served by the status function, same callers' credentials): each sender
+        mailbox's used and limit for the minute and the day, backlog, next free slot and state."""
+        try:
+            runtime, _ = self._guard(request, Role.CALLER, ("GET",))
+        except _Refused as refused:
+            return refused.response
+        try:
+            report = runtime.service.mailboxes_report()
+        except StoreUnavailableError as exc:
+            log(logging.ERROR, "mailboxes could not read the store", error=str(exc))
+            return _error(503, "store_unavailable", "the job store is unavailable")
+        return report, 200, dict(JSON)
+
     def status(self, request: Request) -> Response:
+        if request.path.rstrip("/").endswith("/mailboxes"):
+            return self.mailboxes(request)
         try:
             runtime, _ = self._guard(request, Role.CALLER, ("GET",))
         except _Refused as refused:

@@ -377,6 +377,30 @@ class SafeSendService:
         self._follow_up(stored)
         return stored, f"dequeued_{stored.state.value}"
 
+    def mailboxes_report(self, limit: int = MAX_PLACE_SCAN) -> dict[str, Any]:
+        """What GET /mailboxes and the console show: each mailbox's budget (the shared ledger), its
+        backlog of queued jobs (at most `limit` read from the store) and its state."""
+        from .mailbox_views import mailboxes_view
+
+        now = self.clock()
+        directory = self.senders.directory
+        backlogs: dict[str, int] = {}
+        read, cursor = 0, None
+        far = datetime.max.replace(tzinfo=UTC)
+        while read < limit:
+            page = self.store.find_due(State.QUEUED, far, min(200, limit - read), start_after=cursor)
+            if not page:
+                break
+            for queued in page:
+                read += 1
+                mailbox = queued.mailboxes[-1] if queued.mailboxes else directory.pools.default[0]
+                backlogs[mailbox] = backlogs.get(mailbox, 0) + 1
+            if page[-1].next_check_at is None:
+                break
+            cursor = (page[-1].next_check_at, page[-1].id)
+        snapshots = self.senders.snapshots(list(directory))
+        return mailboxes_view(directory, snapshots, backlogs, now)
+
     def queue_place(self, job: Job, limit: int = MAX_PLACE_SCAN) -> int | None:
         """How many jobs wait before this queued one at its mailbox (0: it is next), counted from the
         store by (due time, id), at most `limit` jobs read; None if it is not queued."""

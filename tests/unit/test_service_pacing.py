@@ -308,3 +308,47 @@ def test_a_mailbox_incident_reaches_the_reviewers_chats_once_per_item():
     assert action == "mailbox_incident_told"
     texts = [body for _, body in pool.world.notifier.posts]
     assert len(texts) == 2 and all(b"mailbox shop reached Gmail's daily sending limit" in t for t in texts)
+
+
+def test_get_mailboxes_and_the_console_page_show_each_mailboxs_budget_backlog_and_state():
+    import time as _time
+
+    import flask
+
+    from safesend.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
+    from safesend.config import Settings
+    from safesend.console import ReviewConsole
+    from safesend.http_api import HttpApi
+    from safesend.runtime import Runtime
+    from tests.unit.test_console import dev_auth
+
+    pool = PoolWorld(pool_config(ids=("shop",)))
+    for n in range(5):
+        pool.service.submit(pool.world.request(key=f"c:order_paid:{n}"))
+    secret = b"0123456789abcdef0123456789abcdef"
+    runtime = Runtime(
+        Settings(project="demo"),
+        pool.service.policies,
+        pool.service,
+        Authenticator(AuthPolicy(secret, frozenset(), frozenset()), None, _time.time),
+    )
+    app = flask.Flask(__name__)
+    headers = {SIGNATURE_HEADER: sign(secret, int(_time.time()), b"")}
+    with app.test_request_context("/mailboxes", method="GET", headers=headers):
+        body, status, _ = HttpApi(lambda: runtime).status(flask.request)
+    assert status == 200
+    (shop,) = body["mailboxes"]
+    assert (shop["id"], shop["backlog"], shop["minute"]["units_limit"], shop["day"]["messages_used"]) == (
+        "shop",
+        2,
+        320,
+        3,
+    )
+    assert shop["state"] == "ok" and shop["next_free_at"] is not None and shop["retry_after_s"] >= 1
+    with app.test_request_context("/mailboxes", method="GET"):
+        _, refused, _ = HttpApi(lambda: runtime).status(flask.request)
+    assert refused == 401  # the callers' credentials, as for /status
+    auth = dev_auth()
+    with app.test_request_context("/review/mailboxes", method="GET", environ_base={"REMOTE_ADDR": "127.0.0.1"}):
+        page, code, _ = ReviewConsole(lambda: pool.service, lambda: auth).handle(flask.request)
+    assert code == 200 and "Sender mailboxes" in page and ">shop<" in page and "3 / 100 messages" in page
