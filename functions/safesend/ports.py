@@ -130,7 +130,13 @@ class MailboxLedger(Protocol):
     """The budget of every sender mailbox, shared by every instance (mailbox_budget.py has the rules).
     A Gmail call is made only after `reserve` admitted it; StoreUnavailableError: nothing reserved."""
 
-    def reserve(self, mailbox: Mailbox, units: int, recipients: int, now: datetime) -> Reservation | Refusal: ...
+    def reserve(
+        self, mailbox: Mailbox, units: int, recipients: int, now: datetime, behind_turns: bool = False
+    ) -> Reservation | Refusal:
+        """`behind_turns`: a new job's send waits behind the queued jobs' turns (mailbox_budget.reserve)."""
+
+    def book_turn(self, mailbox: Mailbox, not_before: datetime, now: datetime) -> datetime:
+        """A queued job's turn at this mailbox, after every turn given before (mailbox_budget.book_turn)."""
 
     def penalise(self, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> bool:
         """Gmail refused for `kind` (rate: slow down for everyone; daily: exhausted until `until`).

@@ -24,7 +24,7 @@ from .logs import log
 from .mailbox_budget import DAILY, METHOD_UNITS, RATE, MailboxSnapshot, Refusal, Reservation
 from .mailboxes import DEFAULT_MAILBOX_ID, Mailbox, MailboxDirectory
 from .model import Accepted, Failure, HistoryPage, Job, MailboxHit
-from .pacing import choose_mailbox, may_move, retry_after_s
+from .pacing import choose_mailbox, may_move
 from .ports import MailboxLedger, Mailer
 
 # What one read is reserved as before it is made (mailbox_budget.METHOD_UNITS): a search lists
@@ -193,7 +193,7 @@ class SenderMailboxes:
             return current, None
         recipients = recipients_of(job)
         units = METHOD_UNITS["send"] if self.paced(current) else 0
-        verdict = self.ledger.reserve(current, units, recipients, self.now())
+        verdict = self.ledger.reserve(current, units, recipients, self.now(), behind_turns=not turn)
         if isinstance(verdict, Reservation):
             return current, None
         refusals: list[tuple[Mailbox, Refusal]] = [(current, verdict)]
@@ -207,20 +207,26 @@ class SenderMailboxes:
                     break
                 pick = self.directory.get(choose_mailbox(usable))
                 others = [m for m in others if m.id != pick.id]
-                other = self.ledger.reserve(pick, METHOD_UNITS["send"], recipients, self.now())
+                other = self.ledger.reserve(pick, METHOD_UNITS["send"], recipients, self.now(), behind_turns=True)
                 if isinstance(other, Reservation):
                     return pick, None
                 refusals.append((pick, other))
         far = datetime.max.replace(tzinfo=self.now().tzinfo)
         return min(refusals, key=lambda pair: pair[1].next_free_at or far)
 
-    def queue_eta(self, mailbox: Mailbox, refusal: Refusal) -> tuple[datetime, datetime]:
-        """(next try, honest estimate of the send) for a job that must wait at `mailbox`."""
+    def turn(self, mailbox: Mailbox, not_before: datetime | None) -> datetime:
+        """The job's turn at `mailbox` (its next try and its honest Retry-After): after every job
+        queued there before it (the ledger's turns, shared by every instance), no earlier than
+        `not_before`. A ledger that cannot be read: `not_before` (or a day, without one)."""
         now = self.now()
-        next_try = refusal.next_free_at or now + timedelta(hours=24)
-        snapshot = self.snapshots([mailbox]).get(mailbox.id)
-        eta = now + timedelta(seconds=retry_after_s(snapshot, 0, now)) if snapshot else next_try
-        return max(next_try, now), max(eta, next_try, now)
+        floor = not_before or now + timedelta(hours=24)
+        if self.ledger is None:
+            return max(floor, now)
+        try:
+            return max(self.ledger.book_turn(mailbox, floor, now), now)
+        except (StoreUnavailableError, ValueError) as exc:
+            log(logging.WARNING, "mailbox turn not booked", mailbox=mailbox.id, error=str(exc)[:200])
+            return max(floor, now)
 
     def learn(self, mailbox: Mailbox, failure: Failure) -> tuple[datetime | None, bool]:
         """Teach the ledger a Gmail refusal: a rate refusal slows the mailbox for every instance, a

@@ -269,6 +269,8 @@ class SafeSendService:
         except (StoreUnavailableError, ValueError) as exc:
             log(logging.WARNING, "mailbox budget unreadable: the send waits", job_id=job.id, error=str(exc)[:200])
             mailbox, refusal = self.senders.current(job), Refusal(now + BUDGET_RETRY, "budget_unavailable")
+            slot = QueueSlot(mailbox.id, now + BUDGET_RETRY, now + BUDGET_RETRY, refusal.reason)
+            return self._cas(job, lifecycle.enter_queued(job, owner, now, slot)), False
         if refusal is None:
             if job.mailboxes and mailbox.id != job.mailboxes[-1]:
                 moved = lifecycle.rebind(job, mailbox.id, now)
@@ -276,8 +278,11 @@ class SafeSendService:
                 job = self._cas(job, moved)
                 log(logging.INFO, "job moved to another mailbox of its pool", job_id=job.id, mailbox=mailbox.id)
             return job, True
-        next_try, eta = self.senders.queue_eta(mailbox, refusal)
-        slot = QueueSlot(mailbox.id, next_try, eta, refusal.reason)
+        if turn and refusal.reason == "rate" and refusal.next_free_at is not None:
+            turn_at = refusal.next_free_at  # its turn came a moment early (our reads): it keeps its place
+        else:
+            turn_at = self.senders.turn(mailbox, refusal.next_free_at)
+        slot = QueueSlot(mailbox.id, turn_at, turn_at, refusal.reason)
         queued = self._cas(job, lifecycle.enter_queued(job, owner, now, slot))
         log(
             logging.INFO,
@@ -285,7 +290,7 @@ class SafeSendService:
             job_id=job.id,
             mailbox=mailbox.id,
             reason=refusal.reason,
-            eta=iso(eta),
+            eta=iso(turn_at),
         )
         return queued, False
 
@@ -303,10 +308,11 @@ class SafeSendService:
         daily = refusal_kind(outcome) is RefusalKind.DAILY_LIMIT
         if daily and began:
             self._raise_incident(mailbox, until)
-        next_try = until
+        reason = "gmail_daily_limit" if daily else "gmail_rate"
         if daily and lifecycle.current_mailbox(job) is not None and len(self.senders.candidates(job)) > 1:
-            next_try = self.clock()  # its turn now: another mailbox of the pool may carry it
-        return QueueSlot(mailbox.id, next_try, until, "gmail_daily_limit" if daily else "gmail_rate")
+            return QueueSlot(mailbox.id, self.clock(), until, reason)  # now: another mailbox may carry it
+        turn = self.senders.turn(mailbox, until)
+        return QueueSlot(mailbox.id, turn, turn, reason)
 
     def _raise_incident(self, mailbox: Mailbox, until: datetime) -> None:
         """Reviewers hear of a mailbox's daily limit once per incident (whichever instance met it
