@@ -258,6 +258,15 @@ def leave_queue(job: Job, now: datetime, owner: str, timing: Timing) -> Job:
     return waiting
 
 
+def holds_turn(job: Job) -> bool:
+    """The job left its mailbox's queue and has not been queued again: its next attempt is its
+    turn (searched first when an earlier attempt may have landed), not a new send behind the backlog."""
+    for event in reversed(job.events):
+        if event.get("kind") in ("queued", "dequeued"):
+            return bool(event["kind"] == "dequeued")
+    return False
+
+
 def rebind(job: Job, mailbox: str, now: datetime) -> Job:
     """Move a job to another mailbox of its pool: only while none of its attempts may have landed.
     The move is recorded (events and the binding list) and the history checkpoint, which belongs to

@@ -657,7 +657,8 @@ class SafeSendService:
         )
         if stored.state is State.SENDING:
             deadline = self.monotonic() + self.request_budget_s
-            return self._attempt_loop(stored, owner, policy, deadline), "resent"
+            turn = lifecycle.holds_turn(stored)  # searched after leaving the queue: this is its turn
+            return self._attempt_loop(stored, owner, policy, deadline, turn=turn), "resent"
         self._follow_up(stored)
         return stored, f"checked_{stored.state.value}"
 

@@ -352,3 +352,24 @@ def test_get_mailboxes_and_the_console_page_show_each_mailboxs_budget_backlog_an
     with app.test_request_context("/review/mailboxes", method="GET", environ_base={"REMOTE_ADDR": "127.0.0.1"}):
         page, code, _ = ReviewConsole(lambda: pool.service, lambda: auth).handle(flask.request)
     assert code == 200 and "Sender mailboxes" in page and ">shop<" in page and "3 / 100 messages" in page
+
+
+def test_a_job_searched_after_its_turn_is_sent_in_that_turn_not_requeued_behind_the_backlog():
+    """A queued job whose earlier attempt may have landed leaves the queue through a search (retry_wait);
+    the attempt that follows is its turn: a backlog behind it must not send it to the back again."""
+    pool = PoolWorld(pool_config(ids=("shop",)))
+    pool.mailers["shop"].script = [classify_http(503, "backendError")]
+    job, _ = pool.service.submit(pool.world.request())
+    assert job.state is State.UNKNOWN and job.maybe_landed == 1
+    shop = pool.directory.get("shop")
+    pool.world.clock.advance(400)  # past the unknown window: a resend is due, but the budget is spent
+    while not hasattr(pool.ledger.reserve(shop, 100, 1, pool.world.clock()), "next_free_at"):
+        pass
+    pool.service.advance(job.id)
+    queued = pool.world.store.get(job.id)
+    assert queued.state is State.QUEUED and queued.maybe_landed == 1
+    for _ in range(3):  # a backlog forms behind it
+        pool.ledger.book_turn(shop, queued.next_check_at, pool.world.clock())
+    pool.run_queue()
+    final = pool.world.store.get(job.id)
+    assert final.state is State.SENT and [e["kind"] for e in final.events].count("queued") == 1
