@@ -98,6 +98,7 @@ def test_spec_is_valid_openapi_3_and_covers_exactly_the_routes():
     assert {(op.method.upper(), op.path) for op in operations} == {
         ("POST", "/send"),
         ("GET", "/status"),
+        ("GET", "/mailboxes"),
         ("POST", "/reconcile"),
         ("POST", "/sweep"),
         ("POST", "/notify"),
