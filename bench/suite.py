@@ -20,10 +20,14 @@ from devstack.procs import alive
 from .common import REPO_ROOT, progress, quiet_service_logs
 from .report import Bench, render_text, write_json, write_markdown
 
-BENCHES = ("latency", "paths", "throughput", "sweep", "certainty", "coldstart", "platform")
+BENCHES = ("latency", "paths", "throughput", "sweep", "certainty", "coldstart", "platform", "pacing")
 SIZES = {
-    "full": dict(runs=5, latency_n=20, tp_jobs=200, tp_clients=16, sweep_sizes=(0, 1000, 10000), sweep_due=100),
-    "quick": dict(runs=2, latency_n=6, tp_jobs=48, tp_clients=16, sweep_sizes=(0, 200, 1000), sweep_due=20),
+    "full": dict(
+        runs=5, latency_n=20, tp_jobs=200, tp_clients=16, sweep_sizes=(0, 1000, 10000), sweep_due=100, pace_jobs=2000
+    ),
+    "quick": dict(
+        runs=2, latency_n=6, tp_jobs=48, tp_clients=16, sweep_sizes=(0, 200, 1000), sweep_due=20, pace_jobs=200
+    ),
 }
 BUDGETS_S = {  # per benchmark: a slow machine stops early (reported in the notes) instead of running on
     "full": dict(latency=150, paths=90, throughput=240, sweep=150, certainty=90, coldstart=150, platform=600),
@@ -356,7 +360,7 @@ def _start_postgres(log_dir: Path) -> tuple[Any, str]:
 def _runners(
     stack: Any, args: argparse.Namespace, postgres: Any = None
 ) -> dict[str, tuple[str, Callable[[], list[Bench]]]]:
-    from . import certainty, coldstart, latency, paths, platform, sweep, throughput
+    from . import certainty, coldstart, latency, pacing, paths, platform, sweep, throughput
 
     s, b = args.sizes, args.budgets
     return {
@@ -377,6 +381,8 @@ def _runners(
         "certainty": ("6. time to certainty", lambda: [certainty.run(stack, s["runs"], b["certainty"])]),
         "coldstart": ("7. cold start", lambda: [coldstart.run(stack, s["runs"], b["coldstart"], args.cpu)]),
         "platform": ("8. platform", lambda: [platform.run(stack, min(s["runs"], 3), b["platform"])]),
+        # Issue 24 (keys burst, pool, daily): in process, on a fake clock; the stack is not used.
+        "pacing": ("9. mailbox pacing", lambda: pacing.benches(s["pace_jobs"])),
     }
 
 

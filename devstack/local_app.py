@@ -42,6 +42,7 @@ ROUTES = {
     "/reconcile": main.reconcile,
     "/sweep": main.sweep,
     "/status": main.status,
+    "/mailboxes": main.status,  # the status function serves GET /mailboxes (HttpApi.status)
     "/notify": main.notify,
     "/health": main._api.health,  # local only: no deployed function serves it
 }

@@ -5,7 +5,7 @@ Deployed as HTTP functions from this directory (see infra/):
              review (off unless SAFESEND_API_DECIDERS; it needs what send has: the store and Gmail)
   reconcile  POST, called by Cloud Tasks to settle an ambiguous or delayed job
   sweep      POST, called by Cloud Scheduler to find stale or lost jobs
-  status     GET,  job state and events by job_id or dedup key
+  status     GET,  job state and events by job_id or dedup key; GET .../mailboxes: the sender mailboxes' budgets
   notify     POST, Pub/Sub push of a review item: tell the reviewers (chat, email)
   review     GET/POST, the reviewers' console behind Identity-Aware Proxy: evidence and decisions
 """

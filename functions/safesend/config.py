@@ -245,6 +245,12 @@ class Settings:
     )
     # Cloud Tasks, Pub/Sub, the sweeper
     tasks_queue: str | None = setting("SAFESEND_TASKS_QUEUE", None, _text, "Cloud Tasks queue of the reconcile calls")
+    mailbox_queue_prefix: str | None = setting(
+        "SAFESEND_MAILBOX_QUEUE_PREFIX",
+        None,
+        _text,
+        "projects/P/locations/R/queues/<prefix>-mbx-: each mailbox's paced queue of its queued jobs' turns",
+    )
     reconcile_url: str | None = setting("SAFESEND_RECONCILE_URL", None, _text, "URL the tasks call")
     tasks_service_account: str | None = setting(
         "SAFESEND_TASKS_SERVICE_ACCOUNT", None, _text, "OIDC identity of the tasks"

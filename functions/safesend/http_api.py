@@ -308,6 +308,13 @@ class HttpApi:
         except _Refused as refused:
             return refused.response
         attributes = _push_attributes(body)
+        if attributes.get("kind") == "mailbox_incident" and isinstance(attributes.get("incident"), str):
+            try:
+                action = runtime.service.notify_incident(str(attributes.get("mailbox")), attributes["incident"])
+            except PublishError as exc:
+                log(logging.WARNING, "mailbox incident notice deferred", error=str(exc))
+                return _error(503, "try_again", "a reviewers' chat is unavailable; Pub/Sub will redeliver")
+            return {"incident": attributes["incident"], "action": action}, 200, dict(JSON)
         job_id, review_id = attributes.get("job_id"), attributes.get("review_id")
         if not (isinstance(job_id, str) and is_job_id(job_id) and isinstance(review_id, str)):
             log(logging.ERROR, "notify: not a review item push (no job_id/review_id attributes)")
@@ -394,7 +401,23 @@ class HttpApi:
             return _error(503, "store_unavailable", "the job store is unavailable")
         return view, 200, dict(JSON)
 
+    def mailboxes(self, request: Request) -> Response:
+        """GET /mailboxes (served by the status function, same callers' credentials): each sender
+        mailbox's used and limit for the minute and the day, backlog, next free slot and state."""
+        try:
+            runtime, _ = self._guard(request, Role.CALLER, ("GET",))
+        except _Refused as refused:
+            return refused.response
+        try:
+            report = runtime.service.mailboxes_report()
+        except StoreUnavailableError as exc:
+            log(logging.ERROR, "mailboxes could not read the store", error=str(exc))
+            return _error(503, "store_unavailable", "the job store is unavailable")
+        return report, 200, dict(JSON)
+
     def status(self, request: Request) -> Response:
+        if request.path.rstrip("/").endswith("/mailboxes"):
+            return self.mailboxes(request)
         try:
             runtime, _ = self._guard(request, Role.CALLER, ("GET",))
         except _Refused as refused:
@@ -414,4 +437,8 @@ class HttpApi:
             return _error(503, "store_unavailable", "the job store is unavailable")
         if job is None:
             return _error(404, "not_found", f"no job {job_id}", job_id=job_id)
-        return job_view(job, with_events=True), 200, dict(JSON)
+        try:
+            place = runtime.service.queue_place(job)
+        except StoreUnavailableError:
+            place = None
+        return job_view(job, with_events=True, place=place), 200, dict(JSON)

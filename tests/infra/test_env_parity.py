@@ -760,14 +760,9 @@ def code_env_names() -> set[str]:
     return names | {"GOOGLE_CLOUD_PROJECT"}
 
 
-# Set for the pacing runtime of issue 24 (its dispatch enqueues a mailbox's sends on prefix + mailbox
-# id), which is written in functions/ on another branch at the same time; drop a name once it is read.
-READ_BY_THE_PACING_RUNTIME = {"SAFESEND_MAILBOX_QUEUE_PREFIX"}
-
-
 def test_the_spec_sets_only_variables_the_code_reads():
     spec = env_spec().load()
-    unknown = (set(spec["env"]) | set(spec["secrets"])) - code_env_names() - READ_BY_THE_PACING_RUNTIME
+    unknown = (set(spec["env"]) | set(spec["secrets"])) - code_env_names()
     assert not unknown, f"env_spec.json sets variables the code in functions/ does not read: {sorted(unknown)}"
     for name in (
         "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS",

@@ -98,6 +98,25 @@ class Phase:
     beyond_window: bool
     reviewer: bool = False  # a scripted reviewer decides through the console while the storm runs
     jobs: int | None = None  # None: SAFESEND_STORM_JOBS
+    mailboxes: dict[str, Any] | None = None  # a paced pool of sender mailboxes (issue 24)
+    units_per_minute: int | None = None  # each pool mailbox's limit, enforced by the simulator too
+
+
+# Issue 24: two sender mailboxes whose Gmail budget (each 60 sends a minute, reads included) is well
+# below the storm's arrival rate (200 jobs a minute): jobs are queued and sent in turn while every
+# fault above still hits them.
+PACED_UNITS_PER_MINUTE = 6000
+PACED_POOL = {
+    "defaults": {"limits": {"units_per_minute": PACED_UNITS_PER_MINUTE, "messages_per_day": 2000}},
+    "mailboxes": {
+        name: {
+            "address": f"{name}@safesend.localhost",
+            "delegated_user": f"{name}@safesend.localhost",
+            "send_as": ["sender@safesend.localhost"],
+        }
+        for name in ("shop", "shop2")
+    },
+}
 
 
 PHASES = [
@@ -113,6 +132,15 @@ PHASES = [
         beyond_window=True,
         reviewer=True,
         jobs=int(os.environ.get("SAFESEND_STORM_REVIEW_JOBS", "60")),
+    ),
+    Phase(
+        "paced-pool",
+        0.5,
+        {"SAFESEND_UNKNOWN_WINDOW_S": "3"},
+        beyond_window=False,
+        jobs=int(os.environ.get("SAFESEND_STORM_PACED_JOBS", "100")),
+        mailboxes=PACED_POOL,
+        units_per_minute=PACED_UNITS_PER_MINUTE,
     ),
 ]
 REVIEWER_TAIL_S = 8.0  # the reviewer keeps deciding this long after the traffic, then leaves
@@ -689,9 +717,17 @@ class Storm:
 
 # --------------------------------------------------------------------------- the test
 def storm_config(phase: Phase) -> StackConfig:
-    config = StackConfig(sim_index_lag_s=phase.sim_index_lag_s)
+    config = StackConfig(sim_index_lag_s=phase.sim_index_lag_s, mailboxes=phase.mailboxes)
     config.service_env = {**config.service_env, **phase.env, "SAFESEND_CHANNELS_JSON": json.dumps(SHORT_CHANNELS)}
     return config
+
+
+def limit_mailboxes(stack: LocalStack, phase: Phase) -> None:
+    """Gmail (the simulator) enforces each pool mailbox's rate as the service's budget does."""
+    if phase.units_per_minute is None or stack.sim is None:
+        return
+    for user in stack.mailbox_users().values():
+        stack.sim.set_limits(user, units_per_window=phase.units_per_minute)
 
 
 @pytest.fixture
@@ -707,6 +743,7 @@ def test_fault_storm(phase: Phase, storm_seed: int, capsys: pytest.CaptureFixtur
     storm: Storm | None = None
     try:
         stack.start()
+        limit_mailboxes(stack, phase)
         storm = Storm(stack, phase, storm_seed)
         storm.timings["stack_start_s"] = time.monotonic() - started
         storm.run()

@@ -102,6 +102,7 @@ def test_spec_is_valid_openapi_3_and_covers_exactly_the_routes():
         ("POST", "/send"),
         ("POST", "/decide"),
         ("GET", "/status"),
+        ("GET", "/mailboxes"),
         ("POST", "/reconcile"),
         ("POST", "/sweep"),
         ("POST", "/notify"),
