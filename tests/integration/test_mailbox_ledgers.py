@@ -130,7 +130,7 @@ def test_no_interleaving_exceeds_the_budget_on_postgres(postgres_ledgers: MakeLe
 
 
 def test_the_postgres_ledger_migrates_its_table(postgres_server: PostgresServer, postgres_dsn):
-    assert [m.name for m in migrations()][-1] == "mailbox_budgets"
+    assert "mailbox_budgets" in [m.name for m in migrations()]  # 0002; later ones follow it
     pool = connection_pool(postgres_dsn, max_size=1)
     try:
         PostgresMailboxLedger(pool).reserve(SHOP, 100, 1, at(0))
