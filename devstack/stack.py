@@ -496,14 +496,15 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
     except BaseException as exc:  # noqa: BLE001 - print and exit non-zero
         print(f"could not start the local stack: {exc}\nlogs: {stack.log_dir}", file=sys.stderr)
         return 1
-    ticker = SweepTicker(stack.url, interval_s, stack.internal_headers()).start()
-    print(local_banner(stack, real_gmail, ticker.interval_s), flush=True)
-    print(f"  scheduler POST {ticker.control_url}/_scheduler/pause  (and /_scheduler/resume)", flush=True)
-    try:
-        print(f"  health    {json.dumps(fetch_health(stack.url, stack.internal_headers()))}", flush=True)
-    except OSError as exc:
-        print(f"  health    not answered: {exc}", file=sys.stderr)
-    try:
+    ticker: SweepTicker | None = None
+    try:  # from here on, a stop signal at any point (even mid-banner) stops what was started
+        ticker = SweepTicker(stack.url, interval_s, stack.internal_headers()).start()
+        print(local_banner(stack, real_gmail, ticker.interval_s), flush=True)
+        print(f"  scheduler POST {ticker.control_url}/_scheduler/pause  (and /_scheduler/resume)", flush=True)
+        try:
+            print(f"  health    {json.dumps(fetch_health(stack.url, stack.internal_headers()))}", flush=True)
+        except OSError as exc:
+            print(f"  health    not answered: {exc}", file=sys.stderr)
         while stack.functions and stack.functions.is_running():
             time.sleep(1)
         print("the functions server exited; see its log", file=sys.stderr)
@@ -511,7 +512,8 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
     except KeyboardInterrupt:
         return 0
     finally:
-        ticker.stop()
+        if ticker is not None:
+            ticker.stop()
         stack.stop()
 
 
