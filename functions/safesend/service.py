@@ -45,6 +45,7 @@ from .errors import (
 from .health import health_view
 from .history import CheckpointCache, copies_in_history
 from .keys import job_id_for, message_id_for
+from .lag_watch import LagWatch
 from .lifecycle import QueueSlot, Timing
 from .logs import log
 from .mailbox_budget import Refusal
@@ -167,6 +168,7 @@ class SafeSendService:
         )
         self._mailbox_checkpoints: dict[str, CheckpointCache] = {}
         self._accepted_sends = itertools.count()
+        self.lag = LagWatch(store, self.senders, scheduler, publisher, self.timing, clock, monotonic)
         self.clock = clock
         self.monotonic = monotonic
         self.sleep = sleep
@@ -367,13 +369,13 @@ class SafeSendService:
         except PublishError as exc:
             log(logging.ERROR, "mailbox incident not published", mailbox=mailbox.id, error=str(exc))
 
-    def notify_incident(self, mailbox_id: str, incident: str) -> str:
+    def notify_incident(self, mailbox_id: str, incident: str, text: str | None = None) -> str:
         """A mailbox incident's review item arrived from Pub/Sub: post it to the reviewers' chats, one
         message per incident (threaded by mailbox). PublishError when a post failed: Pub/Sub delivers
         the item again (at least once; a chat that already has it may see it twice)."""
         until = incident.rsplit(":", 1)[-1]
         when = datetime.fromtimestamp(int(until), UTC).isoformat() if until.isdigit() else "up to 24 h"
-        text = (
+        text = text or (
             f"safesend: mailbox {mailbox_id} reached Gmail's daily sending limit. Its jobs wait (queued) "
             f"until {when} or move to another mailbox of its pool; none is failed for it. See GET /mailboxes."
         )
@@ -508,7 +510,8 @@ class SafeSendService:
         """Persist what Gmail told us, in one write. A lost race is re-read and re-applied: the fact
         must survive. For an accepted send, the Message-ID Gmail stored is read first so it lands
         in the same write."""
-        stored_message_id = self._stored_message_id(job, outcome)
+        sampled = self._sampled(outcome)
+        stored_message_id = self._stored_message_id(job, outcome) if sampled else None
         slot = self._paced_refusal(job, outcome) if isinstance(outcome, Failure) else None
         current = job
         for _ in range(MAX_RECORD_TRIES):
@@ -537,6 +540,8 @@ class SafeSendService:
                 )
                 return current
             self._log_recorded(stored, outcome, stored_message_id)
+            if sampled:
+                self.lag.start(stored)  # its index lag, measured off the request path (lag_watch)
             return stored
         log(logging.ERROR, "outcome not recorded after repeated conflicts", job_id=job.id)
         return current
@@ -568,17 +573,22 @@ class SafeSendService:
                 copies=len(stored.known_copies),
             )
 
+    def _sampled(self, outcome: Accepted | Failure) -> bool:
+        """The first accepted send of this instance, then 1 in N: its Message-ID is read back and its
+        index lag measured."""
+        if not isinstance(outcome, Accepted) or self.verify_message_id_every <= 0:
+            return False
+        return next(self._accepted_sends) % self.verify_message_id_every == 0
+
     def _stored_message_id(self, job: Job, outcome: Accepted | Failure) -> str | None:
-        """Read back what Gmail stored, for the first accepted send of this instance and then 1 in N.
+        """Read back what Gmail stored, for a sampled accepted send (_sampled).
 
         Every Message-ID has the same strictly valid shape, so a rewrite by Gmail would be
         systematic: sampling finds it without a second Gmail round trip on every send (bench/:
         the read-back doubled happy-path latency). Skipped when it could outlast our lease,
         because recording the outcome matters more than this check.
         """
-        if not isinstance(outcome, Accepted) or self.verify_message_id_every <= 0:
-            return None
-        if next(self._accepted_sends) % self.verify_message_id_every:
+        if not isinstance(outcome, Accepted):
             return None
         if job.lease_until is not None:
             left_s = (job.lease_until - self.clock()).total_seconds()
@@ -664,6 +674,7 @@ class SafeSendService:
 
     def _check_mailbox_and_act(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
         owner = self.new_owner()
+        policy = self.lag.policy_for(job, policy)  # the mailbox's effective unknown window (lag_watch)
         if lifecycle.uses_history(job, self.clock(), policy, self.timing):
             return self._check_history(job, policy)
         if job.state is State.RETRY_WAIT and job.maybe_landed == 0 and not job.known_copies:
@@ -1036,7 +1047,8 @@ class SafeSendService:
     def health(self, sweep_interval_s: float) -> dict[str, Any]:
         """/health: what the alerts ask, from the store. Raises StoreUnavailableError."""
         oldest = self.store.find_open_reviews(1)
-        return health_view(self.store.last_sweep(), oldest[0] if oldest else None, self.clock(), sweep_interval_s)
+        last, review = self.store.last_sweep(), oldest[0] if oldest else None
+        return health_view(last, review, self.clock(), sweep_interval_s, self.lag.report())
 
     def _sweep_notices(self, batch: int, deadline: float, report: SweepReport) -> None:
         """Notices whose task was lost, page after page past any this instance cannot act on. Also

@@ -31,6 +31,9 @@ INDEX_MISSING = "index_missing"
 NOTIFY_DELIVERY_FAILED = "notify_delivery_failed"
 CALLBACK_GIVEN_UP = "callback_given_up"
 REVIEWER_NOTICE_OVERDUE = "reviewer_notice_overdue"
+INDEX_LAG_OBSERVED = "index_lag_observed"
+INDEX_WINDOW_RAISED = "index_window_raised"
+INDEX_LAG_BEYOND_HORIZON = "index_lag_beyond_horizon"
 
 SIGNALS: dict[str, Signal] = {
     s.event: s
@@ -51,6 +54,22 @@ SIGNALS: dict[str, Signal] = {
             REVIEWER_NOTICE_OVERDUE,
             ("job_id", "kind", "notice_id", "tries", "error"),
             "a reviewer notice still fails past the callback horizon",
+        ),
+        Signal(
+            INDEX_LAG_OBSERVED,
+            ("mailbox", "kind", "lag_s", "beyond_horizon"),
+            "a sampled send was found by the search (kind search) or in the change log (history) this long "
+            "after its accept",
+        ),
+        Signal(
+            INDEX_WINDOW_RAISED,
+            ("mailbox", "window_s", "previous_s", "observed_s"),
+            "a mailbox's index lag passed its unknown window: the window was raised (lag_watch.py)",
+        ),
+        Signal(
+            INDEX_LAG_BEYOND_HORIZON,
+            ("mailbox", "lag_s", "horizon_s"),
+            "a sampled send was still not found by the search at the verification horizon",
         ),
     )
 }

@@ -46,6 +46,9 @@ PINNED = {
     "notify_delivery_failed": ("job_id", "kind", "notice_id", "status"),
     "callback_given_up": ("job_id", "kind", "notice_id", "error"),
     "reviewer_notice_overdue": ("job_id", "kind", "notice_id", "tries", "error"),
+    "index_lag_observed": ("mailbox", "kind", "lag_s", "beyond_horizon"),
+    "index_window_raised": ("mailbox", "window_s", "previous_s", "observed_s"),
+    "index_lag_beyond_horizon": ("mailbox", "lag_s", "horizon_s"),
 }
 
 

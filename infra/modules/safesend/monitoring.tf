@@ -162,7 +162,8 @@ resource "google_monitoring_alert_policy" "alert" {
       content {
         filter          = local.chart_filters[each.key]
         comparison      = "COMPARISON_GT"
-        threshold_value = local.monitoring_thresholds[each.value.threshold] * each.value.scale
+        # per_unknown_window: the threshold is a share of the deployment's unknown window (index lag)
+        threshold_value = local.monitoring_thresholds[each.value.threshold] * (lookup(each.value, "per_unknown_window", false) ? var.unknown_window_seconds : each.value.scale)
         duration        = "0s"
         aggregations {
           alignment_period     = "300s"
