@@ -53,6 +53,7 @@ class InMemoryJobStore:
     def __init__(self) -> None:
         self._docs: dict[str, dict[str, Any]] = {}
         self._sweep: dict[str, Any] | None = None
+        self._ops: dict[str, dict[str, Any]] = {}
         self._lags: dict[str, tuple[dict[str, Any], int]] = {}  # mailbox -> (record, version)
         self._lock = threading.Lock()
 
@@ -63,6 +64,15 @@ class InMemoryJobStore:
     def last_sweep(self) -> dict[str, Any] | None:
         with self._lock:
             return _stored(self._sweep) if self._sweep is not None else None
+
+    def record_op(self, name: str, doc: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._ops[name] = _stored(dict(doc))
+
+    def read_op(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            found = self._ops.get(name)
+        return _stored(found) if found is not None else None
 
     def read_mailbox_lag(self, mailbox: str) -> tuple[dict[str, Any] | None, Any]:
         with self._lock:

@@ -17,9 +17,11 @@ def health_view(
     now: datetime,
     interval_s: float,
     index_lag: dict[str, Any] | None = None,
+    notices: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`status` is "ok", or "sweep_late" when no sweep completed for 3 intervals (or ever).
-    `index_lag`: per sender mailbox, its measured lags and effective window (lag_watch.lag_view)."""
+    `index_lag`: per sender mailbox, its measured lags and effective window (lag_watch.lag_view);
+    `notices`: the last notice given up and the last reviewer notice overdue (notice_watch)."""
     sweep: dict[str, Any] | None = None
     late = True
     if last_sweep is not None:
@@ -44,4 +46,5 @@ def health_view(
         "oldest_overdue_s": None if last_sweep is None else last_sweep.get("oldest_overdue_s"),
         "oldest_review": review,
         "index_lag": index_lag or {},
+        "notices": notices or {},
     }

@@ -53,6 +53,13 @@ class JobStore(Protocol):
     def last_sweep(self) -> dict[str, Any] | None:
         """The record record_sweep kept, or None if no sweep completed yet."""
 
+    def record_op(self, name: str, doc: Mapping[str, Any]) -> None:
+        """Keep one small named record of the service's own (e.g. the last notice given up): last
+        writer wins. Raises StoreUnavailableError."""
+
+    def read_op(self, name: str) -> dict[str, Any] | None:
+        """The record record_op kept under `name`, or None."""
+
     def read_mailbox_lag(self, mailbox: str) -> tuple[dict[str, Any] | None, Any]:
         """A sender mailbox's index-lag record (index_lag.py) and a token for write_mailbox_lag;
         (None, None) when it has none. Raises StoreUnavailableError."""

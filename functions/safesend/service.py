@@ -52,6 +52,7 @@ from .mailbox_budget import Refusal
 from .mailboxes import DEFAULT_MAILBOX_ID, Mailbox, MailboxDirectory
 from .mime import build_mime
 from .model import Accepted, Delivery, Failure, Job, MailboxHit, iso
+from .notice_watch import note, notices_view
 from .notify import ReviewerTargets
 from .policy import ChannelPolicies, ChannelPolicy
 from .ports import CheckScheduler, Cursor, JobStore, Mailer, Notifier, ReviewPublisher
@@ -499,6 +500,7 @@ class SafeSendService:
                 "send attempt failed",
                 reason=refusal_reason(outcome.code, outcome.status),
                 job_id=job.id,
+                mailbox=self.senders.current(job).id,
                 attempt=job.attempts,
                 bucket=outcome.bucket.value,
                 code=outcome.code,
@@ -833,6 +835,7 @@ class SafeSendService:
                 notice_id=notice["id"],
                 error=reason,
             )
+            note(self.store, signals.CALLBACK_GIVEN_UP, self.clock(), job_id=job.id, kind=notice.get("kind"))
         return stored
 
     def _log_unanswered(self, stored: Job, results: dict[str, Delivery]) -> None:
@@ -851,6 +854,7 @@ class SafeSendService:
                     notice_id=notice["id"],
                     error=notice.get("last_error"),
                 )
+                note(self.store, signals.CALLBACK_GIVEN_UP, self.clock(), job_id=stored.id, kind=notice.get("kind"))
             elif notice.get("overdue_at") is not None:
                 emit(
                     signals.REVIEWER_NOTICE_OVERDUE,
@@ -861,6 +865,9 @@ class SafeSendService:
                     notice_id=notice["id"],
                     tries=notice.get("tries"),
                     error=notice.get("last_error"),
+                )
+                note(
+                    self.store, signals.REVIEWER_NOTICE_OVERDUE, self.clock(), job_id=stored.id, kind=notice.get("kind")
                 )
 
     def _recover_expired(self, job: Job, policy: ChannelPolicy, schedule: bool = True) -> Job:
@@ -1048,7 +1055,8 @@ class SafeSendService:
         """/health: what the alerts ask, from the store. Raises StoreUnavailableError."""
         oldest = self.store.find_open_reviews(1)
         last, review = self.store.last_sweep(), oldest[0] if oldest else None
-        return health_view(last, review, self.clock(), sweep_interval_s, self.lag.report())
+        now = self.clock()
+        return health_view(last, review, now, sweep_interval_s, self.lag.report(), notices_view(self.store, now))
 
     def _sweep_notices(self, batch: int, deadline: float, report: SweepReport) -> None:
         """Notices whose task was lost, page after page past any this instance cannot act on. Also

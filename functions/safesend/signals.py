@@ -45,7 +45,11 @@ SIGNALS: dict[str, Signal] = {
             ("due", "advanced", "overdue", "oldest_overdue_s", "oldest_review_s", "errors"),
             "a sweep ran to its end (the dead man's switch counts these)",
         ),
-        Signal(GMAIL_REFUSED, ("job_id", "reason", "code", "status"), "Gmail refused a send (rate, daily limit...)"),
+        Signal(
+            GMAIL_REFUSED,
+            ("job_id", "reason", "code", "status", "mailbox"),
+            "Gmail refused a send (rate, daily limit...), from this sender mailbox",
+        ),
         Signal(STORE_UNAVAILABLE, ("where", "error"), "the job store could not be reached"),
         Signal(INDEX_MISSING, ("error",), "a Firestore composite index is missing: no due job can be found"),
         Signal(NOTIFY_DELIVERY_FAILED, ("job_id", "kind", "notice_id", "status"), "a notice POST failed"),

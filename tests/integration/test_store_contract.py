@@ -946,3 +946,18 @@ def test_an_unreachable_store_cannot_read_or_write_lag_records(remote_harness):
         cut_off.read_mailbox_lag("m@shop.example")
     with pytest.raises(StoreUnavailableError):
         cut_off.write_mailbox_lag("m@shop.example", {"search_s": [1.0]}, None)
+
+
+def test_named_ops_records_round_trip_and_the_newest_wins(harness):
+    """Issue 20.4: the last notice given up / overdue, for /health (notice_watch.py)."""
+    store = harness.store
+    assert store.read_op("callback_given_up") is None
+    store.record_op("callback_given_up", {"at": NOW, "job_id": "a" * 32, "kind": "callback"})
+    store.record_op("callback_given_up", {"at": NOW + timedelta(minutes=1), "job_id": "b" * 32, "kind": None})
+    store.record_sweep({"at": NOW, "due": 0})
+    for reader in (store, harness.another()):
+        record = reader.read_op("callback_given_up")
+        assert record == {"at": NOW + timedelta(minutes=1), "job_id": "b" * 32, "kind": None}
+        assert record["at"].tzinfo is not None and reader.read_op("reviewer_notice_overdue") is None
+        assert reader.last_sweep() == {"at": NOW, "due": 0}  # a separate record
+    assert store.find_open_reviews(10) == []

@@ -112,3 +112,41 @@ def _wait(condition: Any, timeout_s: float = 5.0) -> bool:
             return True
         threading.Event().wait(0.02)
     return bool(condition())
+
+
+def test_health_shows_the_last_notice_given_up_and_the_last_reviewer_notice_overdue():
+    """Issue 20.4: what the alerts callback_given_up and reviewer_notice_overdue ask, from the store."""
+    from safesend.lifecycle import current_review_id
+    from safesend.model import Delivery
+    from tests.unit.test_messengers import FlakyReceiver
+    from tests.unit.test_reviewers import in_review
+
+    world = make_world()
+    assert world.service.health(INTERVAL_S)["notices"] == {"callback_given_up": None, "reviewer_notice_overdue": None}
+    world.notifier.script = [Delivery(False, 500)] * 200
+    job, _ = world.service.submit(world.request(callback_url="https://n8n.example.com/webhook-waiting/77"))
+    world.run_until_settled(job.id, max_steps=200)
+    given_up = world.service.health(INTERVAL_S)["notices"]["callback_given_up"]
+    assert (given_up["job_id"], given_up["kind"]) == (job.id, "callback") and given_up["age_s"] >= 0
+
+    world, job = in_review()
+    world.service.notifier = FlakyReceiver(lambda n: n["kind"] == "chat")
+    world.service.notify(job.id, current_review_id(job))
+    for _ in range(60):
+        world.clock.advance(120)
+        world.service.sweep()
+    overdue = world.service.health(INTERVAL_S)["notices"]["reviewer_notice_overdue"]
+    assert (overdue["job_id"], overdue["kind"]) == (job.id, "chat")
+
+
+def test_get_health_shows_each_mailbox_s_index_lag():
+    from tests.unit.test_lag_watch import run_tasks
+
+    world = make_world(index_lag_s=40.0)
+    api = open_api(world)
+    world.service.submit(world.request())
+    run_tasks(world, 2000)
+    status, body, _ = call(api.health, method="GET")
+    lag = body["index_lag"]["default"]
+    assert status == 200 and lag["search"]["count"] == 1 and lag["search"]["p99_s"] >= 40.0
+    assert (lag["window_s"], lag["configured_window_s"], lag["alert"]) == (300.0, 300.0, None)

@@ -175,6 +175,19 @@ class FirestoreJobStore:
         doc = self._reading(lambda timeout_s: self.client.get(self._collection + OPS_SUFFIX, "sweep", timeout_s))
         return decode_fields(doc.get("fields")) if doc is not None else None
 
+    def record_op(self, name: str, doc: Mapping[str, Any]) -> None:
+        """One unconditional write to `<collection>_ops/op-<name>`: last writer wins."""
+        path = self.client.document_name(self._collection + OPS_SUFFIX, f"op-{name}")
+        try:
+            self.client.commit([{"update": {"name": path, "fields": encode_fields(dict(doc))}}], self._timeout_s)
+        except (FirestoreApiError, FirestoreTransportError) as exc:
+            raise StoreUnavailableError(f"firestore: {name} record: {exc}") from exc
+
+    def read_op(self, name: str) -> dict[str, Any] | None:
+        ops = self._collection + OPS_SUFFIX
+        doc = self._reading(lambda timeout_s: self.client.get(ops, f"op-{name}", timeout_s))
+        return decode_fields(doc.get("fields")) if doc is not None else None
+
     def read_mailbox_lag(self, mailbox: str) -> tuple[dict[str, Any] | None, Any]:
         """The token is the document's update time (None: no document)."""
         lags = self._collection + LAG_SUFFIX

@@ -410,6 +410,14 @@ class PostgresJobStore:
         rows = self._read(_Sql.read_ops, {"name": "sweep"})
         return dict(loads(rows[0][0])) if rows else None
 
+    def record_op(self, name: str, doc: Mapping[str, Any]) -> None:
+        """An upsert of the row `op:<name>` of the ops table (apart from `sweep`)."""
+        self._read(_Sql.record_ops, {"name": f"op:{name}", "doc": dumps(dict(doc))})
+
+    def read_op(self, name: str) -> dict[str, Any] | None:
+        rows = self._read(_Sql.read_ops, {"name": f"op:{name}"})
+        return dict(loads(rows[0][0])) if rows else None
+
     def read_mailbox_lag(self, mailbox: str) -> tuple[dict[str, Any] | None, Any]:
         """The token is the row's version (None: no row)."""
         rows = self._read(_Sql.read_lag, {"mailbox": mailbox})
