@@ -153,6 +153,7 @@ class SafeSendService:
         self.read_timeout_s = settings.read_timeout_s
         self.verify_message_id_every = settings.verify_message_id_every
         self.callback_horizon_s = settings.callback_horizon_s
+        self.sweep_interval_s = settings.sweep_interval_s  # /health's "late" (the console asks it too)
         self.reviewers: ReviewerTargets = settings.reviewer_targets()
         # The sender mailboxes (issue 24); unconfigured: today's one mailbox, `mailer`, unpaced.
         self.senders = senders or SenderMailboxes(

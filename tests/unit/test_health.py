@@ -150,3 +150,29 @@ def test_get_health_shows_each_mailbox_s_index_lag():
     lag = body["index_lag"]["default"]
     assert status == 200 and lag["search"]["count"] == 1 and lag["search"]["p99_s"] >= 40.0
     assert (lag["window_s"], lag["configured_window_s"], lag["alert"]) == (300.0, 300.0, None)
+
+
+def test_the_console_health_page_shows_what_get_health_answers():
+    """Issue 20.4: GET /review/health (Jinja, as the other pages), linked from every page's nav."""
+    import flask
+
+    from safesend.console import ReviewConsole
+    from tests.unit.test_console import dev_auth
+    from tests.unit.test_lag_watch import run_tasks
+
+    world = make_world(index_lag_s=400.0)
+    world.service.submit(world.request())
+    run_tasks(world, 2000)
+    world.service.sweep()
+    health = world.service.health(world.service.sweep_interval_s)
+    lag = health["index_lag"]["default"]
+    app, auth = flask.Flask(__name__), dev_auth()
+    with app.test_request_context("/review/health", method="GET", environ_base={"REMOTE_ADDR": "127.0.0.1"}):
+        page, code, _ = ReviewConsole(lambda: world.service, lambda: auth).handle(flask.request)
+    assert code == 200 and "Health: " in page and health["status"] in page
+    assert f"{lag['search']['p50_s']} / {lag['search']['p99_s']} / {lag['search']['max_s']} s" in page
+    assert f"{lag['window_s']} s ({lag['configured_window_s']} s)" in page and "p99_over_half_window" in page
+    assert '<a href="/review/health">Health</a>' in page
+    with app.test_request_context("/review", method="GET", environ_base={"REMOTE_ADDR": "127.0.0.1"}):
+        index, code, _ = ReviewConsole(lambda: world.service, lambda: auth).handle(flask.request)
+    assert code == 200 and '<a href="/review/health">Health</a>' in index
