@@ -916,6 +916,24 @@ MUTATIONS = [
         ("test_the_dead_man_s_switch_waits_three_sweep_intervals",),
         MONITORING_TESTS,
     ),
+    Mutation(
+        "index-lag-alert-fixed-threshold",
+        "the index-lag alert fires past half the deployment's unknown window, not at a fixed 0.5 s",
+        f"{M}/monitoring.json",
+        '"scale": 1, "per_unknown_window": true',
+        '"scale": 1, "per_unknown_window": false',
+        ("test_the_index_lag_alert_fires_past_half_the_unknown_window_per_mailbox[300]",),
+        MONITORING_TESTS,
+    ),
+    Mutation(
+        "index-lag-field-renamed",
+        "the index_lag metric reads a field its signal carries",
+        "functions/safesend/signals.py",
+        '("mailbox", "kind", "lag_s", "beyond_horizon")',
+        '("mailbox", "kind", "lag", "beyond_horizon")',
+        ("test_every_metric_counts_a_signal_and_reads_only_its_fields[index_lag]",),
+        MONITORING_TESTS,
+    ),
 ]
 
 COPY = [
