@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from safesend.config import settings_table
-from safesend.states import states_table
+from safesend.core.states import states_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -22,7 +22,7 @@ def test_the_settings_table_is_the_one_config_py_generates():
 
 
 def test_the_states_table_is_the_one_states_py_generates():
-    assert block("states") == states_table(), "regenerate it: python -m safesend.states (in functions/)"
+    assert block("states") == states_table(), "regenerate it: python -m safesend.core.states (in functions/)"
 
 
 def test_the_two_set_up_commands_come_first_and_ci_runs_the_test_command():

@@ -10,9 +10,9 @@ from typing import IO, Any
 
 from flask import Request
 
-from .api_decisions import allowed_decider, parse_decision_request, recorded_reviewer
-from .auth import AuthenticationError, PermissionDeniedError, Role
-from .errors import (
+from ..bootstrap.runtime import Runtime
+from ..core.auth import AuthenticationError, PermissionDeniedError, Role
+from ..core.errors import (
     CallbackNotStoredError,
     ConfigurationError,
     DecisionConflictError,
@@ -25,12 +25,12 @@ from .errors import (
     StaleReviewError,
     StoreUnavailableError,
 )
-from .keys import is_job_id, job_id_for
-from .logs import log, mask_emails, set_trace_from_headers
+from ..core.keys import is_job_id, job_id_for
+from ..core.signals import INDEX_MISSING, STORE_UNAVAILABLE, SWEEP_COMPLETED, emit
+from ..core.validation import dedup_key_from_query, parse_send_request
+from ..logs import log, mask_emails, set_trace_from_headers
+from .api_decisions import allowed_decider, parse_decision_request, recorded_reviewer
 from .request_body import detach_body, discard_rest, read_capped
-from .runtime import Runtime
-from .signals import INDEX_MISSING, STORE_UNAVAILABLE, SWEEP_COMPLETED, emit
-from .validation import dedup_key_from_query, parse_send_request
 from .views import http_status_for, job_view, retry_after_s
 
 Response = tuple[dict[str, Any], int, dict[str, str]]

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from . import lifecycle, signals
-from .callbacks import MAX_CALLBACKS
-from .classify import RefusalKind, refusal_kind, unbuildable_failure
-from .config import Settings
-from .errors import (
+from ..config import Settings
+from ..core import lifecycle, signals
+from ..core.callbacks import MAX_CALLBACKS
+from ..core.classify import RefusalKind, refusal_kind, unbuildable_failure
+from ..core.errors import (
     CallbackNotStoredError,
     ConcurrentUpdateError,
     HistoryExpiredError,
@@ -42,24 +42,24 @@ from .errors import (
     StaleReviewError,
     StoreUnavailableError,
 )
-from .health import health_view
+from ..core.health import health_view
+from ..core.keys import job_id_for, message_id_for
+from ..core.lifecycle import QueueSlot, Timing
+from ..core.mailbox_budget import Refusal
+from ..core.mailboxes import DEFAULT_MAILBOX_ID, Mailbox, MailboxDirectory
+from ..core.mime import build_mime
+from ..core.model import Accepted, Delivery, Failure, Job, MailboxHit, iso
+from ..core.notify import ReviewerTargets
+from ..core.policy import ChannelPolicies, ChannelPolicy
+from ..core.ports import CheckScheduler, Cursor, JobStore, Mailer, Notifier, ReviewPublisher
+from ..core.review import review_attributes, review_item
+from ..core.review_messages import answered_card, decision_update
+from ..core.signals import OVERDUE_AFTER_S, emit, refusal_reason
+from ..core.states import SWEPT_STATES, State
+from ..core.validation import SendRequest, message_from_payload, parse_send_request
+from ..logs import log
 from .history import CheckpointCache, copies_in_history
-from .keys import job_id_for, message_id_for
-from .lifecycle import QueueSlot, Timing
-from .logs import log
-from .mailbox_budget import Refusal
-from .mailboxes import DEFAULT_MAILBOX_ID, Mailbox, MailboxDirectory
-from .mime import build_mime
-from .model import Accepted, Delivery, Failure, Job, MailboxHit, iso
-from .notify import ReviewerTargets
-from .policy import ChannelPolicies, ChannelPolicy
-from .ports import CheckScheduler, Cursor, JobStore, Mailer, Notifier, ReviewPublisher
-from .review import review_attributes, review_item
-from .review_messages import answered_card, decision_update
 from .senders import SenderMailboxes
-from .signals import OVERDUE_AFTER_S, emit, refusal_reason
-from .states import SWEPT_STATES, State
-from .validation import SendRequest, message_from_payload, parse_send_request
 
 MAX_RECORD_TRIES = 8  # compare-and-set retries when recording an outcome we must not lose
 MAX_SWEEP_BATCHES = 200  # pages per state and sweep (10,000 jobs at 50 a page); the time budget bounds it too
@@ -410,7 +410,7 @@ class SafeSendService:
     def mailboxes_report(self, limit: int = MAX_PLACE_SCAN) -> dict[str, Any]:
         """What GET /mailboxes and the console show: each mailbox's budget (the shared ledger), its
         backlog of queued jobs (at most `limit` read from the store) and its state."""
-        from .mailbox_views import mailboxes_view
+        from ..core.mailbox_views import mailboxes_view
 
         now = self.clock()
         directory = self.senders.directory
