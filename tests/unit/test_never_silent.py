@@ -310,12 +310,12 @@ def _api(world) -> HttpApi:
 
 # --------------------------------------------------------------------------- 8.4 MIME before the claim
 def test_a_message_that_cannot_be_built_is_refused_before_anything_is_stored(world, monkeypatch):
-    import safesend.usecases.service as service_module
+    import safesend.usecases.send as send_module
 
     def refuse(*args, **kwargs):
         raise ValueError("header block would be altered")
 
-    monkeypatch.setattr(service_module, "build_mime", refuse)
+    monkeypatch.setattr(send_module, "build_mime", refuse)
     with pytest.raises(RequestValidationError) as info:
         world.service.submit(world.request())
     assert "message" in info.value.fields
@@ -323,11 +323,11 @@ def test_a_message_that_cannot_be_built_is_refused_before_anything_is_stored(wor
 
 
 def test_the_first_attempt_sends_the_bytes_checked_before_the_claim(world, monkeypatch):
-    import safesend.usecases.service as service_module
+    import safesend.usecases.send as send_module
 
     built = []
-    real = service_module.build_mime
-    monkeypatch.setattr(service_module, "build_mime", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    real = send_module.build_mime
+    monkeypatch.setattr(send_module, "build_mime", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
     _job, _ = world.service.submit(world.request())
     assert len(built) == 1 and world.mailbox.raws == built  # built once, before the claim, and sent as is
 
