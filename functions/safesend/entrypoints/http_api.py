@@ -6,11 +6,10 @@ import io
 import json
 import logging
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from flask import Request
 
-from ..bootstrap.runtime import Runtime
 from ..core.auth import AuthenticationError, PermissionDeniedError, Role
 from ..core.errors import (
     CallbackNotStoredError,
@@ -32,6 +31,9 @@ from ..logs import log, mask_emails, set_trace_from_headers
 from .api_decisions import allowed_decider, parse_decision_request, recorded_reviewer
 from .request_body import detach_body, discard_rest, read_capped
 from .views import http_status_for, job_view, retry_after_s
+
+if TYPE_CHECKING:  # a type only: the composition root (bootstrap) sits above the entry points
+    from ..bootstrap.runtime import Runtime
 
 Response = tuple[dict[str, Any], int, dict[str, str]]
 JSON = {"Content-Type": "application/json"}
