@@ -40,3 +40,16 @@ def test_the_n8n_section_follows_the_two_commands_and_names_only_shipped_workflo
     section = text.split("## n8n", 1)[1].split("\n## ", 1)[0]
     for name in re.findall(r"`([a-z-]+\.json)`", section):
         assert (README.parent / "examples" / "n8n" / name).is_file(), name
+
+
+def test_where_things_live_maps_every_layer_folder_and_names_real_modules():
+    text = README.read_text()
+    section = text.split("### Where things live", 1)[1].split("**States**", 1)[0]
+    package = README.parent / "functions" / "safesend"
+    layers = {p.parent.name for p in package.glob("*/__init__.py")}
+    mapped = set(re.findall(r"^  (\w+)/ ", section, re.M))
+    assert mapped == layers, "one line per layer folder of functions/safesend"
+    named = re.findall(r"`(\w+/\w+\.py)`", section)
+    assert {"core/policy.py", "usecases/send.py"} <= set(named)  # where a resend decision happens
+    for path in named:
+        assert (package / path).is_file(), path
