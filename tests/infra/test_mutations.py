@@ -878,7 +878,7 @@ MUTATIONS = [
     Mutation(
         "renamed-log-event",
         "a signal renamed in the code no longer matches its metric",
-        "functions/safesend/signals.py",
+        "functions/safesend/core/signals.py",
         'SWEEP_COMPLETED = "sweep_completed"',
         'SWEEP_COMPLETED = "sweep_done"',
         (
@@ -928,7 +928,7 @@ MUTATIONS = [
     Mutation(
         "index-lag-field-renamed",
         "the index_lag metric reads a field its signal carries",
-        "functions/safesend/signals.py",
+        "functions/safesend/core/signals.py",
         '("mailbox", "kind", "lag_s", "beyond_horizon")',
         '("mailbox", "kind", "lag", "beyond_horizon")',
         ("test_every_metric_counts_a_signal_and_reads_only_its_fields[index_lag]",),

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from devstack.stack import SweepTicker
-from safesend.classify import TransportErrorKind, classify_transport
+from safesend.core.classify import TransportErrorKind, classify_transport
 from tests.unit.conftest import make_world
 from tests.unit.test_http_api import call
 from tests.unit.test_signals import open_api
@@ -56,7 +56,7 @@ def test_get_health_over_http_and_503_when_the_store_cannot_say():
     assert status == 200 and body["status"] == "ok" and body["sweep_interval_s"] == 300.0
 
     def down(*args: Any) -> Any:
-        from safesend.errors import StoreUnavailableError
+        from safesend.core.errors import StoreUnavailableError
 
         raise StoreUnavailableError("down")
 
@@ -116,8 +116,8 @@ def _wait(condition: Any, timeout_s: float = 5.0) -> bool:
 
 def test_health_shows_the_last_notice_given_up_and_the_last_reviewer_notice_overdue():
     """Issue 20.4: what the alerts callback_given_up and reviewer_notice_overdue ask, from the store."""
-    from safesend.lifecycle import current_review_id
-    from safesend.model import Delivery
+    from safesend.core.lifecycle import current_review_id
+    from safesend.core.model import Delivery
     from tests.unit.test_messengers import FlakyReceiver
     from tests.unit.test_reviewers import in_review
 
@@ -156,7 +156,7 @@ def test_the_console_health_page_shows_what_get_health_answers():
     """Issue 20.4: GET /review/health (Jinja, as the other pages), linked from every page's nav."""
     import flask
 
-    from safesend.console import ReviewConsole
+    from safesend.entrypoints.console import ReviewConsole
     from tests.unit.test_console import dev_auth
     from tests.unit.test_lag_watch import run_tasks
 

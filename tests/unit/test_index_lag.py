@@ -6,10 +6,10 @@ from __future__ import annotations
 import itertools
 from datetime import UTC, datetime, timedelta
 
-from safesend import index_lag
-from safesend.lifecycle import Timing, apply_mailbox_check, new_job, start_attempt
-from safesend.policy import ChannelPolicy, OnUnknown
-from safesend.states import State
+from safesend.core import index_lag
+from safesend.core.lifecycle import Timing, apply_mailbox_check, new_job, start_attempt
+from safesend.core.policy import ChannelPolicy, OnUnknown
+from safesend.core.states import State
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 WINDOW, HORIZON = 3.0, 10.0

@@ -9,9 +9,9 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from safesend import index_lag
-from safesend.classify import TransportErrorKind, classify_transport
-from safesend.states import State
+from safesend.core import index_lag
+from safesend.core.classify import TransportErrorKind, classify_transport
+from safesend.core.states import State
 from tests.unit.conftest import World, make_world
 from tests.unit.test_http_api import call
 from tests.unit.test_signals import lines, open_api  # noqa: F401 - the fixture

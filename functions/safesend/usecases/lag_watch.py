@@ -19,17 +19,17 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from . import index_lag, signals
-from .errors import HistoryExpiredError, PublishError, SchedulerError, StoreUnavailableError
+from ..core import index_lag, signals
+from ..core.errors import HistoryExpiredError, PublishError, SchedulerError, StoreUnavailableError
+from ..core.index_lag import Probe, Raise
+from ..core.lifecycle import Timing
+from ..core.model import Job, iso
+from ..core.policy import ChannelPolicy
+from ..core.ports import CheckScheduler, JobStore, ReviewPublisher
+from ..core.signals import emit
+from ..logs import log
 from .history import copies_in_history
-from .index_lag import Probe, Raise
-from .lifecycle import Timing
-from .logs import log
-from .model import Job, iso
-from .policy import ChannelPolicy
-from .ports import CheckScheduler, JobStore, ReviewPublisher
 from .senders import SenderMailboxes
-from .signals import emit
 
 MAX_RECORD_TRIES = 5  # compare-and-set rounds of one observation (instances rarely write the same mailbox)
 RECORDS_TTL_S = 2.0  # the effective windows are read from the store at most this often per instance

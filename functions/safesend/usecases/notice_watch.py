@@ -10,11 +10,11 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from .errors import StoreUnavailableError
-from .logs import log
-from .model import iso
-from .ports import JobStore
-from .signals import CALLBACK_GIVEN_UP, REVIEWER_NOTICE_OVERDUE
+from ..core.errors import StoreUnavailableError
+from ..core.model import iso
+from ..core.ports import JobStore
+from ..core.signals import CALLBACK_GIVEN_UP, REVIEWER_NOTICE_OVERDUE
+from ..logs import log
 
 RECORDS = (CALLBACK_GIVEN_UP, REVIEWER_NOTICE_OVERDUE)
 
