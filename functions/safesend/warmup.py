@@ -19,8 +19,12 @@ The build is mostly imports (googleapiclient, httplib2, google-auth: ~10^5 objec
 as the instance), and the cyclic garbage collector's passes over them while they are created find
 nothing to free: paused for the build, it costs about a fifth less CPU
 (bench/results/2026-12-01-send-coldstart-simulator.md). The pause is process-wide for those
-~0.1 s; reference counting still frees everything that is not in a cycle, and the collector
-resumes where it was.
+~0.1 s; reference counting still frees everything that is not in a cycle. Resumed as it was, the
+collector would then owe a full pass over every object (~25 ms at the build's ~70,000), on the
+first request's path: so what exists by then is frozen first (gc.freeze: moved to a generation the
+collector never scans, the pattern Python's documentation gives for pre-fork servers, where the
+master also freezes before forking). Those objects are the instance's modules and clients, kept
+for its lifetime anyway.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ def run_warm_up(warm: Callable[[], None]) -> None:
     except Exception as exc:  # noqa: BLE001 - an optimisation: never take the worker down
         log(logging.WARNING, "start-up warm-up failed; the first request builds instead", error_type=type(exc).__name__)
     finally:
+        gc.freeze()
         if collecting:
             gc.enable()
 
@@ -65,12 +70,13 @@ def start_warm_up(warm: Callable[[], None]) -> threading.Thread:
 
 def warm_after_fork(target: str, warm: Callable[[], None]) -> bool:
     """Arrange `warm` to run in a background thread of each forked child when `target` is one of
-    WARM_TARGETS; False (nothing arranged) for the others."""
+    WARM_TARGETS (the master freezing its imports before it forks); False (nothing arranged) for
+    the others."""
     if target not in WARM_TARGETS:
         return False
 
     def in_child() -> None:
         start_warm_up(warm)
 
-    os.register_at_fork(after_in_child=in_child)
+    os.register_at_fork(before=gc.freeze, after_in_child=in_child)
     return True

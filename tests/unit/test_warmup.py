@@ -120,10 +120,17 @@ def test_a_failed_warm_up_is_logged_and_left_to_the_first_request(monkeypatch: p
 
 
 def test_the_warm_up_builds_with_the_cyclic_collector_paused_and_resumes_it() -> None:
-    """The build is imports of long-lived objects: collector passes during it are wasted CPU."""
+    """The build is imports of long-lived objects: collector passes during it are wasted CPU, and
+    what it built is frozen before the collector resumes (no full pass over it on the first request)."""
     seen: list[bool] = []
-    run_warm_up(lambda: seen.append(gc.isenabled()))
-    assert seen == [False] and gc.isenabled()
+    gc.unfreeze()
+    built = [object(), {}]  # stands for the build's long-lived objects (tracked containers)
+    try:
+        run_warm_up(lambda: seen.append(gc.isenabled()))
+        assert seen == [False] and gc.isenabled()
+        assert gc.get_freeze_count() >= len(built)
+    finally:
+        gc.unfreeze()
     gc.disable()  # a process that had it off keeps it off
     try:
         run_warm_up(lambda: None)
