@@ -71,6 +71,7 @@ MAX_INJECTED_ERRORS = 10_000
 MAX_MESSAGES = 200_000
 TOKEN_LIFETIME_S = 3599
 FEDERATED_AUDIENCE = "api://AzureADTokenExchange"  # what Entra expects as `aud` of a federated assertion
+LOGIN_AUTHORITY = "https://login.microsoftonline.com"
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 MAX_ASSERTION_CHARS = 16_384
 
@@ -497,7 +498,9 @@ class GraphSimulator:
         }
 
     def openid_configuration(self, tenant: str) -> dict[str, Any]:
-        base = f"{self.url}/{tenant}"
+        """Entra's own https URLs, as the real tenant answers them (MSAL accepts nothing else): a client
+        points its HTTP at this simulator for that host (safesend.adapters.graph_auth.BoundedLoginHttp)."""
+        base = f"{LOGIN_AUTHORITY}/{tenant}"
         return {
             "token_endpoint": f"{base}/oauth2/v2.0/token",
             "authorization_endpoint": f"{base}/oauth2/v2.0/authorize",
