@@ -144,7 +144,7 @@ class GraphMailer:
         }
         answer = self._read(f"{self._base}/{SENT_ITEMS}?{urlencode(query, quote_via=quote)}", self._deadline())
         items = [i for i in _values(answer) if i.get("internetMessageId") == message_id]
-        return _named_copies(items)
+        return named_copies(items)
 
     def stored_message_id(self, gmail_id: str) -> str | None:
         """The internetMessageId Sent Items holds for a copy (one try). For a 202's first copy: our
@@ -227,13 +227,13 @@ class GraphMailer:
             delta_link, next_link = answer.get("@odata.deltaLink"), answer.get("@odata.nextLink")
             if isinstance(delta_link, str):
                 token = self._token_of(delta_link, "$deltatoken")
-                return HistoryPage(tuple(_named_copies(items)), token, complete=True, pages=pages)
+                return HistoryPage(tuple(named_copies(items)), token, complete=True, pages=pages)
             if not isinstance(next_link, str):
                 raise MailboxUnavailableError("graph delta answer has neither nextLink nor deltaLink")
             url = (
                 f"{self._base}/{SENT_ITEMS}/delta?{urlencode({'$skiptoken': self._token_of(next_link, '$skiptoken')})}"
             )
-        return HistoryPage(tuple(_named_copies(items)), start or "", complete=False, pages=max_pages)
+        return HistoryPage(tuple(named_copies(items)), start or "", complete=False, pages=max_pages)
 
     def _token_of(self, link: str, name: str) -> str:
         """The state token of a Graph link; the link's host is not trusted (the token alone is kept)."""
@@ -302,7 +302,7 @@ def _values(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return values
 
 
-def _named_copies(items: list[dict[str, Any]]) -> list[MailboxHit]:
+def named_copies(items: list[dict[str, Any]]) -> list[MailboxHit]:
     """Hits in Sent Items (label SENT), the earliest of each Message-ID named graph-first:<id>."""
     ordered = sorted(items, key=lambda i: (str(i.get("createdDateTime") or ""), i["id"]))
     seen: set[str] = set()
