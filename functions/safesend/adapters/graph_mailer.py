@@ -49,6 +49,7 @@ MAX_HITS_INSPECTED = 10
 DELTA_PAGE_SIZE = 100
 DEFAULT_DELTA_PAGES = 5
 MAX_DELTA_PAGES = 50
+IMMUTABLE_IDS = 'IdType="ImmutableId"'
 CHECKPOINT_LOOKBACK_S = 60.0  # a checkpoint's round starts this far back: a few items, one page
 MESSAGE_ID_CACHE_SIZE = 2048
 _TOKEN = re.compile(r"[A-Za-z0-9_.~%=-]{1,2048}")
@@ -252,8 +253,9 @@ class GraphMailer:
                 self._sleep(pause)
             try:
                 headers = self._headers(min(time.monotonic() + self._read_timeout_s, deadline))
-                if prefer:
-                    headers["prefer"] = prefer
+                # Immutable ids: a copy's default id can change after sending (msgraph-sdk-dotnet#2947),
+                # which would make one copy two names (a false duplicate).
+                headers["prefer"] = IMMUTABLE_IDS + (f", {prefer}" if prefer else "")
                 transport = OneShotHttp(
                     timeout=self._read_timeout_s,
                     deadline=min(time.monotonic() + self._read_timeout_s, deadline),
