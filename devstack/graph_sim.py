@@ -60,7 +60,7 @@ from devstack.gmail_sim import (
     _SimHTTPServer,
 )
 
-__all__ = ["GraphSimulator", "graph_error_body", "main"]
+__all__ = ["GraphSimulator", "graph_error_body", "immutable_id", "main"]
 
 DEFAULT_PAGE_SIZE = 10  # message delta's documented default page size
 MAX_PAGE_SIZE = 1000
@@ -397,7 +397,7 @@ class GraphSimulator:
         now = self.now()
         return [i for i in box.items if i.visible_at <= now]
 
-    def list_sent(self, user: str, params: dict[str, list[str]]) -> dict[str, Any]:
+    def list_sent(self, user: str, params: dict[str, list[str]], immutable: bool = False) -> dict[str, Any]:
         """Sent Items, filtered by internetMessageId (the only $filter here), $select honoured."""
         box = self._box(user)
         expr = _one(params, "$filter")
@@ -410,17 +410,20 @@ class GraphSimulator:
         if match is not None:
             wanted = match["value"].replace("''", "'")
             items = [i for i in items if i.internet_message_id == wanted]
-        return {"value": [_resource(i, _select(params)) for i in items[:top]]}
+        return {"value": [_resource(i, _select(params), immutable) for i in items[:top]]}
 
-    def get_message(self, user: str, message_id: str, params: dict[str, list[str]]) -> dict[str, Any]:
+    def get_message(
+        self, user: str, message_id: str, params: dict[str, list[str]], immutable: bool = False
+    ) -> dict[str, Any]:
         box = self._box(user)
         with self._lock:
-            found = next((i for i in box.items if i.id == message_id), None)
+            found = next((i for i in box.items if message_id in (i.id, immutable_id(i.id))), None)
         if found is None:
             raise GraphError(404, "ErrorItemNotFound", "The specified object was not found in the store.")
-        return _resource(found, _select(params))
+        return _resource(found, _select(params), immutable)
 
     def delta(self, user: str, params: dict[str, list[str]], prefer: str | None, base: str) -> dict[str, Any]:
+        immutable = _wants_immutable_ids(prefer)
         """One page of a delta round: a new round, a $skiptoken page, or a $deltatoken round."""
         box = self._box(user)
         size = _page_size(prefer)
@@ -445,7 +448,7 @@ class GraphSimulator:
                 pending = self._round(box, seen, since, inclusive)
             page, rest = pending[:size], pending[size:]
             by_id = {i.id: i for i in box.items}
-            values = [_resource(by_id[i], _select(params) or None) for i in page if i in by_id]
+            values = [_resource(by_id[i], _select(params) or None, immutable) for i in page if i in by_id]
             new_seen = seen | frozenset(page)
             new_state = _SyncState(box.user, new_seen, since, inclusive, now, rest)
             new_token = secrets.token_urlsafe(18)
@@ -556,9 +559,19 @@ def _parse_jwt(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return decoded[0], decoded[1]
 
 
-def _resource(item: _Item, select: list[str] | None) -> dict[str, Any]:
+def immutable_id(default_id: str) -> str:
+    """The immutable id Graph gives the same item under `Prefer: IdType="ImmutableId"` (a default id
+    can change after the message is sent; an immutable one does not)."""
+    return "AAkAL" + default_id.removeprefix("AAMk")
+
+
+def _wants_immutable_ids(prefer: str | None) -> bool:
+    return 'idtype="immutableid"' in (prefer or "").lower().replace(" ", "")
+
+
+def _resource(item: _Item, select: list[str] | None, immutable: bool = False) -> dict[str, Any]:
     full = {
-        "id": item.id,
+        "id": immutable_id(item.id) if immutable else item.id,
         "internetMessageId": item.internet_message_id,
         "createdDateTime": _iso(item.created_at),
         "receivedDateTime": _iso(item.created_at),
@@ -668,13 +681,13 @@ class _GraphHandler(_SimHandler):
             sim.send_mail(user, self.headers.get("Content-Type") or "", body)
             return 202, None
         if method == "GET" and rest in _SENT_ITEMS:
-            return 200, sim.list_sent(user, params)
+            return 200, sim.list_sent(user, params, _wants_immutable_ids(self.headers.get("Prefer")))
         if method == "GET" and rest in tuple(f"{p}/delta" for p in _SENT_ITEMS):
             base = f"{sim.url}/v1.0/users/{user}/{rest}"
             return 200, sim.delta(user, params, self.headers.get("Prefer"), base)
         message = _MESSAGE_PATH.fullmatch(rest)
         if message and method == "GET":
-            return 200, sim.get_message(user, message["id"], params)
+            return 200, sim.get_message(user, message["id"], params, _wants_immutable_ids(self.headers.get("Prefer")))
         raise GraphError(400, "BadRequest", f"Resource not found for the segment '{rest}'.")
 
 
