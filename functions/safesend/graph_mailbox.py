@@ -12,7 +12,8 @@ Why its own module: mailboxes.py parses the pool model for every provider; what 
     # certificate_secret = "graph-cert-m365"  # Secret Manager: {"private_key": PEM, "thumbprint": hex}
     # limits unset: Exchange Online's (EXCHANGE_ONLINE_LIMITS)
 
-`api_endpoint` and `login_endpoint` point at a local simulator (devstack/graph_sim.py) only.
+`api_endpoint` and `login_endpoint` point at a local simulator (devstack/graph_sim.py) only; an
+`api_endpoint` without a `login_endpoint` is a simulator that asks for no token (as a Gmail simulator).
 """
 
 from __future__ import annotations
