@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from safesend.adapters.graph_mailer import FIRST_COPY_PREFIX, first_copy_id, named_copies
-from safesend.model import Accepted, Failure, HistoryPage, MailboxHit
+from safesend.core.model import Accepted, Failure, HistoryPage, MailboxHit
 from tests.fakes import FakeMailer
 
 

@@ -26,8 +26,8 @@ from safesend.adapters.graph_auth import (
     federated_credential,
 )
 from safesend.adapters.graph_mailer import FIRST_COPY_PREFIX, GraphMailer, first_copy_id
-from safesend.errors import HistoryExpiredError
-from safesend.model import Accepted, Bucket, Failure
+from safesend.core.errors import HistoryExpiredError
+from safesend.core.model import Accepted, Bucket, Failure
 
 USER = "shop@contoso.example"
 TENANT = "tenant-1"

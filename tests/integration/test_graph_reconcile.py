@@ -16,10 +16,10 @@ from devstack.memory_store import InMemoryJobStore
 from devstack.relay import FaultRelay
 from safesend.adapters.graph_mailer import GraphMailer, first_copy_id
 from safesend.config import Settings
-from safesend.policy import ChannelPolicies
-from safesend.service import SafeSendService
-from safesend.states import State
-from safesend.validation import parse_send_request
+from safesend.core.policy import ChannelPolicies
+from safesend.core.states import State
+from safesend.core.validation import parse_send_request
+from safesend.usecases.service import SafeSendService
 from tests.fakes import FakeClock, FakeNotifier, FakePublisher, FakeScheduler
 from tests.unit.conftest import CALLBACKS, POLICIES, TIMING
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.classify import RefusalKind, refusal_kind
-from safesend.graph_classify import classify_graph, graph_error_code, retry_after_seconds
-from safesend.model import Bucket
+from safesend.core.classify import RefusalKind, refusal_kind
+from safesend.core.graph_classify import classify_graph, graph_error_code, retry_after_seconds
+from safesend.core.model import Bucket
 
 PROPS = settings(max_examples=200, deadline=None)
 NOT, MAYBE = Bucket.NOT_ACCEPTED, Bucket.MAYBE_ACCEPTED

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from safesend import mailbox_budget, runtime
 from safesend.adapters.graph_mailer import GraphMailer
+from safesend.bootstrap import runtime
 from safesend.config import Settings
-from safesend.errors import ConfigurationError
-from safesend.mailbox_budget import Budget, Reservation
-from safesend.mailboxes import PRESETS, MailboxDirectory
+from safesend.core import mailbox_budget
+from safesend.core.errors import ConfigurationError
+from safesend.core.mailbox_budget import Budget, Reservation
+from safesend.core.mailboxes import PRESETS, MailboxDirectory
 
 GRAPH = {
     "kind": "graph",

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safesend.adapters.graph_mailer import first_copy_id, named_copies
-from safesend.classify import TransportErrorKind, classify_transport
-from safesend.graph_classify import classify_graph
-from safesend.states import State
+from safesend.core.classify import TransportErrorKind, classify_transport
+from safesend.core.graph_classify import classify_graph
+from safesend.core.states import State
 from tests.unit.conftest import make_world
 
 ACCEPT = "accept"

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from ..errors import MailboxUnavailableError
+from ..core.errors import MailboxUnavailableError
 
 GRAPH_SCOPE = "https://graph.microsoft.com/.default"
 LOGIN_AUTHORITY = "https://login.microsoftonline.com"

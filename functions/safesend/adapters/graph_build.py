@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
 from .graph_auth import (
     BoundedLoginHttp,
     GoogleIdTokenAssertion,
@@ -22,7 +22,7 @@ from .graph_mailer import GRAPH_ENDPOINT, GraphMailer
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..mailboxes import Mailbox
+    from ..core.mailboxes import Mailbox
 
 
 def build_graph_mailer(settings: Settings, mailbox: Mailbox) -> GraphMailer:

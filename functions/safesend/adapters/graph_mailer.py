@@ -30,10 +30,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
-from ..classify import TransportErrorKind, classify_transport
-from ..errors import HistoryExpiredError, MailboxUnavailableError
-from ..graph_classify import classify_graph, graph_error_code, retry_after_seconds
-from ..model import Accepted, Bucket, Failure, HistoryPage, MailboxHit
+from ..core.classify import TransportErrorKind, classify_transport
+from ..core.errors import HistoryExpiredError, MailboxUnavailableError
+from ..core.graph_classify import classify_graph, graph_error_code, retry_after_seconds
+from ..core.model import Accepted, Bucket, Failure, HistoryPage, MailboxHit
 from .one_shot_http import DEADLINE_SLACK_S, MAX_BODY_BYTES, OneShotHttp, TransportError
 
 if TYPE_CHECKING:
