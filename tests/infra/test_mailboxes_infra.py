@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from . import hcl_eval as H  # noqa: N812 - H reads like the HCL it evaluates
-from .support import FUNCTIONS, HCL2_LIB, INFRA, MODULE, TOOL, infra_bin, locals_of, run_tool
+from .support import FUNCTIONS, HCL2_LIB, MODULE, TOOL, infra_bin, locals_of, run_tool
 from .test_env_parity import env_spec
 from .tfmodel import ModuleModel
 
@@ -23,8 +24,8 @@ def safesend_mailboxes():
     return mailboxes
 
 
-def example_tfvars(env: str) -> dict:
-    path = INFRA / "envs" / env / "terraform.tfvars.example"
+def example_tfvars() -> dict:
+    path = Path(__file__).with_name("fixtures") / "mailboxes.tfvars"
     proc = run_tool([str(infra_bin("python")), "-I", str(TOOL), "hcl", str(HCL2_LIB), str(path)])
     assert proc.returncode == 0, proc.stderr
     parsed = json.loads(proc.stdout)[str(path)]
@@ -33,7 +34,7 @@ def example_tfvars(env: str) -> dict:
 
 
 def test_the_dev_example_renders_a_document_mailboxes_py_accepts():
-    tfvars = example_tfvars("dev")
+    tfvars = example_tfvars()
     model = ModuleModel({"mailboxes": tfvars["mailboxes"], "mailbox_pools": tfvars["mailbox_pools"]})
     rendered = model.local("function_env")["send"]["SAFESEND_MAILBOXES_JSON"]
     directory = safesend_mailboxes().MailboxDirectory.from_mapping(json.loads(rendered))

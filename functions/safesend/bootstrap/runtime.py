@@ -142,8 +142,11 @@ class LazyMailer:
             return self._mailer
 
     def warm(self) -> None:
-        """Build now, off the request path (safesend/bootstrap/warmup.py); raises what the build raised."""
-        self._get()
+        """Build now, off the request path (safesend/bootstrap/warmup.py), the adapter's own client
+        included when it has a warm() (the Gmail discovery client); raises what the build raised."""
+        warm_adapter = getattr(self._get(), "warm", None)
+        if callable(warm_adapter):
+            warm_adapter()
 
     def _for_read(self) -> Mailer:
         try:
