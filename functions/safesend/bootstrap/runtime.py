@@ -203,6 +203,11 @@ def build_mailbox_mailer(settings: Settings, mailbox: Mailbox) -> Mailer:
     keyless delegation as its delegated user, or its own OAuth token read from Secret Manager; none
     against a local simulator (SAFESEND_GMAIL_API_ENDPOINT without credentials), as for the default."""
 
+    if mailbox.kind == "graph":  # a Microsoft 365 mailbox: adapters/graph_build.py
+        from ..adapters.graph_build import build_graph_mailer
+
+        return LazyMailer(lambda: build_graph_mailer(settings, mailbox))
+
     def build() -> Mailer:
         from ..adapters.gmail_auth import load_gmail_credentials
         from ..adapters.gmail_mailer import GmailMailer
