@@ -29,6 +29,7 @@ from ..core.ports import CheckScheduler, JobStore, ReviewPublisher
 from ..core.signals import emit
 from ..logs import log
 from .history import copies_in_history
+from .notice_watch import incident_untold
 from .senders import SenderMailboxes
 
 MAX_RECORD_TRIES = 5  # compare-and-set rounds of one observation (instances rarely write the same mailbox)
@@ -167,7 +168,7 @@ class LagWatch:
         try:
             self.publisher.publish(item, attributes)
         except PublishError as exc:
-            log(logging.ERROR, "index lag incident not published", mailbox=raised.mailbox, error=str(exc))
+            incident_untold(self.store, self.clock(), "index_lag", incident, str(exc))
 
     def _schedule(self, job: Job, probe: Probe) -> None:
         assert self.scheduler is not None  # noqa: S101 - start() returns without one

@@ -31,6 +31,7 @@ from ..core.states import State
 from ..core.validation import SendRequest, message_from_payload
 from ..logs import log
 from .jobs import BUDGET_RETRY, MAX_RECORD_TRIES, JobRecords
+from .notice_watch import incident_untold
 
 
 class SendJobs(JobRecords):
@@ -226,7 +227,7 @@ class SendJobs(JobRecords):
         try:
             self.publisher.publish(item, {"kind": "mailbox_incident", "mailbox": mailbox.id, "incident": incident})
         except PublishError as exc:
-            log(logging.ERROR, "mailbox incident not published", mailbox=mailbox.id, error=str(exc))
+            incident_untold(self.store, self.clock(), "mailbox_exhausted", incident, str(exc))
 
     def _take_turn(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
         """A queued job's turn (its mailbox's paced queue, or the sweeper): send it now if the budget
