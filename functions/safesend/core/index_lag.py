@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .model import Job
 from .policy import ChannelPolicy
 
 KEEP = 200  # observations per mailbox and kind: the rolling window the percentiles read
@@ -34,8 +36,13 @@ KINDS = ("search", "history")  # the search index (rfc822msgid:), the change log
 HEADROOM = 2.0  # a raised window is this many times the largest lag seen
 PROBE_FIRST_S = 0.5  # the first look after the accept
 PROBE_GROWTH = 1.25  # each later look this much later (since the accept): a lag is measured within 25 %
+CLOCK_SKEW_S = 60.0  # the instance that created a job and the one that sent it may disagree this much
 MAX_PROBES = 64  # 0.5 s * 1.25^63 is far past any horizon: the horizon ends a probe first
 STEP_PREFIX = "lag"
+# A step as Probe.step writes it, read from a request body: ASCII digits (str.isdigit() also says yes
+# to "²"), an instant before the year 2286 (13 digits of ms, within datetime's range), at most
+# MAX_PROBES looks, each kind once and in KINDS' order.
+_STEP = re.compile(rf"{STEP_PREFIX}-([0-9]{{1,13}})-([0-9]{{1,2}})-(sh|s|h)")
 
 
 def samples_key(kind: str) -> str:
@@ -150,16 +157,20 @@ def first_probe(accepted_at: datetime, history: bool) -> Probe:
 
 def parse_step(step: object) -> Probe | None:
     """The probe a task's step names (None: not a probe step, or malformed)."""
-    if not isinstance(step, str) or not step.startswith(STEP_PREFIX + "-"):
-        return None
-    parts = step.split("-")
-    if len(parts) != 4 or not parts[1].isdigit() or not parts[2].isdigit():
+    match = _STEP.fullmatch(step) if isinstance(step, str) else None
+    if match is None:
         return None
     by_code = {kind[0]: kind for kind in KINDS}
-    if not parts[3] or any(code not in by_code for code in parts[3]):
-        return None
-    accepted_at = datetime.fromtimestamp(int(parts[1]) / 1000, UTC)
-    return Probe(accepted_at, int(parts[2]), tuple(by_code[code] for code in parts[3]))
+    accepted_at = datetime.fromtimestamp(int(match[1]) / 1000, UTC)
+    return Probe(accepted_at, int(match[2]), tuple(by_code[code] for code in match[3]))
+
+
+def plausible_probe(probe: Probe, job: Job, now: datetime) -> bool:
+    """Whether a probe can be this job's: the job was accepted (it names a copy) and the step's accept
+    lies within its life, after its creation and not after now (give or take CLOCK_SKEW_S). A step
+    that fails this was not written by start(): measuring it would record a made-up lag."""
+    skew = timedelta(seconds=CLOCK_SKEW_S)
+    return job.provider_ref is not None and job.created_at - skew <= probe.accepted_at <= now + skew
 
 
 def is_probe_step(step: object) -> bool:

@@ -69,9 +69,9 @@ class LagWatch:
         StoreUnavailableError pass: the task is tried again."""
         probe = index_lag.parse_step(step)
         job = self.store.get(job_id) if probe is not None else None
-        if probe is None or job is None:
-            return "lag_probe_unknown"
         now = self.clock()
+        if probe is None or job is None or not index_lag.plausible_probe(probe, job, now):
+            return "lag_probe_unknown"
         mailbox = self.senders.current(job)
         mailer = self.senders.mailer(mailbox)
         found: list[str] = []
