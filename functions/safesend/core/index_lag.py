@@ -15,7 +15,10 @@ mailbox's EFFECTIVE unknown window:
   cover (the verification can miss a second copy). Recorded once, for an alert and the reviewers.
 
 The record (a dict, as every store keeps it): {"search_s": [...], "history_s": [...], "window_s":
-raised window or None, "raised_at", "beyond_horizon_at", "updated_at"}; lags are seconds, newest last.
+raised window or None, "raised_at", "beyond_horizon_at", "updated_at", and "untold_*" while a raise's
+notice is not confirmed told}; lags are seconds, newest last. The raise and its notice cannot be one
+write: the raise stays untold in the record until its teller confirms, and one unconfirmed past
+TELL_LEASE_S is claimed and told again (at least once; once when all goes well).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ PROBE_GROWTH = 1.25  # each later look this much later (since the accept): a lag
 CLOCK_SKEW_S = 60.0  # the instance that created a job and the one that sent it may disagree this much
 MAX_PROBES = 64  # 0.5 s * 1.25^63 is far past any horizon: the horizon ends a probe first
 STEP_PREFIX = "lag"
+TELL_LEASE_S = 30.0  # a raise's teller confirms within this, else the next writer or the sweep tells it
+UNTOLD_KEYS = ("untold_previous_s", "untold_window_s", "untold_observed_s", "untold_beyond", "untold_at")
 # A step as Probe.step writes it, read from a request body: ASCII digits (str.isdigit() also says yes
 # to "²"), an instant before the year 2286 (13 digits of ms, within datetime's range), at most
 # MAX_PROBES looks, each kind once and in KINDS' order.
@@ -93,6 +98,82 @@ class Raise:
 
 
 def observe(
+    record: Mapping[str, Any] | None,
+    mailbox: str,
+    kind: str,
+    lag_s: float,
+    now: datetime,
+    configured_s: float,
+    horizon_s: float,
+    beyond_horizon: bool = False,
+) -> tuple[dict[str, Any], Raise | None]:
+    """The record with one observation added, and the raise this writer must tell, if any: the one
+    its observation caused (merged with one still untold), or an untold one past its lease (claimed
+    by this write). The raise stays in the record as `untold` until its teller confirms (told())."""
+    changed, raised = _observe(record, mailbox, kind, lag_s, now, configured_s, horizon_s, beyond_horizon)
+    pending = untold(record, mailbox)
+    if raised is None:
+        return claim_untold(changed, mailbox, now)
+    if pending is not None:  # an earlier raise not yet confirmed: told together with this one
+        earlier = pending[0]
+        raised = Raise(
+            mailbox,
+            min(earlier.previous_s, raised.previous_s),
+            max(earlier.window_s, raised.window_s),
+            max(earlier.observed_s, raised.observed_s),
+            earlier.beyond_horizon or raised.beyond_horizon,
+        )
+    return _with_untold(changed, raised, now), raised
+
+
+def untold(record: Mapping[str, Any] | None, mailbox: str) -> tuple[Raise, datetime] | None:
+    """The raise the record holds as not yet told, and when it was last claimed (None: none)."""
+    if record is None or not isinstance(record.get("untold_at"), datetime):
+        return None
+    try:
+        raised = Raise(
+            mailbox,
+            float(record["untold_previous_s"]),
+            float(record["untold_window_s"]),
+            float(record["untold_observed_s"]),
+            bool(record["untold_beyond"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    return raised, record["untold_at"]
+
+
+def claim_untold(record: Mapping[str, Any] | None, mailbox: str, now: datetime) -> tuple[dict[str, Any], Raise | None]:
+    """The record claimed for telling its untold raise again, when its last claim is older than
+    TELL_LEASE_S (its teller's publish failed, its instance died, or its write's answer was lost)."""
+    changed = dict(record or {})
+    pending = untold(record, mailbox)
+    if pending is None or now - pending[1] < timedelta(seconds=TELL_LEASE_S):
+        return changed, None
+    return _with_untold(changed, pending[0], now), pending[0]
+
+
+def told(record: Mapping[str, Any] | None, raised: Raise) -> dict[str, Any] | None:
+    """The record without its untold raise now that `raised` was told; None when it holds another
+    (a later raise, its own writer tells it) or none."""
+    pending = untold(record, raised.mailbox)
+    if record is None or pending is None or pending[0] != raised:
+        return None
+    return {key: value for key, value in record.items() if key not in UNTOLD_KEYS}
+
+
+def _with_untold(changed: dict[str, Any], raised: Raise, now: datetime) -> dict[str, Any]:
+    changed.update(
+        untold_previous_s=raised.previous_s,
+        untold_window_s=raised.window_s,
+        untold_observed_s=raised.observed_s,
+        untold_beyond=raised.beyond_horizon,
+        untold_at=now,
+    )
+    return changed
+
+
+def _observe(
     record: Mapping[str, Any] | None,
     mailbox: str,
     kind: str,

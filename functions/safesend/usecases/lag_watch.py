@@ -131,9 +131,37 @@ class LagWatch:
             beyond_horizon=beyond_horizon,
         )
         if raised is not None:
-            self._tell(raised)
+            self._tell_and_confirm(raised)
 
-    def _tell(self, raised: Raise) -> None:
+    def tell_untold(self) -> int:
+        """The sweep's backstop: each raise not confirmed told within TELL_LEASE_S (its publish
+        failed, its instance died, its write's answer was lost) is claimed and told again. Returns
+        how many. Raises StoreUnavailableError."""
+        told = 0
+        for mailbox in sorted(self.store.mailbox_lags()):
+            record, token = self.store.read_mailbox_lag(mailbox)
+            claimed, raised = index_lag.claim_untold(record, mailbox, self.clock())
+            if raised is None or not self.store.write_mailbox_lag(mailbox, claimed, token):
+                continue  # nothing left untold, or another instance claimed it first
+            self._tell_and_confirm(raised)
+            told += 1
+        return told
+
+    def _tell_and_confirm(self, raised: Raise) -> None:
+        """Tell the raise; once its notice is out, take it off the record (else it is told again)."""
+        if not self._tell(raised):
+            return
+        try:
+            for _ in range(MAX_RECORD_TRIES):
+                record, token = self.store.read_mailbox_lag(raised.mailbox)
+                cleared = index_lag.told(record, raised)
+                if cleared is None or self.store.write_mailbox_lag(raised.mailbox, cleared, token):
+                    return
+        except StoreUnavailableError as exc:
+            log(logging.WARNING, "index lag notice told, not confirmed: told again later", error=str(exc))
+
+    def _tell(self, raised: Raise) -> bool:
+        """The signals and the reviewers' notice; False when the notice could not be published."""
         if raised.beyond_horizon:
             emit(
                 signals.INDEX_LAG_BEYOND_HORIZON,
@@ -154,7 +182,7 @@ class LagWatch:
                 observed_s=raised.observed_s,
             )
         if self.publisher is None:
-            return
+            return True
         incident = f"{raised.mailbox}:index_lag:{int(raised.window_s * 1000)}:{int(raised.beyond_horizon)}"
         text = incident_text(raised, self.timing.verify_horizon_s)
         item = {"kind": "index_lag", "incident": incident, "mailbox": raised.mailbox, "message": text}
@@ -167,7 +195,14 @@ class LagWatch:
         try:
             self.publisher.publish(item, attributes)
         except PublishError as exc:
-            log(logging.ERROR, "index lag incident not published", mailbox=raised.mailbox, error=str(exc))
+            log(
+                logging.ERROR,
+                "index lag incident not published: told again later",
+                mailbox=raised.mailbox,
+                error=str(exc),
+            )
+            return False
+        return True
 
     def _schedule(self, job: Job, probe: Probe) -> None:
         assert self.scheduler is not None  # noqa: S101 - start() returns without one
