@@ -14,12 +14,11 @@ import pytest
 
 from safesend.adapters.graph_auth import MAX_LOGIN_BODY_BYTES, BoundedLoginHttp, GraphAuthError
 
-
 DRIP_BYTES, DRIP_PAUSE_S = 30, 0.1  # 3 s of answer, a byte every 0.1 s: each read well within timeout
 
 
 class _Hostile(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length") or 0))
         self.send_response(200)
         self.send_header("content-type", "application/json")
