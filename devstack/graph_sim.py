@@ -158,6 +158,7 @@ class GraphSimulator:
         self._rewrite_message_ids = False
         self._require_auth = require_auth
         self._sync_state_ttl_s = DEFAULT_SYNC_STATE_TTL_S
+        self._expired_sync_state_status = 410
         self._limits = Limits()
         self._boxes: dict[str, _Mailbox] = {}
         self._states: OrderedDict[str, _SyncState] = OrderedDict()
@@ -248,7 +249,8 @@ class GraphSimulator:
 
     def configure(self, **settings: Any) -> None:
         """index_lag_s, save_to_sent_items, rewrite_message_ids, require_auth, sync_state_ttl_s,
-        messages_per_minute, recipients_per_day (None: no limit)."""
+        expired_sync_state_status (410, or 400 `syncStateNotFound` as Graph answers for some
+        resources), messages_per_minute, recipients_per_day (None: no limit)."""
         unknown = sorted(
             set(settings)
             - {
@@ -257,6 +259,7 @@ class GraphSimulator:
                 "rewrite_message_ids",
                 "require_auth",
                 "sync_state_ttl_s",
+                "expired_sync_state_status",
                 "messages_per_minute",
                 "recipients_per_day",
             }
@@ -276,6 +279,10 @@ class GraphSimulator:
                 if not 0.0 < ttl <= MAX_CLOCK_ADVANCE_S:
                     raise ValueError("sync_state_ttl_s must be positive")
                 self._sync_state_ttl_s = ttl
+            if "expired_sync_state_status" in settings:
+                if settings["expired_sync_state_status"] not in (400, 410):
+                    raise ValueError("expired_sync_state_status must be 400 or 410")
+                self._expired_sync_state_status = int(settings["expired_sync_state_status"])
             changes: dict[str, Any] = {}
             if "messages_per_minute" in settings:
                 # One "send" costs METHOD_UNITS["send"] units in gmail_quota: a window of that many.
@@ -434,8 +441,11 @@ class GraphSimulator:
                 state = self._states.get(token)
                 if state is None or state.user != box.user or state.issued_at + self._sync_state_ttl_s <= now:
                     self._states.pop(token, None)
+                    status = self._expired_sync_state_status
                     raise GraphError(
-                        410, "SyncStateNotFound", "The sync state generation is not found. Sync again from scratch."
+                        status,
+                        "SyncStateNotFound" if status == 410 else "syncStateNotFound",
+                        "The sync state generation is not found. Sync again from scratch.",
                     )
                 if state.pending and _one(params, "$skiptoken"):
                     pending = state.pending
