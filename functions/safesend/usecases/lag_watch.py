@@ -33,6 +33,7 @@ from .senders import SenderMailboxes
 
 MAX_RECORD_TRIES = 5  # compare-and-set rounds of one observation (instances rarely write the same mailbox)
 RECORDS_TTL_S = 2.0  # the effective windows are read from the store at most this often per instance
+RECORDS_STALE_S = 60.0  # last known windows serve a store outage this long, then reconcile waits for them
 INCIDENT_KIND = "index_lag"  # the review item's `incident_kind` attribute: notify tells it as such
 
 
@@ -213,15 +214,16 @@ class LagWatch:
 
     # ------------------------------------------------------------------- the effective window
     def records(self, fresh: bool = False) -> dict[str, dict[str, Any]]:
-        """Every mailbox's lag record, read at most every RECORDS_TTL_S (the last known ones, or
-        none, when the store cannot say: the configured window then holds)."""
+        """Every mailbox's lag record, read at most every RECORDS_TTL_S. When the store cannot say,
+        the ones read within RECORDS_STALE_S hold (a raise is never undone); else StoreUnavailableError:
+        the configured window would be smaller than a raised one, and a resend on it a duplicate."""
         due = self._records_at is None or self.monotonic() - self._records_at >= RECORDS_TTL_S
         if fresh or due:
             try:
                 self._records = self.store.mailbox_lags()
                 self._records_at = self.monotonic()
             except StoreUnavailableError as exc:
-                if fresh:
+                if fresh or self._records_at is None or self.monotonic() - self._records_at > RECORDS_STALE_S:
                     raise
                 log(logging.WARNING, "index lag records unreadable: the last known windows hold", error=str(exc))
         return self._records
