@@ -27,8 +27,9 @@ from urllib.parse import urlsplit
 import requests
 
 from ..core.errors import MailboxUnavailableError
+from ..core.graph_hosts import GLOBAL_GRAPH_SCOPE
 
-GRAPH_SCOPE = "https://graph.microsoft.com/.default"
+GRAPH_SCOPE = GLOBAL_GRAPH_SCOPE
 LOGIN_AUTHORITY = "https://login.microsoftonline.com"
 FEDERATED_AUDIENCE = "api://AzureADTokenExchange"
 ID_TOKEN_REUSE_S = 300.0  # an ID token is reused this long (it lives an hour; MSAL asks rarely anyway)
@@ -121,8 +122,10 @@ class GraphTokens:
         client_id: str,
         credential: dict[str, Any],
         http: BoundedLoginHttp,
+        scope: str = GRAPH_SCOPE,
     ):
         self._tenant_id = tenant_id
+        self._scope = scope
         self._client_id = client_id
         self._credential = credential
         self._http = http
@@ -147,7 +150,7 @@ class GraphTokens:
         """A valid access token (MSAL's cache first), obtained before `deadline`."""
         self._http.within(deadline)
         try:
-            result = self._application().acquire_token_for_client(scopes=[GRAPH_SCOPE])
+            result = self._application().acquire_token_for_client(scopes=[self._scope])
         except GraphAuthError:
             raise
         except Exception as exc:
