@@ -1,0 +1,327 @@
+"""The gate's speed without losing a check (issue 21.5): `scripts/test.sh --fast` is lint + the unit
+tests on pytest-xdist workers, the full gate stays serial under pytest-cov, run-local.sh bootstraps
+only what it runs, and the mutation suite's nested runs skip what they do not use.
+
+The scripts run in a scratch copy with stub tools that record their arguments, never in this
+checkout (a real bootstrap installs; a real gate runs for minutes)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ALL_PARTS = ["venv", "tasks", "infra", "tfplugin", "emulators", "chromium", "postgres"]
+RECORDER = (
+    '#!/usr/bin/env bash\nprintf "%s %s\\n" "{name}" "$*" >> "{log}"\n'
+    'if [[ -n "${{STUB_FAILS_ON:-}}" && "$*" == *"$STUB_FAILS_ON"* ]]; then exit 1; fi\n'
+)
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without the suite's coverage or xdist settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE_", "PYTEST_XDIST", "SAFESEND_TEST"))}
+
+
+def scratch_scripts(tmp_path: Path, script: str) -> Path:
+    """A copy of scripts/<script> whose bootstrap.sh, lint.sh and .venv/bin/python only record calls."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / script, tmp_path / "scripts" / script)
+    log = tmp_path / "calls.log"
+    stubs = {"scripts/bootstrap.sh": "bootstrap", "scripts/lint.sh": "lint", ".venv/bin/python": "python"}
+    for path, name in stubs.items():
+        if path == f"scripts/{script}":
+            continue
+        target = tmp_path / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(RECORDER.format(name=name, log=log))
+        target.chmod(0o755)
+    return log
+
+
+def run_script(
+    tmp_path: Path, script: str, *args: str, fails_on: str = "", status: int = 0, env: dict[str, str] | None = None
+) -> list[str]:
+    """The calls the script made; a stub whose arguments contain `fails_on` exits 1."""
+    log = scratch_scripts(tmp_path, script)
+    done = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / script), *args],
+        env={**clean_env(), "STUB_FAILS_ON": fails_on, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == status, done.stdout + done.stderr
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def bootstrap_parts(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """scripts/bootstrap.sh --list in an empty scratch tree: were it to install, it would fail at once."""
+    (tmp_path / "scripts").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "scripts" / "bootstrap.sh", tmp_path / "scripts" / "bootstrap.sh")
+    return subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "bootstrap.sh"), *args, "--list"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+# ------------------------------------------------------------------ scripts/test.sh
+def test_the_full_gate_is_everything_bootstrapped_then_lint_then_the_serial_suite_under_coverage(tmp_path):
+    assert run_script(tmp_path, "test.sh") == [
+        "bootstrap --for test",
+        "lint ",
+        "python -m pytest --cov --cov-report=term-missing:skip-covered",  # serial: no -n
+    ]
+
+
+def test_fast_is_lint_then_the_unit_and_property_tests_without_emulators(tmp_path):
+    calls = run_script(tmp_path, "test.sh", "--fast")
+    assert calls == [
+        "bootstrap --for fast",
+        "lint ",
+        "python -m pytest tests/unit -n 2 --dist loadfile",
+    ]
+
+
+def test_fasts_workers_can_be_set_and_nonsense_is_refused(tmp_path):
+    five, zero = tmp_path / "five", tmp_path / "zero"
+    for scratch in (five, zero):
+        scratch.mkdir()
+    calls = run_script(five, "test.sh", "--fast", env={"SAFESEND_TEST_WORKERS": "5"})
+    assert calls[-1] == "python -m pytest tests/unit -n 5 --dist loadfile"
+    assert run_script(zero, "test.sh", "--fast", env={"SAFESEND_TEST_WORKERS": "0"}, status=2) == []
+
+
+def test_fast_takes_no_pytest_arguments(tmp_path):
+    assert run_script(tmp_path, "test.sh", "--fast", "-x", status=2) == []
+
+
+def test_arguments_are_just_pytest_after_the_test_bootstrap(tmp_path):
+    assert run_script(tmp_path, "test.sh", "tests/unit", "-x") == [
+        "bootstrap --for test",
+        "python -m pytest tests/unit -x",
+    ]
+
+
+def test_ci_runs_the_full_gate_not_the_fast_one():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/test.sh\n" in ci and "--fast" not in ci
+
+
+# ------------------------------------------------------------------ scripts/bootstrap.sh, run-local.sh
+def test_run_local_bootstraps_only_what_it_runs(tmp_path):
+    calls = run_script(tmp_path, "run-local.sh", "--no-auth")
+    assert calls == ["bootstrap --for run", "python -m devstack.stack --no-auth"]
+
+
+@pytest.mark.parametrize(
+    ("purpose", "parts"),
+    [
+        ("run", ["venv", "tasks", "emulators"]),  # no checkov, Terraform, chromium, PostgreSQL server
+        ("fast", ["venv"]),
+        ("test", ALL_PARTS),
+    ],
+)
+def test_each_purpose_installs_its_parts(tmp_path, purpose, parts):
+    done = bootstrap_parts(tmp_path, "--for", purpose)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == parts
+
+
+def test_run_adds_the_postgresql_server_only_for_the_postgres_store(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "bootstrap.sh", tmp_path / "scripts" / "bootstrap.sh")
+    done = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "bootstrap.sh"), "--for", "run", "--list"],
+        env={**clean_env(), "SAFESEND_STORE": "postgres"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["venv", "tasks", "emulators", "postgres"]
+
+
+def test_without_a_purpose_bootstrap_installs_everything_as_before(tmp_path):
+    done = bootstrap_parts(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ALL_PARTS
+
+
+def test_the_test_purpose_installs_every_part_the_script_defines():
+    defined = re.findall(r"^part_(\w+)\(\) \{$", (ROOT / "scripts" / "bootstrap.sh").read_text(), re.MULTILINE)
+    assert defined == ALL_PARTS
+
+
+def test_an_unknown_purpose_is_refused(tmp_path):
+    done = bootstrap_parts(tmp_path, "--for", "everything")
+    assert done.returncode == 1
+    assert "--for takes run, test or fast" in done.stderr
+
+
+SCRATCH_MODULE = """
+import os
+import pytest
+
+@pytest.fixture(scope="module")
+def started_on():
+    return os.environ["PYTEST_XDIST_WORKER"]
+
+@pytest.mark.parametrize("n", range(6))
+def test_where(started_on, n):
+    with open(os.environ["WHERE_LOG"], "a") as log:
+        log.write(f"{__name__} {started_on} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+"""
+
+
+def test_fasts_workers_keep_a_module_and_its_module_scoped_fixture_on_one_worker(tmp_path):
+    """Real xdist on a scratch suite, as test.sh --fast runs it: --dist loadfile never splits a module."""
+    for name in ("test_alpha", "test_beta", "test_gamma"):
+        (tmp_path / f"{name}.py").write_text(SCRATCH_MODULE)
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    where = tmp_path / "where.log"
+    env = {**clean_env(), "WHERE_LOG": str(where)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "18 passed" in done.stdout
+    rows = [line.split() for line in where.read_text().splitlines()]
+    workers: dict[str, set[str]] = {}
+    for module, fixture_worker, test_worker in rows:
+        assert fixture_worker == test_worker
+        workers.setdefault(module, set()).add(test_worker)
+    assert sorted(workers) == ["test_alpha", "test_beta", "test_gamma"]
+    assert all(len(on) == 1 for on in workers.values()), workers
+    assert len(set().union(*workers.values())) == 2, "both workers got work"
+
+
+STUB_PYTHON = """#!/usr/bin/env bash
+# A venv's python: records pip calls; every check and import it is asked for succeeds.
+if [[ "$1" == "-m" && "$2" == "pip" ]]; then
+    printf '%s %s\\n' "$0" "$*" >> "{log}"
+elif [[ "$*" == *cache_tag* ]]; then
+    echo "stub-311 3.11.0"
+fi
+exit 0
+"""
+
+
+def scratch_bootstrap(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """bootstrap.sh with the project's locks, stub venvs and a stub Java + Cloud SDK: it runs for
+    real and records what it would pip install."""
+    for name in ("scripts/bootstrap.sh", "requirements.txt", "requirements-dev.txt", "requirements-infra.in"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    for name in ("requirements.txt", "requirements-postgres.txt"):
+        (tmp_path / "functions").mkdir(exist_ok=True)
+        shutil.copy(ROOT / "functions" / name, tmp_path / "functions" / name)
+    log = tmp_path / "pip.log"
+    for venv in (".venv", ".venv-tasks"):
+        python = tmp_path / venv / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        python.write_text(STUB_PYTHON.replace("{log}", str(log)))
+        python.chmod(0o755)
+    sdk = tmp_path / "sdk" / "platform"
+    (sdk / "cloud-firestore-emulator").mkdir(parents=True)
+    (sdk / "cloud-firestore-emulator" / "cloud-firestore-emulator.jar").write_bytes(b"")
+    pubsub = sdk / "pubsub-emulator" / "bin" / "cloud-pubsub-emulator"
+    pubsub.parent.mkdir(parents=True)
+    pubsub.write_text("#!/bin/sh\n")
+    pubsub.chmod(0o755)
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\nexit 0\n")
+    java.chmod(0o755)
+    env = {
+        **clean_env(),
+        "PYTHON": sys.executable,
+        "JAVA_HOME": str(tmp_path / "jdk"),
+        "SAFESEND_GCLOUD_SDK_ROOT": str(tmp_path / "sdk"),
+        "TMPDIR": str(tmp_path),
+    }
+    return log, env
+
+
+def pip_installs(tmp_path: Path, env: dict[str, str], log: Path, purpose: str) -> list[str]:
+    """The `-r FILE`s (and the venv) of each pip install one bootstrap run did."""
+    before = log.read_text().splitlines() if log.exists() else []
+    done = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "bootstrap.sh"), "--for", purpose],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    after = log.read_text().splitlines() if log.exists() else []
+    installs = []
+    for line in after[len(before) :]:
+        venv = Path(line.split()[0]).parents[1].name
+        requirement = re.search(r"-r (\S+)", line)
+        installs.append(f"{venv} {requirement.group(1) if requirement else 'pinned'}")
+    return installs
+
+
+def test_run_installs_the_runtime_lock_and_a_venv_made_for_the_tests_serves_it(tmp_path):
+    log, env = scratch_bootstrap(tmp_path)
+    assert pip_installs(tmp_path, env, log, "run") == [
+        ".venv functions/requirements-postgres.txt",  # the deployed runtime, not the test tools
+        ".venv-tasks pinned",
+    ]
+    assert pip_installs(tmp_path, env, log, "run") == []  # stamped: nothing to do
+    assert pip_installs(tmp_path, env, log, "fast") == [".venv requirements-dev.txt"]  # the tests add the rest
+    assert pip_installs(tmp_path, env, log, "run") == []  # the dev set holds the runtime's pins
+
+
+def test_the_unit_tests_have_the_same_ids_in_every_process():
+    """xdist refuses to run when its workers collect different ids (a parameter minted per run)."""
+    first, second = (collected_ids("tests/unit") for _ in range(2))
+    assert first == second, sorted(set(first) ^ set(second))[:6]
+
+
+def collected_ids(*paths: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", *paths],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_bootstraps_list_of_provider_wheels_is_python_that_runs():
+    """A `python -c` line indented with the shell code is an IndentationError, and `for x in $(...)`
+    hides it: the fresh clone would download no provider wheel at all."""
+    code = re.search(
+        r'wheels="\$\("\$INFRA_VENV/bin/python" -c "(.*?)"\)"', (ROOT / "scripts" / "bootstrap.sh").read_text(), re.S
+    )
+    assert code is not None
+    done = subprocess.run(
+        [sys.executable, "-c", code.group(1)], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert all("==" in requirement for requirement in done.stdout.split()) and done.stdout.split()
