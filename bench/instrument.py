@@ -219,13 +219,13 @@ class GmailCallCounter:
     def __init__(self, sim: Any, calls: tuple[tuple[str, str], ...] = GMAIL_CALLS):
         self._sim = sim
         self._calls = calls  # the simulator's methods and their labels (GRAPH_CALLS for a GraphSimulator)
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         for name, label in calls:
             original = getattr(sim, name)
 
             def wrapper(*args: Any, _original: Any = original, _label: str = label, **kwargs: Any) -> Any:
-                with self._lock:
+                with self.lock:
                     self.counts[_label] += 1
                 return _original(*args, **kwargs)
 
@@ -237,7 +237,7 @@ class GmailCallCounter:
             self._sim.__dict__.pop(name, None)
 
     def snapshot(self) -> Counter[str]:
-        with self._lock:
+        with self.lock:
             return Counter(self.counts)
 
 

@@ -56,7 +56,7 @@ from safesend.usecases.service import SafeSendService
 from tests.fakes import FakeClock
 
 from .common import DOMAIN, SENDER, Budget, progress
-from .graph_column import GRAPH_BENCH_WHAT, graph_mailer, graph_rows
+from .graph_column import GRAPH_BENCH_WHAT, count_checkpoint_apart, graph_mailer, graph_rows
 from .instrument import (
     GRAPH_CALLS,
     CountingPublisher,
@@ -312,8 +312,10 @@ def _graph_variant(tag: str, clock: FakeClock, closers: list[Callable[[], Any]])
     relay = FaultRelay(sim.url).start()
     closers += [relay.stop, sim.stop]
     mailer = graph_mailer(relay.url, clock)
+    counter = GmailCallCounter(sim, GRAPH_CALLS)
+    count_checkpoint_apart(mailer, counter)  # before the services take the checkpoint reader
     variant = _firestore_variant(tag, _service_factory(relay.url, clock, mailer), closers, kind="graph")
-    variant.driver = _Driver(relay, clock, sim, GmailCallCounter(sim, GRAPH_CALLS), effect_key="internetMessageId")
+    variant.driver = _Driver(relay, clock, sim, counter, effect_key="internetMessageId")
     return variant
 
 
