@@ -135,6 +135,9 @@ class _Mailbox:
     items: list[_Item] = field(default_factory=list)
 
 
+GLOBAL_SCOPE = "https://graph.microsoft.com/.default"  # the global service's; a national cloud has its own
+
+
 class GraphSimulator:
     """In-process Graph mail subset server; controllable from Python or over ``/_sim/*`` HTTP endpoints."""
 
@@ -146,8 +149,10 @@ class GraphSimulator:
         clock: Callable[[], float] = time.time,
         verbose: bool = False,
         require_auth: bool = False,
+        token_scope: str = GLOBAL_SCOPE,
     ) -> None:
         _require_loopback(host)
+        self.token_scope = token_scope  # the cloud this simulator plays (a national cloud: its own host)
         self.verbose = verbose
         self._host = host
         self._port = port
@@ -499,7 +504,7 @@ class GraphSimulator:
             raise _oauth_error("unsupported_grant_type", "AADSTS70003: grant_type must be client_credentials")
         client_id = _one(form, "client_id")
         scope = _one(form, "scope") or ""
-        if not client_id or "https://graph.microsoft.com/.default" not in scope.split():
+        if not client_id or self.token_scope not in scope.split():
             raise _oauth_error("invalid_request", "AADSTS90014: client_id and the Graph .default scope are required")
         if _one(form, "client_assertion_type") != ASSERTION_TYPE or not _one(form, "client_assertion"):
             raise _oauth_error("invalid_client", "AADSTS7000218: a client_assertion is required")

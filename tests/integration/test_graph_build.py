@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -18,6 +19,7 @@ from cryptography.x509.oid import NameOID
 
 from devstack.graph_sim import GraphSimulator
 from safesend.adapters import graph_build, secret_manager
+from safesend.adapters.graph_auth import GraphAuthError
 from safesend.adapters.graph_mailer import GraphMailer
 from safesend.config import Settings
 from safesend.core.errors import ConfigurationError, HistoryExpiredError
@@ -123,3 +125,44 @@ def test_a_delta_checkpoint_answered_400_sync_state_not_found_is_expired(sim) ->
     sim.advance_clock(2)
     with pytest.raises(HistoryExpiredError):
         mailer.added_since(checkpoint)
+
+
+@pytest.mark.parametrize(
+    ("api_host", "scope"),
+    [
+        ("graph.microsoft.us", "https://graph.microsoft.us/.default"),
+        ("dod-graph.microsoft.us", "https://dod-graph.microsoft.us/.default"),
+        ("microsoftgraph.chinacloudapi.cn", "https://microsoftgraph.chinacloudapi.cn/.default"),
+    ],
+)
+def test_a_national_cloud_mailbox_asks_its_own_clouds_token_scope(sim, monkeypatch, api_host, scope) -> None:
+    """A national cloud refuses a global-service token: the mailer built for a mailbox on
+    graph.microsoft.us (etc.) asks Entra for that host's `.default` scope. The simulator plays that
+    cloud's token endpoint; the Graph host itself is never called here."""
+    pem, thumbprint = certificate()
+    monkeypatch.setattr(
+        secret_manager, "read_secret", lambda project, name: json.dumps({"private_key": pem, "thumbprint": thumbprint})
+    )
+    doc = {
+        "mailboxes": {
+            "gov": {
+                "address": USER,
+                "kind": "graph",
+                "tenant_id": "tenant-1",
+                "client_id": CLIENT,
+                "certificate_secret": "graph-cert-gov",
+                "api_endpoint": f"https://{api_host}",
+                "login_endpoint": sim.url,
+            }
+        }
+    }
+    mailer = graph_build.build_graph_mailer(SETTINGS, MailboxDirectory.from_mapping(doc).get("gov"))
+    tokens = mailer._tokens  # the token source the mailer authorises its requests with
+    assert tokens is not None
+    sim.token_scope = scope
+    assert tokens.token(time.monotonic() + 5.0)
+    sim.token_scope = "https://graph.microsoft.com/.default"  # the global service refuses that token
+    with pytest.raises(GraphAuthError):
+        graph_build.build_graph_mailer(SETTINGS, MailboxDirectory.from_mapping(doc).get("gov"))._tokens.token(
+            time.monotonic() + 5.0
+        )

@@ -11,6 +11,7 @@ import pytest
 from safesend.bootstrap.runtime import check_configuration
 from safesend.config import CLOUD_MARKERS, Settings
 from safesend.core.errors import ConfigurationError
+from safesend.core.graph_hosts import token_scope
 
 BASE = {"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_AUTH_API_KEYS": ""}
 APP = {"tenant_id": "00000000-0000-0000-0000-000000000000", "client_id": "11111111-1111-1111-1111-111111111111"}
@@ -87,3 +88,12 @@ def test_a_graph_mailbox_without_endpoints_starts_on_cloud():
 def test_the_simulator_endpoints_still_work_on_a_local_stack():
     settings = Settings.from_env(env_with(None, api_endpoint="http://127.0.0.1:8099"))
     assert settings.mailboxes_json is not None
+
+
+def test_the_token_scope_follows_the_graph_host_and_defaults_to_the_global_service() -> None:
+    assert token_scope(None) == "https://graph.microsoft.com/.default"
+    assert token_scope("https://graph.microsoft.com") == "https://graph.microsoft.com/.default"
+    assert token_scope("https://graph.microsoft.us/") == "https://graph.microsoft.us/.default"
+    assert token_scope("https://dod-graph.microsoft.us") == "https://dod-graph.microsoft.us/.default"
+    assert token_scope("https://microsoftgraph.chinacloudapi.cn") == "https://microsoftgraph.chinacloudapi.cn/.default"
+    assert token_scope("http://127.0.0.1:8765") == "https://graph.microsoft.com/.default"  # a local simulator

@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING
 
 from ..core.errors import ConfigurationError
+from ..core.graph_hosts import token_scope
 from .graph_auth import (
     BoundedLoginHttp,
     GoogleIdTokenAssertion,
@@ -55,7 +56,7 @@ def build_graph_mailer(settings: Settings, mailbox: Mailbox) -> GraphMailer:
     http = BoundedLoginHttp(settings.send_timeout_s, graph.login_endpoint)
     return GraphMailer(
         mailbox.user_id,
-        GraphTokens(graph.tenant_id, graph.client_id, credential, http),
+        GraphTokens(graph.tenant_id, graph.client_id, credential, http, token_scope(graph.api_endpoint)),
         api_endpoint=graph.api_endpoint or GRAPH_ENDPOINT,
         send_timeout_s=settings.send_timeout_s,
         read_timeout_s=settings.read_timeout_s,

@@ -23,6 +23,20 @@ GRAPH_HOSTS = frozenset(
 LOGIN_HOSTS = frozenset({"login.microsoftonline.com", "login.microsoftonline.us", "login.chinacloudapi.cn"})
 
 
+GLOBAL_GRAPH_SCOPE = "https://graph.microsoft.com/.default"
+
+
+def token_scope(api_endpoint: str | None) -> str:
+    """The app-only token's scope for the Graph host the mailer calls: a national cloud's token is
+    for its own Graph host (graph.microsoft.us, dod-graph.microsoft.us, microsoftgraph.chinacloudapi.cn),
+    and a global-service token is refused there. Anything else (no endpoint, a local simulator) asks
+    for the global service's scope."""
+    host = urlsplit(api_endpoint).hostname if api_endpoint else None
+    if host in GRAPH_HOSTS:
+        return f"https://{host}/.default"
+    return GLOBAL_GRAPH_SCOPE
+
+
 def cloud_endpoint_problems(mailbox_id: str, graph: GraphSettings) -> list[str]:
     """What a deployed function must not run with, for one Graph mailbox (empty: fine)."""
     problems = []

@@ -13,7 +13,7 @@ from typing import Any
 from ..core.errors import StoreUnavailableError
 from ..core.model import iso
 from ..core.ports import JobStore
-from ..core.signals import CALLBACK_GIVEN_UP, REVIEWER_NOTICE_OVERDUE
+from ..core.signals import CALLBACK_GIVEN_UP, REVIEWER_NOTICE_OVERDUE, emit
 from ..logs import log
 
 RECORDS = (CALLBACK_GIVEN_UP, REVIEWER_NOTICE_OVERDUE)
@@ -43,3 +43,20 @@ def notices_view(store: JobStore, now: datetime) -> dict[str, Any]:
             continue
         view[name] = {**record, "at": iso(record["at"]), "age_s": round((now - record["at"]).total_seconds(), 1)}
     return view
+
+
+def incident_untold(store: JobStore, now: datetime, kind: str, incident: str, error: str) -> None:
+    """A mailbox incident (daily limit, index lag) could not be published to the reviewers: it has no
+    job and no outbox to retry it, so it is never silent another way: the `reviewer_notice_overdue`
+    alert ("reviewers are not being told") fires on this line, and /health shows it."""
+    emit(
+        REVIEWER_NOTICE_OVERDUE,
+        logging.ERROR,
+        "mailbox incident not published: the reviewers were not told",
+        job_id=None,
+        kind=kind,
+        notice_id=incident,
+        tries=1,
+        error=error[:200],
+    )
+    note(store, REVIEWER_NOTICE_OVERDUE, now, job_id=None, kind=kind, notice_id=incident)

@@ -31,6 +31,7 @@ from ..core.states import State
 from ..core.validation import SendRequest, message_from_payload
 from ..logs import log
 from .jobs import BUDGET_RETRY, MAX_RECORD_TRIES, JobRecords
+from .notice_watch import incident_untold
 
 
 class SendJobs(JobRecords):
@@ -203,13 +204,8 @@ class SendJobs(JobRecords):
         """Reviewers hear of a mailbox's daily limit once per incident (whichever instance met it
         first: the ledger says so), never once per job: its jobs wait, none fails for it."""
         incident = f"{mailbox.id}:{int(until.timestamp())}"
-        log(
-            logging.ERROR,
-            "mailbox exhausted: Gmail's daily sending limit; its jobs wait or move within the pool",
-            event="mailbox_exhausted",
-            mailbox=mailbox.id,
-            until=iso(until),
-        )
+        message = "mailbox exhausted: Gmail's daily sending limit; its jobs wait or move within the pool"
+        log(logging.ERROR, message, event="mailbox_exhausted", mailbox=mailbox.id, until=iso(until))
         if self.publisher is None:
             return
         item = {
@@ -226,7 +222,7 @@ class SendJobs(JobRecords):
         try:
             self.publisher.publish(item, {"kind": "mailbox_incident", "mailbox": mailbox.id, "incident": incident})
         except PublishError as exc:
-            log(logging.ERROR, "mailbox incident not published", mailbox=mailbox.id, error=str(exc))
+            incident_untold(self.store, self.clock(), "mailbox_exhausted", incident, str(exc))
 
     def _take_turn(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
         """A queued job's turn (its mailbox's paced queue, or the sweeper): send it now if the budget
