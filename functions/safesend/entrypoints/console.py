@@ -225,26 +225,23 @@ class ReviewConsole:
     def mailboxes(self, request: Request) -> Response:
         """The sender mailboxes' budgets (GET /mailboxes' data): used and limit for the minute and
         the day, backlog, next free slot, state. Read-only."""
-        refused = self._only(request, ("GET", "HEAD"))
-        if refused:
-            return refused
-        _auth, reviewer, failure = self._identify(request)
-        if failure:
-            return failure
-        service = self._service()
-        if isinstance(service, tuple):
-            return service
-        try:
-            report = service.mailboxes_report()
-        except StoreUnavailableError as exc:
-            log(logging.ERROR, "review console could not read the mailboxes", error=str(exc))
-            return self._unavailable(reviewer)
-        return self._page("mailboxes.html", "Sender mailboxes", reviewer, report=report)
+        return self._read_only_page(
+            request, "mailboxes.html", "Sender mailboxes", "mailboxes", lambda s: {"report": s.mailboxes_report()}
+        )
 
     # ------------------------------------------------------------------ GET /review/health
     def health(self, request: Request) -> Response:
         """What GET /health answers (the questions the alerts ask), for a person: the last sweep,
         overdue jobs, the oldest review item, notices nobody heard, each mailbox's index lag."""
+        return self._read_only_page(
+            request, "health.html", "Health", "health", lambda s: {"health": s.health(s.sweep_interval_s)}
+        )
+
+    def _read_only_page(
+        self, request: Request, template: str, title: str, what: str, read: Callable[[Any], dict[str, Any]]
+    ) -> Response:
+        """A GET-only page of one store read: the same identity, refusal and outage answers as the
+        queue's, so a new read-only page cannot forget one of them."""
         refused = self._only(request, ("GET", "HEAD"))
         if refused:
             return refused
@@ -255,11 +252,11 @@ class ReviewConsole:
         if isinstance(service, tuple):
             return service
         try:
-            view = service.health(service.sweep_interval_s)
+            context = read(service)
         except StoreUnavailableError as exc:
-            log(logging.ERROR, "review console could not read the health", error=str(exc))
+            log(logging.ERROR, f"review console could not read the {what}", error=str(exc))
             return self._unavailable(reviewer)
-        return self._page("health.html", "Health", reviewer, health=view)
+        return self._page(template, title, reviewer, **context)
 
     # ------------------------------------------------------------------ GET /review/items/<id>
     def item(self, request: Request, job_id: str) -> Response:
