@@ -1023,9 +1023,15 @@ def apply(mutation: Mutation, tree: Path) -> None:
     path.write_text(text.replace(mutation.old, mutation.new))
 
 
+# What pytest's -k takes as one name (matched as a substring of each test's name, parameters included).
+K_NAME = re.compile(r"[\w:+\-.\[\]\\/]+")
+
+
 def keyword(needles) -> str:
-    """A -k expression selecting the tests (functions) the needles name."""
-    names = sorted({re.sub(r"\[.*", "", n) for n in needles})
+    """A -k expression selecting the tests the needles name: a needle with its parameters
+    (`test_x[reviewers]`, `test_y[keyless`) selects only those cases, not all of test_x's: the
+    same nodes that can contain the needle, so the verdict is the same for a fraction of the CPU."""
+    names = sorted({n if K_NAME.fullmatch(n) else re.sub(r"\[.*", "", n) for n in needles})
     return " or ".join(names)
 
 

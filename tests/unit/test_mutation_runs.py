@@ -65,3 +65,29 @@ def test_the_infra_checks_need_no_plugin_but_the_timeout_one():
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_a_needle_with_parameters_selects_only_those_cases(tmp_path):
+    """`test_x[reviewers]` runs test_x's reviewers case, not its ten scenarios (an env-parity
+    mutation ran all ten: ~14 CPU-s instead of ~2), and the nodes that can contain it all run."""
+    from tests.infra import test_mutations
+
+    select = test_mutations.keyword(["test_x[b-1]", "test_y[key", "test_z"])
+    assert select == "test_x[b-1] or test_y[key or test_z"
+    (tmp_path / "test_sel.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.parametrize('p', ['a-1', 'b-1', 'b-10'])\ndef test_x(p): pass\n"
+        "@pytest.mark.parametrize('p', ['key1', 'nokey'])\ndef test_y(p): pass\n"
+        "@pytest.mark.parametrize('p', [1, 2])\ndef test_z(p): pass\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:randomly", "--collect-only", "-q", "-k", select, "test_sel.py"],
+        cwd=tmp_path,
+        env={**clean_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    selected = {line.split("::")[1] for line in done.stdout.splitlines() if "::" in line}
+    assert selected == {"test_x[b-1]", "test_y[key1]", "test_z[1]", "test_z[2]"}, done.stdout
