@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import json
 import os
 import re
@@ -53,16 +54,50 @@ def tf_files() -> list[Path]:
     return sorted(p for p in INFRA.rglob("*.tf") if ".terraform" not in p.parts)
 
 
+# A directory of parses keyed by file content, shared by the mutation suite's ~90 scratch copies
+# (tests/infra/test_mutations.py sets it): each copy differs from the others in one file at most,
+# and python-hcl2 took ~0.8 CPU-s per copy to parse the same 26 files again.
+PARSE_CACHE = "SAFESEND_INFRA_PARSE_CACHE"
+
+
 @functools.cache
 def parsed_hcl() -> dict[str, dict]:
     """{path relative to the repo: python-hcl2 output} for every .tf file under infra/."""
+    files = [str(p.relative_to(ROOT)) for p in tf_files()]
+    cache = os.environ.get(PARSE_CACHE)
+    return parse_hcl(files, Path(cache) if cache else None)
+
+
+def parse_hcl(files: list[str], cache: Path | None) -> dict[str, dict]:
+    """python-hcl2's output per file; with a cache, only files whose bytes it has not seen are parsed.
+
+    The key is the file's name and bytes, the tool's bytes and the installed python-hcl2 (its
+    dist-info name): a parse is a function of those, so a mutated file is always parsed anew."""
     python = infra_bin("python")
     if not (HCL2_LIB / "hcl2").is_dir():
         pytest.fail(f"{HCL2_LIB.relative_to(ROOT)} is missing: run `bash scripts/bootstrap.sh`", pytrace=False)
-    files = [str(p.relative_to(ROOT)) for p in tf_files()]
-    proc = run_tool([str(python), "-I", str(TOOL), "hcl", str(HCL2_LIB), *files])
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    keys: dict[str, Path] = {}
+    found: dict[str, dict] = {}
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+        salt = hashlib.sha256(TOOL.read_bytes() + "/".join(sorted(p.name for p in HCL2_LIB.iterdir())).encode())
+        for name in files:
+            key = salt.copy()
+            key.update(name.encode() + b"\0" + (ROOT / name).read_bytes())
+            keys[name] = cache / f"{key.hexdigest()}.json"
+            if keys[name].exists():
+                found[name] = json.loads(keys[name].read_text())
+    missing = [name for name in files if name not in found]
+    if missing:
+        proc = run_tool([str(python), "-I", str(TOOL), "hcl", str(HCL2_LIB), *missing])
+        assert proc.returncode == 0, proc.stderr
+        for name, parsed in json.loads(proc.stdout).items():
+            found[name] = parsed
+            if name in keys:  # written whole, then renamed: a parallel reader never sees half a file
+                partial = keys[name].with_suffix(f".{os.getpid()}.tmp")
+                partial.write_text(json.dumps(parsed))
+                os.replace(partial, keys[name])
+    return {name: found[name] for name in files}
 
 
 @functools.cache

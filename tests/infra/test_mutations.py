@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import ROOT
+from .support import PARSE_CACHE, ROOT
 
 M = "infra/modules/safesend"
 GCLOUD = "cloudbuild-gcloud.yaml"
@@ -1042,6 +1042,8 @@ def run_checks(tree: Path, tests: tuple[str, ...], select: str) -> tuple[set[str
     # Only the plugin the infra checks use (pytest.ini's timeout): the autoloaded hypothesis and
     # schemathesis plugins cost each of the ~88 runs about a second of imports.
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    # The copies side by side share their .tf files' parses (keyed by the files' bytes).
+    env[PARSE_CACHE] = str(tree.parent / "hcl-parses")
     proc = subprocess.run(
         [
             sys.executable,

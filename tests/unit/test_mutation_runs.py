@@ -91,3 +91,46 @@ def test_a_needle_with_parameters_selects_only_those_cases(tmp_path):
     )
     selected = {line.split("::")[1] for line in done.stdout.splitlines() if "::" in line}
     assert selected == {"test_x[b-1]", "test_y[key1]", "test_z[1]", "test_z[2]"}, done.stdout
+
+
+def test_the_copies_share_one_parse_cache(monkeypatch, tmp_path):
+    """python-hcl2 parsed the same 26 .tf files in each of ~90 copies (~0.8 CPU-s each); the copies
+    side by side now share one cache of parses."""
+    from tests.infra import support, test_mutations
+
+    seen: dict[str, str] = {}
+
+    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        seen.update(kwargs["env"])  # type: ignore[arg-type]
+        return subprocess.CompletedProcess(argv, 0, "1 passed\n", "")
+
+    monkeypatch.setattr(test_mutations.subprocess, "run", fake_run)
+    test_mutations.run_checks(tmp_path / "copy", ("tests/infra/test_policy.py",), "test_x")
+    assert seen[support.PARSE_CACHE] == str(tmp_path / "hcl-parses")
+
+
+def test_a_copy_parses_only_the_files_no_other_copy_had(monkeypatch, tmp_path):
+    """The shared cache serves a file's parse for its exact bytes: a changed file is parsed anew."""
+    from tests.infra import support
+
+    one, two = tmp_path / "one.tf", tmp_path / "two.tf"
+    one.write_text('variable "a" {\n  default = 1\n}\n')
+    two.write_text('locals {\n  b = "x"\n}\n')
+    files = [str(one), str(two)]
+    parsed: list[list[str]] = []
+    real_run_tool = support.run_tool
+
+    def counting_run_tool(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        parsed.append(args[args.index(str(support.HCL2_LIB)) + 1 :])
+        return real_run_tool(args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(support, "run_tool", counting_run_tool)
+    cache = tmp_path / "cache"
+    first = support.parse_hcl(files, cache)
+    assert first == support.parse_hcl(files, None)
+    assert support.parse_hcl(files, cache) == first
+    two.write_text('locals {\n  b = "y"\n}\n')
+    changed = support.parse_hcl(files, cache)
+    assert changed[str(one)] == first[str(one)] and changed[str(two)] != first[str(two)]
+    assert changed == support.parse_hcl(files, None)
+    assert parsed == [files, files, [str(two)], files]
