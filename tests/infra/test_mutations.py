@@ -10,9 +10,11 @@ An edit whose text is not found exactly once is an error, so a mutation cannot s
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from .mutation_stop import NEEDLES
 from .support import PARSE_CACHE, ROOT
 
 M = "infra/modules/safesend"
@@ -1035,7 +1038,13 @@ def keyword(needles) -> str:
     return " or ".join(names)
 
 
-def run_checks(tree: Path, tests: tuple[str, ...], select: str) -> tuple[set[str], str]:
+def run_checks(
+    tree: Path, tests: tuple[str, ...], needles: tuple[str, ...], stop: bool, timeout: float = 900
+) -> tuple[set[str], str]:
+    """The tests the needles name, run in the copy: (the failed test ids, the output's tail).
+    stop: end the run once every needle names a failed test (the verdict is then made). A run
+    that crashes reports no failed test; one past `timeout` is interrupted (SIGINT: its session
+    fixtures stop their servers), killed 30 s later if need be, and reported as timed out."""
     # Outside the gate's coverage measurement (COVERAGE_PROCESS_CONFIG would start it in every run):
     # a scratch copy's infra checks measure nothing of functions/, and tracing made each run ~1.7x slower.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SAFESEND_", "COVERAGE_"))}
@@ -1044,13 +1053,16 @@ def run_checks(tree: Path, tests: tuple[str, ...], select: str) -> tuple[set[str
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     # The copies side by side share their .tf files' parses (keyed by the files' bytes).
     env[PARSE_CACHE] = str(tree.parent / "hcl-parses")
-    proc = subprocess.run(
+    env[NEEDLES] = json.dumps(sorted(needles) if stop else [])
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "pytest",
             "-p",
             "pytest_timeout",
+            "-p",
+            "tests.infra.mutation_stop",
             "-q",
             "-rf",
             "-p",
@@ -1061,16 +1073,31 @@ def run_checks(tree: Path, tests: tuple[str, ...], select: str) -> tuple[set[str
             "--rootdir",
             str(tree),
             "-k",
-            select,
+            keyword(needles),
             *tests,
         ],
         cwd=tree,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=900,
     )
-    return set(FAILED.findall(proc.stdout)), proc.stdout[-4000:] + proc.stderr[-2000:]
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate(timeout=30)
+        return set(), f"TIMED OUT after {timeout} s (not caught):\n{out[-4000:]}{err[-2000:]}"
+    return set(FAILED.findall(out)), out[-4000:] + err[-2000:]
+
+
+def uncaught(mutation: Mutation, failed: set[str]) -> list[str]:
+    """The mutation's needles that name no failed test: empty when the checks caught it."""
+    return [needle for needle in mutation.fails if not any(needle in node for node in failed)]
 
 
 @pytest.fixture(scope="module")
@@ -1080,7 +1107,8 @@ def outcomes(tmp_path_factory) -> dict[str, tuple[set[str], str]]:
         "baseline": (
             make_copy(base / "baseline"),
             tuple(sorted({t for m in MUTATIONS for t in m.tests})),
-            keyword(n for m in MUTATIONS for n in m.fails),
+            tuple(n for m in MUTATIONS for n in m.fails),
+            False,  # every check runs and must pass
         )
     }
     broken = {}
@@ -1091,7 +1119,7 @@ def outcomes(tmp_path_factory) -> dict[str, tuple[set[str], str]]:
         except AssertionError as exc:  # reported by that mutation's test alone
             broken[mutation.name] = (set(), f"NOT APPLIED: {exc}")
             continue
-        jobs[mutation.name] = (tree, mutation.tests, keyword(mutation.fails))
+        jobs[mutation.name] = (tree, mutation.tests, mutation.fails, True)
     workers = max(2, min(4, (os.cpu_count() or 2)))
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {name: pool.submit(run_checks, *job) for name, job in jobs.items()}
@@ -1109,7 +1137,7 @@ def test_the_unmutated_copy_passes_every_check_the_mutations_use(outcomes):
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
 def test_mutation_is_caught(mutation, outcomes):
     failed, output = outcomes[mutation.name]
-    missing = [needle for needle in mutation.fails if not any(needle in node for node in failed)]
+    missing = uncaught(mutation, failed)
     assert not missing, (
         f"{mutation.name} ({mutation.proves}) was not caught by {missing}; failed: {sorted(failed)}\n{output}"
     )

@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,21 +19,33 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE_", "PYTEST_XDIST", "SAFESEND_TEST"))}
 
 
+def fake_popen(monkeypatch: pytest.MonkeyPatch, stdout: str) -> list[tuple[list[str], dict[str, str]]]:
+    """Replaces the nested pytest run by one that prints `stdout`; returns the (argv, env) it got."""
+    from tests.infra import test_mutations
+
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    class FakePopen:
+        def __init__(self, argv: list[str], **kwargs: object) -> None:
+            calls.append((argv, kwargs["env"]))  # type: ignore[arg-type]
+
+        def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+            return stdout, ""
+
+    monkeypatch.setattr(test_mutations.subprocess, "Popen", FakePopen)
+    return calls
+
+
 def test_the_mutation_suites_nested_runs_are_outside_the_coverage_measurement(monkeypatch, tmp_path):
     """84 nested pytest runs in scratch copies measure nothing of functions/; the gate's coverage
     (COVERAGE_PROCESS_CONFIG, inherited by every subprocess) made each ~1.7x slower."""
     from tests.infra import test_mutations
 
-    seen: dict[str, str] = {}
-
-    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        seen.update(kwargs["env"])  # type: ignore[arg-type]
-        return subprocess.CompletedProcess(argv, 0, "FAILED tests/infra/test_policy.py::test_x - boom\n", "")
-
     monkeypatch.setenv("COVERAGE_PROCESS_CONFIG", "{}")
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr(test_mutations.subprocess, "run", fake_run)
-    failed, _ = test_mutations.run_checks(tmp_path, ("tests/infra/test_policy.py",), "test_x")
+    calls = fake_popen(monkeypatch, "FAILED tests/infra/test_policy.py::test_x - boom\n")
+    failed, _ = test_mutations.run_checks(tmp_path, ("tests/infra/test_policy.py",), ("test_x",), True)
+    [(_, seen)] = calls
     assert failed == {"tests/infra/test_policy.py::test_x"}
     assert seen["HOME"] == str(tmp_path)
     assert not [name for name in seen if name.startswith("COVERAGE_")]
@@ -40,14 +55,8 @@ def test_the_mutation_suites_nested_runs_load_only_the_timeout_plugin(monkeypatc
     """Autoloading hypothesis and schemathesis cost each of the ~88 nested runs a second of imports."""
     from tests.infra import test_mutations
 
-    calls: list[tuple[list[str], dict[str, str]]] = []
-
-    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        calls.append((argv, kwargs["env"]))  # type: ignore[arg-type]
-        return subprocess.CompletedProcess(argv, 0, "1 passed\n", "")
-
-    monkeypatch.setattr(test_mutations.subprocess, "run", fake_run)
-    test_mutations.run_checks(tmp_path, ("tests/infra/test_policy.py",), "test_x")
+    calls = fake_popen(monkeypatch, "1 passed\n")
+    test_mutations.run_checks(tmp_path, ("tests/infra/test_policy.py",), ("test_x",), True)
     [(argv, env)] = calls
     assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
     assert argv[argv.index("-p") + 1] == "pytest_timeout"  # pytest.ini's timeout and the timeout marks
@@ -98,14 +107,9 @@ def test_the_copies_share_one_parse_cache(monkeypatch, tmp_path):
     side by side now share one cache of parses."""
     from tests.infra import support, test_mutations
 
-    seen: dict[str, str] = {}
-
-    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        seen.update(kwargs["env"])  # type: ignore[arg-type]
-        return subprocess.CompletedProcess(argv, 0, "1 passed\n", "")
-
-    monkeypatch.setattr(test_mutations.subprocess, "run", fake_run)
-    test_mutations.run_checks(tmp_path / "copy", ("tests/infra/test_policy.py",), "test_x")
+    calls = fake_popen(monkeypatch, "1 passed\n")
+    test_mutations.run_checks(tmp_path / "copy", ("tests/infra/test_policy.py",), ("test_x",), True)
+    [(_, seen)] = calls
     assert seen[support.PARSE_CACHE] == str(tmp_path / "hcl-parses")
 
 
@@ -134,3 +138,94 @@ def test_a_copy_parses_only_the_files_no_other_copy_had(monkeypatch, tmp_path):
     assert changed[str(one)] == first[str(one)] and changed[str(two)] != first[str(two)]
     assert changed == support.parse_hcl(files, None)
     assert parsed == [files, files, [str(two)], files]
+
+
+def fake_tree(tmp_path: Path, source: str) -> Path:
+    """A copy as make_copy lays it out, holding only tests/infra/test_fake.py (and the stop plugin)."""
+    tree = tmp_path / "copy"
+    (tree / "tests" / "infra").mkdir(parents=True)
+    (tree / "pytest.ini").write_text("[pytest]\n")
+    (tree / "tests" / "__init__.py").write_text("")
+    (tree / "tests" / "infra" / "__init__.py").write_text("")
+    (tree / "tests" / "infra" / "mutation_stop.py").write_text((ROOT / "tests/infra/mutation_stop.py").read_text())
+    (tree / "tests" / "infra" / "test_fake.py").write_text(source)
+    return tree
+
+
+FAKE = """import pathlib, pytest
+@pytest.mark.parametrize("case", [1, 2, 3])
+def test_a(case):
+    pathlib.Path(f"ran-a{case}").touch()
+    assert case != 2
+def test_b():
+    pathlib.Path("ran-b").touch()
+    assert False
+"""
+
+
+def test_a_caught_mutations_run_ends_once_every_needle_failed(tmp_path):
+    """An env-parity mutation failed its first deploy scenario, then ran nine more (~1.3 CPU-s
+    each): the verdict was made at the first. The baseline (stop=False) runs everything."""
+    from tests.infra import test_mutations
+
+    tree = fake_tree(tmp_path, FAKE)
+    failed, output = test_mutations.run_checks(tree, ("tests/infra/test_fake.py",), ("test_a",), True)
+    assert failed == {"tests/infra/test_fake.py::test_a[2]"}, output
+    assert sorted(p.name for p in tree.glob("ran-*")) == ["ran-a1", "ran-a2"]
+    failed, output = test_mutations.run_checks(tree, ("tests/infra/test_fake.py",), ("test_a", "test_b"), False)
+    assert failed == {"tests/infra/test_fake.py::test_a[2]", "tests/infra/test_fake.py::test_b"}, output
+    assert sorted(p.name for p in tree.glob("ran-*")) == ["ran-a1", "ran-a2", "ran-a3", "ran-b"]
+
+
+def test_a_mutation_the_checks_miss_is_reported_not_caught(tmp_path):
+    """A no-op "mutation" of a real copy: its named test passes there, so the runner reports it."""
+    from tests.infra import test_mutations
+
+    noop = test_mutations.Mutation(
+        "no-op",
+        "nothing: the text is put back as it was",
+        "cloudbuild-gcloud.yaml",
+        '_INDEX_LAG_S: "90"',
+        '_INDEX_LAG_S: "90"',
+        ("test_gcloud_substitution_defaults_are_the_terraform_variable_defaults",),
+        ("tests/infra/test_env_parity.py",),
+    )
+    tree = test_mutations.make_copy(tmp_path / "no-op")
+    test_mutations.apply(noop, tree)
+    failed, output = test_mutations.run_checks(tree, noop.tests, noop.fails, True)
+    assert "1 passed" in output and not failed, output
+    assert test_mutations.uncaught(noop, failed) == list(noop.fails)
+
+
+def test_a_nested_run_that_crashes_is_reported_not_caught(tmp_path):
+    """A run that dies (here at collection) names no failed test: its mutation is not caught."""
+    from tests.infra import test_mutations
+
+    crash = test_mutations.Mutation("crash", "nothing", "x", "x", "x", ("test_a",), ("tests/infra/test_fake.py",))
+    tree = fake_tree(tmp_path, "import os\nos._exit(3)\n")
+    failed, output = test_mutations.run_checks(tree, crash.tests, crash.fails, True)
+    assert not failed and " passed" not in output, output
+    assert test_mutations.uncaught(crash, failed) == ["test_a"]
+
+
+def test_a_nested_run_that_hangs_is_interrupted_and_reported(tmp_path):
+    """A hang costs its timeout, then the run is interrupted (its fixtures' teardown runs) and
+    reported as timed out: the suite goes on."""
+    from tests.infra import test_mutations
+
+    source = (
+        "import pathlib, time, pytest\n"
+        "@pytest.fixture(scope='session')\n"
+        "def server():\n"
+        "    yield\n"
+        "    pathlib.Path('torn-down').touch()\n"
+        "def test_a(server):\n"
+        "    pathlib.Path('started').touch()\n"
+        "    time.sleep(600)\n"
+    )
+    tree = fake_tree(tmp_path, source)
+    started = time.monotonic()
+    failed, output = test_mutations.run_checks(tree, ("tests/infra/test_fake.py",), ("test_a",), True, timeout=8)
+    assert time.monotonic() - started < 60
+    assert not failed and output.startswith("TIMED OUT after 8 s"), output
+    assert (tree / "started").exists() and (tree / "torn-down").exists()
