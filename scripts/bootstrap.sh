@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
-# Prepare a machine to run safesend's tests: idempotent, quiet when nothing changes.
+# Prepare a machine to run safesend or its tests: idempotent, quiet when nothing changes.
 #
+#   bash scripts/bootstrap.sh [--for test]  everything the tests need (scripts/test.sh, the default)
+#   bash scripts/bootstrap.sh --for run     only what scripts/run-local.sh runs: .venv, .venv-tasks,
+#                                           java and the emulators (no infra tools, Terraform,
+#                                           chromium or PostgreSQL server; n8n is never installed here)
+#   bash scripts/bootstrap.sh --for fast    only .venv: lint and the unit tests (scripts/test.sh --fast)
+#   bash scripts/bootstrap.sh --for X --list   print the parts X installs, one a line, and do nothing
+#
+# The parts:
 #   .venv        project deps from the hashed lock requirements-dev.txt (pip --require-hashes;
 #                scripts/lock.sh writes it and the functions' locks from their .in files)
 #   .venv-tasks  gcloud-tasks-emulator in a venv of its own: it pins protobuf<5,
@@ -43,6 +51,27 @@ PyYAML==6.0.4"
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 die() { printf 'bootstrap: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- what to install
+PURPOSE="test"
+LIST=0
+while (($#)); do
+    case "$1" in
+        --for) (($# >= 2)) || die "--for needs run, test or fast"; PURPOSE="$2"; shift 2 ;;
+        --list) LIST=1; shift ;;
+        *) die "usage: bootstrap.sh [--for run|test|fast] [--list]" ;;
+    esac
+done
+case "$PURPOSE" in
+    fast) PARTS=(venv) ;;
+    run) PARTS=(venv tasks emulators) ;;
+    test) PARTS=(venv tasks infra tfplugin emulators chromium postgres) ;;
+    *) die "--for takes run, test or fast, not '$PURPOSE'" ;;
+esac
+if ((LIST)); then
+    printf '%s\n' "${PARTS[@]}"
+    exit 0
+fi
 
 # Serialise concurrent runs (two CI steps, or a developer and a hook) on the same checkout.
 if command -v flock >/dev/null 2>&1; then
@@ -116,98 +145,107 @@ PY
 }
 
 # ---------------------------------------------------------------- .venv
-[[ -f requirements.txt ]] || die "requirements.txt missing in $ROOT"
-[[ -f requirements-dev.txt ]] || die "requirements-dev.txt missing in $ROOT"
-ensure_venv "$VENV"
-main_stamp="$(python_tag "$VENV/bin/python") $(requirements_digest requirements-dev.txt requirements.txt)"
-install_if_changed "$VENV" "$main_stamp" --require-hashes -r requirements-dev.txt
+part_venv() {
+    [[ -f requirements.txt ]] || die "requirements.txt missing in $ROOT"
+    [[ -f requirements-dev.txt ]] || die "requirements-dev.txt missing in $ROOT"
+    ensure_venv "$VENV"
+    main_stamp="$(python_tag "$VENV/bin/python") $(requirements_digest requirements-dev.txt requirements.txt)"
+    install_if_changed "$VENV" "$main_stamp" --require-hashes -r requirements-dev.txt
+}
 
 # ---------------------------------------------------------------- .venv-tasks
-ensure_venv "$TASKS_VENV"
-tasks_stamp="$( { python_tag "$TASKS_VENV/bin/python"; printf '%s\n' "$TASKS_REQUIREMENTS"; } | sha256sum | cut -d' ' -f1)"
-# shellcheck disable=SC2086 # one requirement per word on purpose
-install_if_changed "$TASKS_VENV" "$tasks_stamp" $TASKS_REQUIREMENTS
-"$TASKS_VENV/bin/python" -I -c 'import gcloud_tasks_emulator.server' 2>/dev/null \
-    || die ".venv-tasks cannot import gcloud_tasks_emulator; delete $TASKS_VENV and run again"
+part_tasks() {
+    ensure_venv "$TASKS_VENV"
+    tasks_stamp="$( { python_tag "$TASKS_VENV/bin/python"; printf '%s\n' "$TASKS_REQUIREMENTS"; } | sha256sum | cut -d' ' -f1)"
+    # shellcheck disable=SC2086 # one requirement per word on purpose
+    install_if_changed "$TASKS_VENV" "$tasks_stamp" $TASKS_REQUIREMENTS
+    "$TASKS_VENV/bin/python" -I -c 'import gcloud_tasks_emulator.server' 2>/dev/null \
+        || die ".venv-tasks cannot import gcloud_tasks_emulator; delete $TASKS_VENV and run again"
+}
 
 # ---------------------------------------------------------------- .venv-infra
-# Tools for tests/infra (offline checks of infra/ and cloudbuild*.yaml). The requirement after
-# "#target:" in requirements-infra.in goes into its own directory, not the venv (see that file).
-[[ -f requirements-infra.txt ]] || die "requirements-infra.txt missing in $ROOT"
-ensure_venv "$INFRA_VENV"
-hcl2_requirement="$(sed -n 's/^#target:[[:space:]]*//p' requirements-infra.in)"
-[[ -n "$hcl2_requirement" ]] || die "requirements-infra.in has no '#target: python-hcl2==...' line"
-infra_stamp="$(python_tag "$INFRA_VENV/bin/python") $(requirements_digest requirements-infra.txt requirements-infra.in)"
-infra_stamp_file="$INFRA_VENV/.safesend-bootstrap.sha256"
-if [[ ! -f "$infra_stamp_file" || "$(cat "$infra_stamp_file")" != "$infra_stamp" ]]; then
-    rm -rf "$INFRA_VENV/python-hcl2"
-    log "installing $hcl2_requirement into .venv-infra/python-hcl2"
-    # shellcheck disable=SC2086 # one requirement per word on purpose
-    if ! out="$("$INFRA_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-            --target "$INFRA_VENV/python-hcl2" $hcl2_requirement 2>&1)"; then
-        printf '%s\n' "$out" >&2
-        die "pip install --target .venv-infra/python-hcl2 failed"
-    fi
-fi
-install_if_changed "$INFRA_VENV" "$infra_stamp" --require-hashes -r requirements-infra.txt
-"$INFRA_VENV/bin/python" -I -c 'import sys; sys.path.insert(0, sys.argv[1]); import hcl2.api' "$INFRA_VENV/python-hcl2" 2>/dev/null \
-    || die ".venv-infra/python-hcl2 cannot import hcl2; delete $INFRA_VENV and run again"
-[[ -x "$INFRA_VENV/bin/checkov" && -x "$INFRA_VENV/bin/check-jsonschema" ]] \
-    || die ".venv-infra lacks checkov or check-jsonschema; delete $INFRA_VENV and run again"
-
-# The provider packages infra/schema/regenerate.py reads (tests/infra checks the committed snapshots
-# are exactly what they produce): downloaded once into .venv-infra/schema-wheels.
-wheel_dir="$INFRA_VENV/schema-wheels"
-mkdir -p "$wheel_dir"
-for requirement in $("$INFRA_VENV/bin/python" -c "
-import sys; sys.path.insert(0, 'infra/schema'); import regenerate
-print(' '.join(r for r, _, _ in regenerate.WHEELS))"); do
-    name="${requirement%%==*}"; version="${requirement##*==}"
-    if ! compgen -G "$wheel_dir/${name//-/_}-$version-*.whl" >/dev/null; then
-        log "downloading $requirement into .venv-infra/schema-wheels"
-        "$INFRA_VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
-            --only-binary=:all: -d "$wheel_dir" "$requirement" >/dev/null 2>&1 \
-            || die "pip download $requirement failed (PyPI is needed once)"
-    fi
-done
-
-# ---------------------------------------------------------------- .venv-tfplugin + terraform
-# tests/infra/test_terraform.py runs real Terraform offline against the pinned providers' schemas,
-# served from those wheels by tools/tf_schema_provider (the `tf` library, in a venv of its own).
-ensure_venv "$TFPLUGIN_VENV"
-tfplugin_stamp="$(python_tag "$TFPLUGIN_VENV/bin/python") $(requirements_digest tools/tf_schema_provider/requirements.txt)"
-install_if_changed "$TFPLUGIN_VENV" "$tfplugin_stamp" -r tools/tf_schema_provider/requirements.txt
-"$TFPLUGIN_VENV/bin/python" -I -c 'import tf.runner, tf.provider' 2>/dev/null \
-    || die ".venv-tfplugin cannot import tf; delete $TFPLUGIN_VENV and run again"
-if ! command -v "${SAFESEND_TERRAFORM:-terraform}" >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    # Only where HashiCorp's apt repository is configured; otherwise the message below.
-    tf_sudo=()
-    [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null 2>&1 && tf_sudo=(sudo -n)
-    "${tf_sudo[@]}" apt-get install -y -qq "terraform=$TF_VERSION-1" >/dev/null 2>&1 || true
-fi
-if ! command -v "${SAFESEND_TERRAFORM:-terraform}" >/dev/null 2>&1; then
-    # Not fatal here (other test runs need no Terraform); tests/infra/test_terraform.py fails with this.
-    log "WARNING: terraform not found: tests/infra/test_terraform.py will fail. Install Terraform $TF_VERSION:
-    curl -fsSLo /tmp/tf.zip https://releases.hashicorp.com/terraform/$TF_VERSION/terraform_${TF_VERSION}_linux_amd64.zip
-    unzip -o /tmp/tf.zip terraform -d /usr/local/bin
-    or HashiCorp's apt repository (https://developer.hashicorp.com/terraform/install), or set SAFESEND_TERRAFORM"
-fi
-
-# ---------------------------------------------------------------- java + emulators
-sdk_root() {
-    if [[ -n "${SAFESEND_GCLOUD_SDK_ROOT:-}" ]]; then
-        printf '%s\n' "$SAFESEND_GCLOUD_SDK_ROOT"
-        return
-    fi
-    local gcloud candidate
-    if gcloud="$(command -v gcloud 2>/dev/null)"; then
-        candidate="$(dirname "$(dirname "$(readlink -f "$gcloud")")")"
-        if [[ -d "$candidate/platform" ]]; then
-            printf '%s\n' "$candidate"
-            return
+part_infra() {
+    # Tools for tests/infra (offline checks of infra/ and cloudbuild*.yaml). The requirement after
+    # "#target:" in requirements-infra.in goes into its own directory, not the venv (see that file).
+    [[ -f requirements-infra.txt ]] || die "requirements-infra.txt missing in $ROOT"
+    ensure_venv "$INFRA_VENV"
+    hcl2_requirement="$(sed -n 's/^#target:[[:space:]]*//p' requirements-infra.in)"
+    [[ -n "$hcl2_requirement" ]] || die "requirements-infra.in has no '#target: python-hcl2==...' line"
+    infra_stamp="$(python_tag "$INFRA_VENV/bin/python") $(requirements_digest requirements-infra.txt requirements-infra.in)"
+    infra_stamp_file="$INFRA_VENV/.safesend-bootstrap.sha256"
+    if [[ ! -f "$infra_stamp_file" || "$(cat "$infra_stamp_file")" != "$infra_stamp" ]]; then
+        rm -rf "$INFRA_VENV/python-hcl2"
+        log "installing $hcl2_requirement into .venv-infra/python-hcl2"
+        # shellcheck disable=SC2086 # one requirement per word on purpose
+        if ! out="$("$INFRA_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+                --target "$INFRA_VENV/python-hcl2" $hcl2_requirement 2>&1)"; then
+            printf '%s\n' "$out" >&2
+            die "pip install --target .venv-infra/python-hcl2 failed"
         fi
     fi
-    printf '%s\n' /usr/lib/google-cloud-sdk
+    install_if_changed "$INFRA_VENV" "$infra_stamp" --require-hashes -r requirements-infra.txt
+    "$INFRA_VENV/bin/python" -I -c 'import sys; sys.path.insert(0, sys.argv[1]); import hcl2.api' "$INFRA_VENV/python-hcl2" 2>/dev/null \
+        || die ".venv-infra/python-hcl2 cannot import hcl2; delete $INFRA_VENV and run again"
+    [[ -x "$INFRA_VENV/bin/checkov" && -x "$INFRA_VENV/bin/check-jsonschema" ]] \
+        || die ".venv-infra lacks checkov or check-jsonschema; delete $INFRA_VENV and run again"
+
+    # The provider packages infra/schema/regenerate.py reads (tests/infra checks the committed snapshots
+    # are exactly what they produce): downloaded once into .venv-infra/schema-wheels.
+    wheel_dir="$INFRA_VENV/schema-wheels"
+    mkdir -p "$wheel_dir"
+    for requirement in $("$INFRA_VENV/bin/python" -c "
+    import sys; sys.path.insert(0, 'infra/schema'); import regenerate
+    print(' '.join(r for r, _, _ in regenerate.WHEELS))"); do
+        name="${requirement%%==*}"; version="${requirement##*==}"
+        if ! compgen -G "$wheel_dir/${name//-/_}-$version-*.whl" >/dev/null; then
+            log "downloading $requirement into .venv-infra/schema-wheels"
+            "$INFRA_VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
+                --only-binary=:all: -d "$wheel_dir" "$requirement" >/dev/null 2>&1 \
+                || die "pip download $requirement failed (PyPI is needed once)"
+        fi
+    done
+}
+
+# ---------------------------------------------------------------- .venv-tfplugin + terraform
+part_tfplugin() {
+    # tests/infra/test_terraform.py runs real Terraform offline against the pinned providers' schemas,
+    # served from those wheels by tools/tf_schema_provider (the `tf` library, in a venv of its own).
+    ensure_venv "$TFPLUGIN_VENV"
+    tfplugin_stamp="$(python_tag "$TFPLUGIN_VENV/bin/python") $(requirements_digest tools/tf_schema_provider/requirements.txt)"
+    install_if_changed "$TFPLUGIN_VENV" "$tfplugin_stamp" -r tools/tf_schema_provider/requirements.txt
+    "$TFPLUGIN_VENV/bin/python" -I -c 'import tf.runner, tf.provider' 2>/dev/null \
+        || die ".venv-tfplugin cannot import tf; delete $TFPLUGIN_VENV and run again"
+    if ! command -v "${SAFESEND_TERRAFORM:-terraform}" >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+        # Only where HashiCorp's apt repository is configured; otherwise the message below.
+        tf_sudo=()
+        [[ "$(id -u)" != 0 ]] && command -v sudo >/dev/null 2>&1 && tf_sudo=(sudo -n)
+        "${tf_sudo[@]}" apt-get install -y -qq "terraform=$TF_VERSION-1" >/dev/null 2>&1 || true
+    fi
+    if ! command -v "${SAFESEND_TERRAFORM:-terraform}" >/dev/null 2>&1; then
+        # Not fatal here (other test runs need no Terraform); tests/infra/test_terraform.py fails with this.
+        log "WARNING: terraform not found: tests/infra/test_terraform.py will fail. Install Terraform $TF_VERSION:
+        curl -fsSLo /tmp/tf.zip https://releases.hashicorp.com/terraform/$TF_VERSION/terraform_${TF_VERSION}_linux_amd64.zip
+        unzip -o /tmp/tf.zip terraform -d /usr/local/bin
+        or HashiCorp's apt repository (https://developer.hashicorp.com/terraform/install), or set SAFESEND_TERRAFORM"
+    fi
+}
+
+# ---------------------------------------------------------------- java + emulators
+part_emulators() {
+    sdk_root() {
+        if [[ -n "${SAFESEND_GCLOUD_SDK_ROOT:-}" ]]; then
+            printf '%s\n' "$SAFESEND_GCLOUD_SDK_ROOT"
+            return
+        fi
+        local gcloud candidate
+        if gcloud="$(command -v gcloud 2>/dev/null)"; then
+            candidate="$(dirname "$(dirname "$(readlink -f "$gcloud")")")"
+            if [[ -d "$candidate/platform" ]]; then
+                printf '%s\n' "$candidate"
+                return
+            fi
+        fi
+        printf '%s\n' /usr/lib/google-cloud-sdk
 }
 
 java_ok() {
@@ -248,11 +286,19 @@ java_ok || die "java not found or not runnable: the emulators need Java 11+ (apt
 [[ -x "$PUBSUB_BIN" ]] || die "Pub/Sub emulator missing: expected $PUBSUB_BIN
     install: apt-get install -y google-cloud-cli-pubsub-emulator (or: gcloud components install pubsub-emulator)
     or set SAFESEND_GCLOUD_SDK_ROOT to the Google Cloud SDK directory"
+}
 
 # ---------------------------------------------------------------- chromium (the console's browser tests)
-bash "$ROOT/scripts/install-browser.sh"
+part_chromium() {
+    bash "$ROOT/scripts/install-browser.sh"
+}
 
 # ---------------------------------------------------------------- PostgreSQL (the second job store's tests)
-bash "$ROOT/scripts/install-postgres.sh"
+part_postgres() {
+    bash "$ROOT/scripts/install-postgres.sh"
+}
 
-log "ok (.venv, .venv-tasks, .venv-infra, .venv-tfplugin, terraform, java, Firestore and Pub/Sub emulators, chromium, postgresql)"
+for part in "${PARTS[@]}"; do
+    "part_$part"
+done
+log "ok for $PURPOSE (${PARTS[*]})"

@@ -1,0 +1,63 @@
+"""pytest plugin: how the gate's parallel workers (pytest-xdist, ``--dist loadgroup``) share the suite.
+
+Enabled from tests/conftest.py. Without xdist nothing changes but the order of the modules.
+
+- One module, one worker: every test gets an ``xdist_group`` named after its module, so a module's
+  module-scoped stack starts once, on one worker, as in a serial run. Each worker has its own
+  session (its own emulators, PostgreSQL and stacks, on free ports), so no worker sees another's data.
+- Modules that must not run at the same time share a group: the real-n8n modules install n8n into
+  one cache folder on first use (tests/integration/n8n_support.py) and each runs a memory-hungry n8n.
+- Slow modules first: the scheduler hands out groups in collection order, so the longest ones
+  (real n8n, the fault storm, Terraform and the mutation suite, the browser) start at once and the
+  many short unit modules fill the tail instead of one long module running alone at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import pytest
+
+# Modules that share one worker, by group name.
+SHARED_GROUPS: dict[str, str] = {
+    "tests/integration/test_n8n_node_e2e.py": "n8n",
+    "tests/integration/test_n8n_e2e.py": "n8n",
+}
+
+# Longest first (minutes each on 2 cores; --durations), then the rest of the integration tests, the
+# infra checks, and the unit tests last.
+SLOW_FIRST: tuple[str, ...] = (
+    "tests/integration/test_n8n_node_e2e.py",
+    "tests/integration/test_n8n_e2e.py",
+    "tests/integration/test_fault_storm.py",
+    "tests/infra/test_mutations.py",
+    "tests/infra/test_terraform.py",
+    "tests/integration/test_console_browser.py",
+)
+SUITE_ORDER: tuple[str, ...] = ("tests/integration", "tests/infra", "tests/unit")
+
+
+def module_of(item: pytest.Item) -> str:
+    """The item's module as a path relative to the repository (its node id before '::')."""
+    return item.nodeid.split("::", 1)[0]
+
+
+def group_of(module: str) -> str:
+    return SHARED_GROUPS.get(module, module)
+
+
+def rank(module: str) -> tuple[int, int]:
+    """Sort key: the slow modules in SLOW_FIRST's order, then suite by suite."""
+    if module in SLOW_FIRST:
+        return (0, SLOW_FIRST.index(module))
+    parents = {str(parent) for parent in PurePosixPath(module).parents}
+    suite = next((i for i, prefix in enumerate(SUITE_ORDER) if prefix in parents), len(SUITE_ORDER))
+    return (1, suite)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group by module and put the slow modules first; a module's tests keep their order."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of(module_of(item))))
+    items.sort(key=lambda item: rank(module_of(item)))  # stable: the order within a rank is kept
