@@ -2,19 +2,23 @@
 
 Enabled from tests/conftest.py. Without xdist nothing changes but the order of the modules.
 
-- One module, one worker: every test gets an ``xdist_group`` named after its module, so a module's
-  module-scoped stack starts once, on one worker, as in a serial run. Each worker has its own
-  session (its own emulators, PostgreSQL and stacks, on free ports), so no worker sees another's data.
+- One module, one worker: the scheduler below hands out whole groups, one group per module, so a
+  module's module-scoped stack starts once, on one worker, as in a serial run. Each worker has its
+  own session (its own emulators, PostgreSQL and stacks, on free ports): no worker sees another's data.
 - Modules that must not run at the same time share a group: the real-n8n modules install n8n into
   one cache folder on first use (tests/integration/n8n_support.py) and each runs a memory-hungry n8n.
 - Slow modules first: the scheduler hands out groups in collection order, so the longest ones
   (real n8n, the fault storm, Terraform and the mutation suite, the browser) start at once and the
   many short unit modules fill the tail instead of one long module running alone at the end.
+
+The groups are made by a scheduler of our own, not by ``xdist_group`` marks: xdist tags a marked
+test by rewriting ``item._nodeid``, which pytest 9's nodes no longer read, so marks group nothing.
 """
 
 from __future__ import annotations
 
 from pathlib import PurePosixPath
+from typing import Any
 
 import pytest
 
@@ -55,9 +59,20 @@ def rank(module: str) -> tuple[int, int]:
     return (1, suite)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group by module and put the slow modules first; a module's tests keep their order."""
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group_of(module_of(item))))
+    """Put the slow modules first; a module's tests keep their order."""
     items.sort(key=lambda item: rank(module_of(item)))  # stable: the order within a rank is kept
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent when it is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup``: whole groups (group_of), handed out in collection order."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid.split("::", 1)[0])
+
+    return ModuleGroupScheduling(config, log)

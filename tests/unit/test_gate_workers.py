@@ -1,0 +1,226 @@
+"""The gate's speed without losing a check (issue 21.5): scripts/test.sh runs every test on parallel
+pytest-xdist workers, one module per worker at a time, slow modules first (tests/scheduling.py);
+`--fast` is lint + the unit tests; run-local.sh bootstraps only what it runs.
+
+The scripts run in a scratch copy with stub tools that record their arguments, never in this
+checkout (a real bootstrap installs; a real gate runs for minutes)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import scheduling
+
+ROOT = Path(__file__).resolve().parents[2]
+ALL_PARTS = ["venv", "tasks", "infra", "tfplugin", "emulators", "chromium", "postgres"]
+RECORDER = '#!/usr/bin/env bash\nprintf "%s %s\\n" "{name}" "$*" >> "{log}"\n'
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without the suite's coverage or xdist settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE_", "PYTEST_XDIST", "SAFESEND_TEST"))}
+
+
+def scratch_scripts(tmp_path: Path, script: str) -> Path:
+    """A copy of scripts/<script> whose bootstrap.sh, lint.sh and .venv/bin/python only record calls."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / script, tmp_path / "scripts" / script)
+    log = tmp_path / "calls.log"
+    stubs = {"scripts/bootstrap.sh": "bootstrap", "scripts/lint.sh": "lint", ".venv/bin/python": "python"}
+    for path, name in stubs.items():
+        if path == f"scripts/{script}":
+            continue
+        target = tmp_path / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(RECORDER.format(name=name, log=log))
+        target.chmod(0o755)
+    return log
+
+
+def run_script(tmp_path: Path, script: str, *args: str) -> list[str]:
+    log = scratch_scripts(tmp_path, script)
+    done = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / script), *args],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return log.read_text().splitlines()
+
+
+def bootstrap_parts(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """scripts/bootstrap.sh --list in an empty scratch tree: were it to install, it would fail at once."""
+    (tmp_path / "scripts").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "scripts" / "bootstrap.sh", tmp_path / "scripts" / "bootstrap.sh")
+    return subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "bootstrap.sh"), *args, "--list"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+# ------------------------------------------------------------------ scripts/test.sh
+def test_the_full_gate_is_lint_then_every_test_on_parallel_workers_with_coverage(tmp_path):
+    calls = run_script(tmp_path, "test.sh")
+    assert calls[:2] == ["bootstrap --for test", "lint "]
+    (pytest_call,) = calls[2:]
+    assert pytest_call.startswith("python -m pytest --cov --cov-report=term-missing:skip-covered")
+    assert "-n 3 --dist loadgroup --no-loadscope-reorder" in pytest_call
+    assert "tests/" not in pytest_call, "the full gate runs every test path of pytest.ini"
+
+
+def test_fast_is_lint_then_the_unit_and_property_tests_without_emulators(tmp_path):
+    calls = run_script(tmp_path, "test.sh", "--fast")
+    assert calls == [
+        "bootstrap --for fast",
+        "lint ",
+        "python -m pytest tests/unit -n 3 --dist loadgroup --no-loadscope-reorder",
+    ]
+
+
+def test_arguments_are_just_pytest_after_the_test_bootstrap(tmp_path):
+    assert run_script(tmp_path, "test.sh", "tests/unit", "-x") == [
+        "bootstrap --for test",
+        "python -m pytest tests/unit -x",
+    ]
+
+
+def test_ci_runs_the_full_gate_not_the_fast_one():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/test.sh\n" in ci and "--fast" not in ci
+
+
+# ------------------------------------------------------------------ scripts/bootstrap.sh, run-local.sh
+def test_run_local_bootstraps_only_what_it_runs(tmp_path):
+    calls = run_script(tmp_path, "run-local.sh", "--no-auth")
+    assert calls == ["bootstrap --for run", "python -m devstack.stack --no-auth"]
+
+
+@pytest.mark.parametrize(
+    ("purpose", "parts"),
+    [
+        ("run", ["venv", "tasks", "emulators"]),  # no checkov, Terraform, chromium, PostgreSQL server
+        ("fast", ["venv"]),
+        ("test", ALL_PARTS),
+    ],
+)
+def test_each_purpose_installs_its_parts(tmp_path, purpose, parts):
+    done = bootstrap_parts(tmp_path, "--for", purpose)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == parts
+
+
+def test_without_a_purpose_bootstrap_installs_everything_as_before(tmp_path):
+    done = bootstrap_parts(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ALL_PARTS
+
+
+def test_the_test_purpose_installs_every_part_the_script_defines():
+    defined = re.findall(r"^part_(\w+)\(\) \{$", (ROOT / "scripts" / "bootstrap.sh").read_text(), re.MULTILINE)
+    assert defined == ALL_PARTS
+
+
+def test_an_unknown_purpose_is_refused(tmp_path):
+    done = bootstrap_parts(tmp_path, "--for", "everything")
+    assert done.returncode == 1
+    assert "--for takes run, test or fast" in done.stderr
+
+
+# ------------------------------------------------------------------ tests/scheduling.py
+def test_each_module_is_its_own_group_but_the_real_n8n_modules_share_one():
+    node = scheduling.group_of("tests/integration/test_n8n_node_e2e.py")
+    assert node == scheduling.group_of("tests/integration/test_n8n_e2e.py") == "n8n"
+    assert scheduling.group_of("tests/integration/test_stack.py") == "tests/integration/test_stack.py"
+    assert scheduling.group_of("tests/unit/test_keys.py") != scheduling.group_of("tests/unit/test_mime.py")
+
+
+def collected_modules(*paths: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", *paths],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    modules: list[str] = []
+    for line in done.stdout.splitlines():
+        module = line.split("::", 1)[0]
+        if "::" in line and (not modules or modules[-1] != module):
+            modules.append(module)
+    return modules
+
+
+def test_slow_modules_are_handed_out_first_and_unit_modules_last():
+    modules = collected_modules(
+        "tests/unit/test_keys.py",
+        "tests/infra/test_layout.py",
+        "tests/integration/test_fault_relay.py",
+        "tests/integration/test_fault_storm.py",
+    )
+    assert modules == [
+        "tests/integration/test_fault_storm.py",  # listed in SLOW_FIRST
+        "tests/integration/test_fault_relay.py",
+        "tests/infra/test_layout.py",
+        "tests/unit/test_keys.py",
+    ]
+
+
+SCRATCH_MODULE = """
+import os
+import pytest
+
+@pytest.fixture(scope="module")
+def started_on():
+    return os.environ["PYTEST_XDIST_WORKER"]
+
+@pytest.mark.parametrize("n", range(6))
+def test_where(started_on, n):
+    with open(os.environ["WHERE_LOG"], "a") as log:
+        log.write(f"{__name__} {started_on} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+"""
+
+
+def test_a_module_and_its_module_scoped_fixture_stay_on_one_worker(tmp_path):
+    """Real xdist on a scratch suite: with tests/scheduling.py, --dist loadgroup never splits a module."""
+    for name in ("test_alpha", "test_beta", "test_gamma"):
+        (tmp_path / f"{name}.py").write_text(SCRATCH_MODULE)
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.scheduling"]\n')
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    where = tmp_path / "where.log"
+    env = {**clean_env(), "WHERE_LOG": str(where), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "18 passed" in done.stdout
+    rows = [line.split() for line in where.read_text().splitlines()]
+    workers: dict[str, set[str]] = {}
+    for module, fixture_worker, test_worker in rows:
+        assert fixture_worker == test_worker
+        workers.setdefault(module, set()).add(test_worker)
+    assert sorted(workers) == ["test_alpha", "test_beta", "test_gamma"]
+    assert all(len(on) == 1 for on in workers.values()), workers
+    assert len(set().union(*workers.values())) == 2, "both workers got work"
