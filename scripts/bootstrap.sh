@@ -2,9 +2,11 @@
 # Prepare a machine to run safesend or its tests: idempotent, quiet when nothing changes.
 #
 #   bash scripts/bootstrap.sh [--for test]  everything the tests need (scripts/test.sh, the default)
-#   bash scripts/bootstrap.sh --for run     only what scripts/run-local.sh runs: .venv, .venv-tasks,
-#                                           java and the emulators (no infra tools, Terraform,
-#                                           chromium or PostgreSQL server; n8n is never installed here)
+#   bash scripts/bootstrap.sh --for run     only what scripts/run-local.sh runs: .venv with the
+#                                           deployed runtime's lock (functions/requirements-postgres.txt,
+#                                           not the test tools), .venv-tasks, java and the emulators
+#                                           (no infra tools, Terraform, chromium or PostgreSQL
+#                                           server; n8n is never installed here)
 #   bash scripts/bootstrap.sh --for fast    only .venv: lint and the unit tests (scripts/test.sh --fast)
 #   bash scripts/bootstrap.sh --for X --list   print the parts X installs, one a line, and do nothing
 #
@@ -150,6 +152,16 @@ part_venv() {
     [[ -f requirements-dev.txt ]] || die "requirements-dev.txt missing in $ROOT"
     ensure_venv "$VENV"
     main_stamp="$(python_tag "$VENV/bin/python") $(requirements_digest requirements-dev.txt requirements.txt)"
+    if [[ "$PURPOSE" == run ]]; then
+        # run-local.sh needs the deployed runtime only (devstack imports nothing more; psycopg for
+        # SAFESEND_STORE=postgres): its hashed lock, a fifth of the dev set. The dev set holds the
+        # same pins, so a .venv made for the tests serves too; the tests add the rest later.
+        [[ -f "$VENV/.safesend-bootstrap.sha256" && "$(cat "$VENV/.safesend-bootstrap.sha256")" == "$main_stamp" ]] \
+            && return 0
+        run_stamp="$(python_tag "$VENV/bin/python") $(requirements_digest functions/requirements-postgres.txt)"
+        install_if_changed "$VENV" "$run_stamp" --require-hashes -r functions/requirements-postgres.txt
+        return 0
+    fi
     install_if_changed "$VENV" "$main_stamp" --require-hashes -r requirements-dev.txt
 }
 

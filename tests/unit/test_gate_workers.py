@@ -224,3 +224,82 @@ def test_a_module_and_its_module_scoped_fixture_stay_on_one_worker(tmp_path):
     assert sorted(workers) == ["test_alpha", "test_beta", "test_gamma"]
     assert all(len(on) == 1 for on in workers.values()), workers
     assert len(set().union(*workers.values())) == 2, "both workers got work"
+
+
+STUB_PYTHON = """#!/usr/bin/env bash
+# A venv's python: records pip calls; every check and import it is asked for succeeds.
+if [[ "$1" == "-m" && "$2" == "pip" ]]; then
+    printf '%s %s\\n' "$0" "$*" >> "{log}"
+elif [[ "$*" == *cache_tag* ]]; then
+    echo "stub-311 3.11.0"
+fi
+exit 0
+"""
+
+
+def scratch_bootstrap(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """bootstrap.sh with the project's locks, stub venvs and a stub Java + Cloud SDK: it runs for
+    real and records what it would pip install."""
+    for name in ("scripts/bootstrap.sh", "requirements.txt", "requirements-dev.txt", "requirements-infra.in"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    for name in ("requirements.txt", "requirements-postgres.txt"):
+        (tmp_path / "functions").mkdir(exist_ok=True)
+        shutil.copy(ROOT / "functions" / name, tmp_path / "functions" / name)
+    log = tmp_path / "pip.log"
+    for venv in (".venv", ".venv-tasks"):
+        python = tmp_path / venv / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        python.write_text(STUB_PYTHON.replace("{log}", str(log)))
+        python.chmod(0o755)
+    sdk = tmp_path / "sdk" / "platform"
+    (sdk / "cloud-firestore-emulator").mkdir(parents=True)
+    (sdk / "cloud-firestore-emulator" / "cloud-firestore-emulator.jar").write_bytes(b"")
+    pubsub = sdk / "pubsub-emulator" / "bin" / "cloud-pubsub-emulator"
+    pubsub.parent.mkdir(parents=True)
+    pubsub.write_text("#!/bin/sh\n")
+    pubsub.chmod(0o755)
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\nexit 0\n")
+    java.chmod(0o755)
+    env = {
+        **clean_env(),
+        "PYTHON": sys.executable,
+        "JAVA_HOME": str(tmp_path / "jdk"),
+        "SAFESEND_GCLOUD_SDK_ROOT": str(tmp_path / "sdk"),
+        "TMPDIR": str(tmp_path),
+    }
+    return log, env
+
+
+def pip_installs(tmp_path: Path, env: dict[str, str], log: Path, purpose: str) -> list[str]:
+    """The `-r FILE`s (and the venv) of each pip install one bootstrap run did."""
+    before = log.read_text().splitlines() if log.exists() else []
+    done = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "bootstrap.sh"), "--for", purpose],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    after = log.read_text().splitlines() if log.exists() else []
+    installs = []
+    for line in after[len(before) :]:
+        venv = Path(line.split()[0]).parents[1].name
+        requirement = re.search(r"-r (\S+)", line)
+        installs.append(f"{venv} {requirement.group(1) if requirement else 'pinned'}")
+    return installs
+
+
+def test_run_installs_the_runtime_lock_and_a_venv_made_for_the_tests_serves_it(tmp_path):
+    log, env = scratch_bootstrap(tmp_path)
+    assert pip_installs(tmp_path, env, log, "run") == [
+        ".venv functions/requirements-postgres.txt",  # the deployed runtime, not the test tools
+        ".venv-tasks pinned",
+    ]
+    assert pip_installs(tmp_path, env, log, "run") == []  # stamped: nothing to do
+    assert pip_installs(tmp_path, env, log, "fast") == [".venv requirements-dev.txt"]  # the tests add the rest
+    assert pip_installs(tmp_path, env, log, "run") == []  # the dev set holds the runtime's pins
