@@ -303,3 +303,25 @@ def test_run_installs_the_runtime_lock_and_a_venv_made_for_the_tests_serves_it(t
     assert pip_installs(tmp_path, env, log, "run") == []  # stamped: nothing to do
     assert pip_installs(tmp_path, env, log, "fast") == [".venv requirements-dev.txt"]  # the tests add the rest
     assert pip_installs(tmp_path, env, log, "run") == []  # the dev set holds the runtime's pins
+
+
+def test_a_failure_on_a_worker_still_points_at_that_workers_emulator_logs(tmp_path):
+    """Each worker keeps its emulator logs in its own temp dir; the controller's summary names it."""
+    (tmp_path / "test_fails.py").write_text("def test_fails(emulator_log_dir):\n    assert False\n")
+    (tmp_path / "test_passes.py").write_text("def test_passes(emulator_log_dir):\n    assert True\n")
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.emulator_fixtures", "tests.scheduling"]\n')
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    env = {**clean_env(), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "--basetemp", str(tmp_path / "t")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    named = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("emulator logs: ")]
+    assert len(named) == 2, done.stdout  # one per worker
+    assert all(Path(path).is_dir() and "emulator-logs" in path for path in named)
