@@ -325,3 +325,23 @@ def test_a_failure_on_a_worker_still_points_at_that_workers_emulator_logs(tmp_pa
     named = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("emulator logs: ")]
     assert len(named) == 2, done.stdout  # one per worker
     assert all(Path(path).is_dir() and "emulator-logs" in path for path in named)
+
+
+def test_the_mutation_suites_nested_runs_are_outside_the_coverage_measurement(monkeypatch, tmp_path):
+    """84 nested pytest runs in scratch copies measure nothing of functions/; the gate's coverage
+    (COVERAGE_PROCESS_CONFIG, inherited by every subprocess) made each ~1.7x slower."""
+    from tests.infra import test_mutations
+
+    seen: dict[str, str] = {}
+
+    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        seen.update(kwargs["env"])  # type: ignore[arg-type]
+        return subprocess.CompletedProcess(argv, 0, "FAILED tests/infra/test_policy.py::test_x - boom\n", "")
+
+    monkeypatch.setenv("COVERAGE_PROCESS_CONFIG", "{}")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(test_mutations.subprocess, "run", fake_run)
+    failed, _ = test_mutations.run_checks(tmp_path, ("tests/infra/test_policy.py",), "test_x")
+    assert failed == {"tests/infra/test_policy.py::test_x"}
+    assert seen["HOME"] == str(tmp_path)
+    assert not [name for name in seen if name.startswith("COVERAGE_")]
