@@ -5,31 +5,45 @@
 #                                 format, mypy; seconds), then every test with branch coverage of
 #                                 functions/, in-process and in the subprocesses the tests start
 #                                 (functions-framework under gunicorn), failing under the floor
-#                                 ([tool.coverage] in pyproject.toml). The tests run on
-#                                 $SAFESEND_TEST_WORKERS parallel workers (pytest-xdist, default 3),
-#                                 one module per worker at a time, slow modules first
-#                                 (tests/scheduling.py); each worker has its own emulators and ports.
+#                                 ([tool.coverage] in pyproject.toml). The mutation suite
+#                                 (tests/infra/test_mutations.py: nested pytest runs in scratch
+#                                 copies, nothing of functions/ to measure) runs beside it in a
+#                                 process of its own, without coverage; the gate fails if either does.
 #   bash scripts/test.sh --fast   the inner loop: scripts/lint.sh, then the unit and property tests
-#                                 (tests/unit) on the same workers; no emulator, no coverage
+#                                 (tests/unit) on $SAFESEND_TEST_WORKERS pytest-xdist workers
+#                                 (default 2; tests/scheduling.py); no emulator, no coverage
 #   bash scripts/test.sh ARGS...  just pytest with ARGS (e.g. tests/unit -x): no lint, no coverage
 #
 # pytest's other options come from pytest.ini.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"
-WORKERS="${SAFESEND_TEST_WORKERS:-3}"
+WORKERS="${SAFESEND_TEST_WORKERS:-2}"
 [[ "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
-PARALLEL=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
+MUTATIONS=tests/infra/test_mutations.py
 if (($# == 0)); then
     bash scripts/bootstrap.sh --for test
     bash scripts/lint.sh
-    exec .venv/bin/python -m pytest --cov --cov-report=term-missing:skip-covered "${PARALLEL[@]}"
+    mutations_log="$(mktemp "${TMPDIR:-/tmp}/safesend-mutations.XXXXXX")"
+    .venv/bin/python -m pytest -p no:cov "$MUTATIONS" >"$mutations_log" 2>&1 &
+    mutations_pid=$!
+    trap 'kill "$mutations_pid" 2>/dev/null || true' EXIT # stopped if the gate is cut short
+    suite=0
+    .venv/bin/python -m pytest --cov --cov-report=term-missing:skip-covered --ignore="$MUTATIONS" || suite=$?
+    mutations=0
+    wait "$mutations_pid" || mutations=$?
+    trap - EXIT
+    printf '\n---------- %s (run beside the suite, without coverage)\n' "$MUTATIONS"
+    cat "$mutations_log"
+    rm -f "$mutations_log"
+    ((suite == 0 && mutations == 0)) || exit 1
+    exit 0
 fi
 if [[ "$1" == "--fast" ]]; then
     (($# == 1)) || { printf 'test.sh: --fast takes no other argument\n' >&2; exit 2; }
     bash scripts/bootstrap.sh --for fast
     bash scripts/lint.sh
-    exec .venv/bin/python -m pytest tests/unit "${PARALLEL[@]}"
+    exec .venv/bin/python -m pytest tests/unit -n "$WORKERS" --dist loadgroup --no-loadscope-reorder
 fi
 bash scripts/bootstrap.sh --for test
 exec .venv/bin/python -m pytest "$@"

@@ -1,4 +1,4 @@
-"""pytest plugin: how the gate's parallel workers (pytest-xdist, ``--dist loadgroup``) share the suite.
+"""pytest plugin: how pytest-xdist workers (`--dist loadgroup`; `scripts/test.sh --fast`) share the suite.
 
 Enabled from tests/conftest.py. Without xdist nothing changes but the order of the modules.
 

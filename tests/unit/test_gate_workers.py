@@ -20,7 +20,10 @@ from tests import scheduling
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_PARTS = ["venv", "tasks", "infra", "tfplugin", "emulators", "chromium", "postgres"]
-RECORDER = '#!/usr/bin/env bash\nprintf "%s %s\\n" "{name}" "$*" >> "{log}"\n'
+RECORDER = (
+    '#!/usr/bin/env bash\nprintf "%s %s\\n" "{name}" "$*" >> "{log}"\n'
+    'if [[ -n "${{STUB_FAILS_ON:-}}" && "$*" == *"$STUB_FAILS_ON"* ]]; then exit 1; fi\n'
+)
 
 
 def clean_env() -> dict[str, str]:
@@ -44,17 +47,18 @@ def scratch_scripts(tmp_path: Path, script: str) -> Path:
     return log
 
 
-def run_script(tmp_path: Path, script: str, *args: str) -> list[str]:
+def run_script(tmp_path: Path, script: str, *args: str, fails_on: str = "", status: int = 0) -> list[str]:
+    """The calls the script made; a stub whose arguments contain `fails_on` exits 1."""
     log = scratch_scripts(tmp_path, script)
     done = subprocess.run(
         ["bash", str(tmp_path / "scripts" / script), *args],
-        env=clean_env(),
+        env={**clean_env(), "STUB_FAILS_ON": fails_on},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == status, done.stdout + done.stderr
     return log.read_text().splitlines()
 
 
@@ -73,13 +77,22 @@ def bootstrap_parts(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[s
 
 
 # ------------------------------------------------------------------ scripts/test.sh
-def test_the_full_gate_is_lint_then_every_test_on_parallel_workers_with_coverage(tmp_path):
+MUTATIONS_ALONE = "python -m pytest -p no:cov tests/infra/test_mutations.py"
+SUITE_WITH_COVERAGE = (
+    "python -m pytest --cov --cov-report=term-missing:skip-covered --ignore=tests/infra/test_mutations.py"
+)
+
+
+def test_the_full_gate_is_lint_then_the_suite_with_coverage_beside_the_mutation_suite(tmp_path):
     calls = run_script(tmp_path, "test.sh")
     assert calls[:2] == ["bootstrap --for test", "lint "]
-    (pytest_call,) = calls[2:]
-    assert pytest_call.startswith("python -m pytest --cov --cov-report=term-missing:skip-covered")
-    assert "-n 3 --dist loadgroup --no-loadscope-reorder" in pytest_call
-    assert "tests/" not in pytest_call, "the full gate runs every test path of pytest.ini"
+    assert sorted(calls[2:]) == sorted([MUTATIONS_ALONE, SUITE_WITH_COVERAGE])  # every test, each once
+
+
+@pytest.mark.parametrize("failing", ["--cov", "test_mutations.py"])
+def test_the_full_gate_fails_when_either_run_fails(tmp_path, failing):
+    calls = run_script(tmp_path, "test.sh", fails_on=failing, status=1)
+    assert sorted(calls[2:]) == sorted([MUTATIONS_ALONE, SUITE_WITH_COVERAGE])  # both ran to the end
 
 
 def test_fast_is_lint_then_the_unit_and_property_tests_without_emulators(tmp_path):
@@ -87,7 +100,7 @@ def test_fast_is_lint_then_the_unit_and_property_tests_without_emulators(tmp_pat
     assert calls == [
         "bootstrap --for fast",
         "lint ",
-        "python -m pytest tests/unit -n 3 --dist loadgroup --no-loadscope-reorder",
+        "python -m pytest tests/unit -n 2 --dist loadgroup --no-loadscope-reorder",
     ]
 
 
