@@ -129,7 +129,14 @@ def test_a_caller_key_sends_and_reads_status(api_and_world):
 
 
 @pytest.mark.parametrize(
-    "key", [INTERNAL_KEY, CALLER_KEY[:-1] + ("Q" if CALLER_KEY[-1] != "Q" else "R"), "ssk_nope_" + "a" * 43, None]
+    "key",
+    [INTERNAL_KEY, CALLER_KEY[:-1] + ("Q" if CALLER_KEY[-1] != "Q" else "R"), "ssk_nope_" + "a" * 43, None],
+    ids=[
+        "internal-key",
+        "caller-key-one-letter-off",
+        "unknown-key",
+        "no-key",
+    ],  # fixed ids: the keys are minted per run
 )
 def test_send_refuses_any_other_key_with_401_and_says_what_to_do(api_and_world, key):
     api, world = api_and_world

@@ -358,3 +358,23 @@ def test_the_mutation_suites_nested_runs_are_outside_the_coverage_measurement(mo
     assert failed == {"tests/infra/test_policy.py::test_x"}
     assert seen["HOME"] == str(tmp_path)
     assert not [name for name in seen if name.startswith("COVERAGE_")]
+
+
+def test_the_unit_tests_have_the_same_ids_in_every_process():
+    """xdist refuses to run when its workers collect different ids (a parameter minted per run)."""
+    first, second = (collected_ids("tests/unit") for _ in range(2))
+    assert first == second, sorted(set(first) ^ set(second))[:6]
+
+
+def collected_ids(*paths: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", *paths],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line for line in done.stdout.splitlines() if "::" in line]
