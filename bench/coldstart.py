@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import Budget, progress
+from .cpushare import CpuShare, cpu_share
 from .report import Bench, Row, fmt_s, median
 from .stackctl import REPO_ROOT, LocalStack, functions_process, send_body
 
@@ -94,8 +95,8 @@ def _request_of(variant: _Variant, url: str, tag: str) -> tuple[str, dict[str, A
     return f"{url}/{PROBE}", None
 
 
-def _one(stack: LocalStack, variant: _Variant, name: str) -> dict[str, Any]:
-    proc, url = functions_process(stack, variant.source, variant.target, None, name)
+def _one(stack: LocalStack, variant: _Variant, name: str, cpu: CpuShare | None = None) -> dict[str, Any]:
+    proc, url = functions_process(stack, variant.source, variant.target, None, name, cpu=cpu)
     port = int(url.rsplit(":", 1)[1])
     start = time.monotonic()
     proc.start()
@@ -142,8 +143,17 @@ class _Rows:
     send_request: Row
 
 
-def run(stack: LocalStack, runs: int, budget_s: float) -> Bench:
-    bench = Bench("coldstart", "7. cold start", "spawn -> first HTTP answer")
+def run(stack: LocalStack, runs: int, budget_s: float, share: float | None = None) -> Bench:
+    """share: every instance on that CPU share of one core (bench/cpushare.py); None: unlimited."""
+    if share is None:
+        return _run(stack, runs, budget_s, None)
+    with cpu_share(share, "coldstart") as cpu:
+        return _run(stack, runs, budget_s, cpu)
+
+
+def _run(stack: LocalStack, runs: int, budget_s: float, cpu: CpuShare | None) -> Bench:
+    what = "spawn -> first HTTP answer" + (f", on {cpu.describe()}" if cpu else "")
+    bench = Bench("coldstart", "7. cold start", what)
     rows = _Rows(
         hello=bench.add(Row("hello world: first answer", baseline=True)),
         ours=bench.add(Row("safesend status: first answer")),
@@ -153,7 +163,7 @@ def run(stack: LocalStack, runs: int, budget_s: float) -> Bench:
         send_request=bench.add(Row("  of which: first request (send)", ratio=math.nan)),
     )
     _warm_up(stack, bench)
-    seen = _rounds(stack, runs, Budget(budget_s), rows, bench)
+    seen = _rounds(stack, runs, Budget(budget_s), rows, bench, cpu)
     bench.finish()
     if seen["hello"] and seen["status"] and seen["send"]:
         hello_listening = median([x["listening"] for x in seen["hello"]])
@@ -177,7 +187,9 @@ def _warm_up(stack: LocalStack, bench: Bench) -> None:
         )
 
 
-def _rounds(stack: LocalStack, runs: int, budget: Budget, rows: _Rows, bench: Bench) -> dict[str, list[dict[str, Any]]]:
+def _rounds(
+    stack: LocalStack, runs: int, budget: Budget, rows: _Rows, bench: Bench, cpu: CpuShare | None
+) -> dict[str, list[dict[str, Any]]]:
     """`runs` rounds, each spawning all three (order rotated); the samples go to `rows`."""
     seen: dict[str, list[dict[str, Any]]] = {v.label: [] for v in VARIANTS}
     for r in range(runs):
@@ -187,7 +199,7 @@ def _rounds(stack: LocalStack, runs: int, budget: Budget, rows: _Rows, bench: Be
         k = r % len(VARIANTS)
         got: dict[str, dict[str, Any]] = {}
         for variant in VARIANTS[k:] + VARIANTS[:k]:
-            got[variant.label] = _one(stack, variant, f"cold-{variant.label}-{r}")
+            got[variant.label] = _one(stack, variant, f"cold-{variant.label}-{r}", cpu)
             seen[variant.label].append(got[variant.label])
         hello, status, send = got["hello"], got["status"], got["send"]
         rows.hello.samples.append(hello["first"])

@@ -25,6 +25,7 @@ from devstack.procs import tree_cpu_s
 from devstack.stack import PROJECT, REPO_ROOT, LocalStack, StackConfig
 
 from .common import typical_body
+from .cpushare import CpuShare
 
 TIME_SCALE = 10.0
 GMAIL_INDEX_LAG_S = 60.0  # what benchmark 6 models (scaled: 6 s)
@@ -111,10 +112,11 @@ def functions_process(
     name: str,
     port: int | None = None,
     extra_env: dict[str, str] | None = None,
+    cpu: CpuShare | None = None,
 ) -> tuple[ManagedProcess, str]:
     """functions-framework for `source`/`target` with the stack's environment (plus `extra_env`, e.g.
     another job store). threads=None leaves THREADS unset, i.e. functions-framework's default
-    (os.cpu_count() * 4), as deployed."""
+    (os.cpu_count() * 4), as deployed. `cpu`: run it on that CPU share (bench/cpushare.py)."""
     port = port or free_port()
     env = {**os.environ, **stack.service_env(), "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     env.pop("THREADS", None)
@@ -133,6 +135,8 @@ def functions_process(
         "--port",
         str(port),
     ]
+    if cpu is not None:
+        argv = cpu.wrap(argv)
     proc = ManagedProcess(argv, name=name, log_dir=stack.log_dir, env=env, cwd=REPO_ROOT)
     return proc, f"http://127.0.0.1:{port}"
 

@@ -20,14 +20,18 @@ from devstack.procs import alive
 from .common import REPO_ROOT, progress, quiet_service_logs
 from .report import Bench, render_text, write_json, write_markdown
 
-BENCHES = ("latency", "paths", "throughput", "sweep", "certainty", "coldstart")
+BENCHES = ("latency", "paths", "throughput", "sweep", "certainty", "coldstart", "platform", "pacing")
 SIZES = {
-    "full": dict(runs=5, latency_n=20, tp_jobs=200, tp_clients=16, sweep_sizes=(0, 1000, 10000), sweep_due=100),
-    "quick": dict(runs=2, latency_n=6, tp_jobs=48, tp_clients=16, sweep_sizes=(0, 200, 1000), sweep_due=20),
+    "full": dict(
+        runs=5, latency_n=20, tp_jobs=200, tp_clients=16, sweep_sizes=(0, 1000, 10000), sweep_due=100, pace_jobs=2000
+    ),
+    "quick": dict(
+        runs=2, latency_n=6, tp_jobs=48, tp_clients=16, sweep_sizes=(0, 200, 1000), sweep_due=20, pace_jobs=200
+    ),
 }
 BUDGETS_S = {  # per benchmark: a slow machine stops early (reported in the notes) instead of running on
-    "full": dict(latency=150, paths=90, throughput=240, sweep=150, certainty=90, coldstart=150),
-    "quick": dict(latency=40, paths=40, throughput=60, sweep=60, certainty=60, coldstart=60),
+    "full": dict(latency=150, paths=90, throughput=240, sweep=150, certainty=90, coldstart=150, platform=600),
+    "quick": dict(latency=40, paths=40, throughput=60, sweep=60, certainty=60, coldstart=60, platform=240),
 }
 
 
@@ -53,6 +57,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-postgres",
         action="store_true",
         help="1-3: measure the Firestore store only (by default PostgreSQL runs side by side)",
+    )
+    parser.add_argument(
+        "--cpu",
+        type=float,
+        default=None,
+        help="7: run the cold start on this CPU share of one core (e.g. 0.333: taskset + a cgroup quota, needs root)",
     )
     parser.add_argument(
         "--out",
@@ -350,7 +360,7 @@ def _start_postgres(log_dir: Path) -> tuple[Any, str]:
 def _runners(
     stack: Any, args: argparse.Namespace, postgres: Any = None
 ) -> dict[str, tuple[str, Callable[[], list[Bench]]]]:
-    from . import certainty, coldstart, latency, paths, sweep, throughput
+    from . import certainty, coldstart, latency, pacing, paths, platform, sweep, throughput
 
     s, b = args.sizes, args.budgets
     return {
@@ -369,7 +379,10 @@ def _runners(
             lambda: [sweep.run(stack, s["sweep_sizes"], s["sweep_due"], s["runs"], b["sweep"])],
         ),
         "certainty": ("6. time to certainty", lambda: [certainty.run(stack, s["runs"], b["certainty"])]),
-        "coldstart": ("7. cold start", lambda: [coldstart.run(stack, s["runs"], b["coldstart"])]),
+        "coldstart": ("7. cold start", lambda: [coldstart.run(stack, s["runs"], b["coldstart"], args.cpu)]),
+        "platform": ("8. platform", lambda: [platform.run(stack, min(s["runs"], 3), b["platform"])]),
+        # Issue 24 (keys burst, pool, daily): in process, on a fake clock; the stack is not used.
+        "pacing": ("9. mailbox pacing", lambda: pacing.benches(s["pace_jobs"])),
     }
 
 

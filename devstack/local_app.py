@@ -2,9 +2,10 @@
 
     functions-framework --source devstack/local_app.py --target router --host 127.0.0.1 --port 8080
 
-Routes /send, /reconcile, /sweep, /status, /notify, /health and /review to the real entry points in
-functions/main.py, so the code under test is exactly what Cloud Functions runs, plus one thing
-production never has: crash points (devstack/crash_points.py), armed by the X-Safesend-Fault header.
+Routes /send, /decide (the send function serves it, as deployed), /reconcile, /sweep, /status,
+/notify, /health and /review to the real entry points in functions/main.py, so the code under test
+is exactly what Cloud Functions runs, plus one thing production never has: crash points
+(devstack/crash_points.py), armed by the X-Safesend-Fault header.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ main._api = HttpApi(_runtime_with_crash_points)  # the entry points read main._a
 
 ROUTES = {
     "/send": main.send,
+    "/decide": main.send,
     "/reconcile": main.reconcile,
     "/sweep": main.sweep,
     "/status": main.status,
+    "/mailboxes": main.status,  # the status function serves GET /mailboxes (HttpApi.status)
     "/notify": main.notify,
     "/health": main._api.health,  # local only: no deployed function serves it
 }

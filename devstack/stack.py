@@ -7,6 +7,7 @@ and by the end-to-end tests (tests/integration/test_stack.py). Loopback only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -21,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from devstack.balancer import RoundRobinBalancer
 from devstack.emulators import EmulatorStack, ManagedProcess, free_port
 from devstack.gmail_sim import GmailSimulator
 from devstack.postgres import PostgresServer
@@ -39,6 +41,7 @@ QUEUE_ID = "safesend-reconcile"
 TOPIC_ID = "safesend-review"
 SUBSCRIPTION_ID = "safesend-review-inbox"  # pulled by tests: every review item
 NOTIFY_SUBSCRIPTION_ID = "safesend-review-notify"  # pushed to /notify (devstack/push_relay.py)
+MAILBOX_QUEUE_PREFIX = "safesend-mbx-"  # one paced queue per sender mailbox, as infra/ creates them
 
 
 @dataclass
@@ -79,6 +82,26 @@ class StackConfig:
     # The job store: "firestore" (its emulator, as deployed by default) or "postgres" (a throwaway
     # PostgreSQL server from Debian's packages, devstack/postgres.py; SAFESEND_STORE=postgres).
     store: str = "firestore"
+    # Function processes behind one round-robin front (devstack/balancer.py): like Cloud Run's
+    # instances, they share nothing but the stores, so the mailbox budget must hold across them.
+    function_processes: int = 1
+    # Sender mailboxes and pools (SAFESEND_MAILBOXES_JSON's document, safesend/mailboxes.py): each
+    # gets its own mailbox in the simulator (its delegated user) and its own paced queue.
+    mailboxes: dict[str, Any] | None = None
+
+
+def mailbox_queue_rate(mailbox: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, float]:
+    """A mailbox queue's rate_limits as infra/modules/safesend/mailboxes.tf sets them: its sends per
+    second (units per minute / 100 units / 60 s) times the safety share, at most 500/s."""
+    from safesend.mailboxes import DEFAULT_SAFETY_SHARE, PRESETS
+
+    spec = mailbox.get("limits", defaults.get("limits"))
+    table: dict[str, Any] = {"preset": spec} if isinstance(spec, str) else dict(spec or {})
+    preset = PRESETS[table["preset"]] if "preset" in table else PRESETS["unlimited"]
+    units = table.get("units_per_minute", preset.units_per_minute)
+    share = float(mailbox.get("safety_share", defaults.get("safety_share", DEFAULT_SAFETY_SHARE)))
+    rate = 500.0 if units is None else min(500.0, units * share / 6000.0)
+    return {"max_dispatches_per_second": rate, "max_concurrent_dispatches": 4}
 
 
 class LocalStack:
@@ -94,6 +117,8 @@ class LocalStack:
         self.slack: RecordingReceiver | None = None
         self.push_relay: PushRelay | None = None
         self.functions: ManagedProcess | None = None
+        self.function_processes: list[ManagedProcess] = []
+        self.balancer: RoundRobinBalancer | None = None
         if self.config.store not in ("firestore", "postgres"):
             raise ValueError(f"StackConfig.store must be firestore or postgres, not {self.config.store!r}")
         self.postgres = PostgresServer(log_dir=self.log_dir) if self.config.store == "postgres" else None
@@ -184,7 +209,33 @@ class LocalStack:
             env.update({**self.postgres.env(), "SAFESEND_POSTGRES_POOL_MAX": "16"})
         if self.relay is not None:
             env["SAFESEND_GMAIL_API_ENDPOINT"] = self.relay.url
+        if self.config.mailboxes is not None:
+            env["SAFESEND_MAILBOXES_JSON"] = json.dumps(self.config.mailboxes)
+            env["SAFESEND_MAILBOX_QUEUE_PREFIX"] = self.emulators.tasks.queue_path(MAILBOX_QUEUE_PREFIX)
         return env
+
+    def mailbox_users(self) -> dict[str, str]:
+        """Each configured mailbox's Gmail userId (its delegated user, else its address)."""
+        boxes = (self.config.mailboxes or {}).get("mailboxes") or {}
+        return {name: str(m.get("delegated_user") or m["address"]).lower() for name, m in boxes.items()}
+
+    def _prepare_mailboxes(self) -> None:
+        """One simulator mailbox and one paced Cloud Tasks queue per configured sender mailbox."""
+        if self.config.mailboxes is None:
+            return
+        if self.sim is not None:
+            for user in self.mailbox_users().values():
+                self.sim.add_mailbox(user)
+        client = self.emulators.tasks.client()
+        defaults = self.config.mailboxes.get("defaults") or {}
+        for name, mailbox in (self.config.mailboxes.get("mailboxes") or {}).items():
+            client.create_queue(
+                parent=self.emulators.tasks.location_path,
+                queue={
+                    "name": self.emulators.tasks.queue_path(MAILBOX_QUEUE_PREFIX + name),
+                    "rate_limits": mailbox_queue_rate(mailbox, defaults),
+                },
+            )
 
     def start(self) -> LocalStack:
         try:
@@ -197,6 +248,7 @@ class LocalStack:
                     index_lag_s=self.config.sim_index_lag_s, effects_path=str(self.log_dir / "effects.jsonl")
                 ).start()
                 self.relay = FaultRelay(self.sim.url).start()
+            self._prepare_mailboxes()
             if self.config.reviewers:
                 self.chat = RecordingReceiver().start()
                 self.slack = RecordingReceiver().start()
@@ -237,6 +289,22 @@ class LocalStack:
                 os.environ["PUBSUB_EMULATOR_HOST"] = previous
 
     def _start_functions(self) -> None:
+        count = max(1, self.config.function_processes)
+        ports = [self.port] if count == 1 else [free_port() for _ in range(count)]
+        for index, port in enumerate(ports):
+            name = "functions" if index == 0 else f"functions-{index + 1}"
+            process = self._function_process(name, port)
+            self.function_processes.append(process)
+            process.start()
+        self.functions = self.function_processes[0]
+        if count > 1:
+            self.balancer = RoundRobinBalancer(self.port, ports).start()
+        for process, port in zip(self.function_processes, ports, strict=True):
+            process.wait_ready(
+                functools.partial(self._ready_at, f"http://127.0.0.1:{port}"), timeout=30, what="serving HTTP"
+            )
+
+    def _function_process(self, name: str, port: int) -> ManagedProcess:
         env = {**os.environ, **self.service_env(), "PYTHONUNBUFFERED": "1", "THREADS": "16"}
         argv = [
             sys.executable,
@@ -249,15 +317,16 @@ class LocalStack:
             "--host",
             "127.0.0.1",
             "--port",
-            str(self.port),
+            str(port),
         ]
-        self.functions = ManagedProcess(argv, name="functions", log_dir=self.log_dir, env=env, cwd=REPO_ROOT)
-        self.functions.start()
-        self.functions.wait_ready(self._functions_ready, timeout=30, what="serving HTTP")
+        return ManagedProcess(argv, name=name, log_dir=self.log_dir, env=env, cwd=REPO_ROOT)
 
     def _functions_ready(self) -> bool:
         """Serving: any answer from the app itself (404 for the probe id, or 401 if credentials are off)."""
-        request = urllib.request.Request(f"{self.url}/status?job_id=ready-probe", headers=self.caller_headers())
+        return self._ready_at(self.url)
+
+    def _ready_at(self, url: str) -> bool:
+        request = urllib.request.Request(f"{url}/status?job_id=ready-probe", headers=self.caller_headers())
         try:
             with urllib.request.urlopen(request, timeout=2) as response:
                 return response.status in (200, 404)
@@ -270,7 +339,8 @@ class LocalStack:
         """Stop everything we started, each by its own handle; keep going past failures."""
         parts: tuple[Any, ...] = (
             self.push_relay,
-            self.functions,
+            self.balancer,
+            *reversed(self.function_processes),
             self.chat,
             self.slack,
             self.relay,
@@ -301,6 +371,8 @@ class LocalStack:
         """pgid of each process this stack started in its own group (for freezing one in tests)."""
         groups = {emulator.name: emulator.pgid for emulator in self.emulators.emulators}
         groups["functions"] = self.functions.pgid if self.functions else None
+        for process in self.function_processes[1:]:
+            groups[process.name] = process.pgid
         if self.postgres is not None:
             groups["postgres"] = self.postgres.pgid
         return groups
@@ -404,7 +476,10 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
         return 2
     real_gmail = bool(env.get("SAFESEND_GMAIL_CREDENTIALS_FILE") or env.get("SAFESEND_GMAIL_CREDENTIALS_JSON"))
     config = StackConfig(
-        port=int(env.get("SAFESEND_PORT", "8080")), use_simulator=not real_gmail, auth="--no-auth" not in argv
+        port=int(env.get("SAFESEND_PORT", "8080")),
+        use_simulator=not real_gmail,
+        auth="--no-auth" not in argv,
+        function_processes=int(env.get("SAFESEND_FUNCTION_PROCESSES", "2")),  # instances share the budget
     )
     if real_gmail:  # real mailboxes have real index lag: production timings
         config.service_env = {}
@@ -421,14 +496,15 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
     except BaseException as exc:  # noqa: BLE001 - print and exit non-zero
         print(f"could not start the local stack: {exc}\nlogs: {stack.log_dir}", file=sys.stderr)
         return 1
-    ticker = SweepTicker(stack.url, interval_s, stack.internal_headers()).start()
-    print(local_banner(stack, real_gmail, ticker.interval_s), flush=True)
-    print(f"  scheduler POST {ticker.control_url}/_scheduler/pause  (and /_scheduler/resume)", flush=True)
-    try:
-        print(f"  health    {json.dumps(fetch_health(stack.url, stack.internal_headers()))}", flush=True)
-    except OSError as exc:
-        print(f"  health    not answered: {exc}", file=sys.stderr)
-    try:
+    ticker: SweepTicker | None = None
+    try:  # from here on, a stop signal at any point (even mid-banner) stops what was started
+        ticker = SweepTicker(stack.url, interval_s, stack.internal_headers()).start()
+        print(local_banner(stack, real_gmail, ticker.interval_s), flush=True)
+        print(f"  scheduler POST {ticker.control_url}/_scheduler/pause  (and /_scheduler/resume)", flush=True)
+        try:
+            print(f"  health    {json.dumps(fetch_health(stack.url, stack.internal_headers()))}", flush=True)
+        except OSError as exc:
+            print(f"  health    not answered: {exc}", file=sys.stderr)
         while stack.functions and stack.functions.is_running():
             time.sleep(1)
         print("the functions server exited; see its log", file=sys.stderr)
@@ -436,7 +512,8 @@ def run_foreground(env: Mapping[str, str] | None = None, argv: list[str] | None 
     except KeyboardInterrupt:
         return 0
     finally:
-        ticker.stop()
+        if ticker is not None:
+            ticker.stop()
         stack.stop()
 
 

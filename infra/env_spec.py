@@ -75,7 +75,11 @@ DIRECT_VPC_FIELDS = {"enabled_by", "network", "subnetwork", "egress", "functions
 # egress). It is also the API's default (Cloud Functions v2 ServiceConfig.directVpcEgress), which is
 # what `gcloud functions deploy --network --subnet` gets when no egress flag is given.
 DIRECT_VPC_EGRESS = ("VPC_EGRESS_PRIVATE_RANGES_ONLY",)
-DEPLOY_FIELDS = {"ingress", "timeout_s", "invokers", "enabled_by"}
+DEPLOY_FIELDS = {"ingress", "timeout_s", "cpu", "memory", "concurrency", "invokers", "enabled_by"}
+# Cloud Functions (2nd gen) CPU steps (available_cpu / gcloud --cpu); below 1 a function serves one
+# request at a time (Cloud Run: concurrency > 1 needs at least 1 vCPU).
+CPU_STEPS = ("0.083", "0.167", "0.333", "0.583", "1", "2", "4", "6", "8")
+MEMORY = re.compile(r"^[1-9][0-9]*(Mi|Gi)$")
 # Who holds roles/run.invoker on a function, by kind (rendered in render()):
 #   callers      the caller service accounts of send/status (+ allUsers with public_callers)
 #   tasks        the Cloud Tasks invoker          scheduler    the Cloud Scheduler invoker
@@ -262,6 +266,22 @@ def validate(spec: dict) -> list[str]:
             errors.append(f"deploy.{function}.invokers: {settings.get('invokers')!r}")
         if not isinstance(settings.get("timeout_s"), int):
             errors.append(f"deploy.{function}.timeout_s: must be an integer")
+        errors += _platform_errors(function, settings)
+    return errors
+
+
+def _platform_errors(function: str, settings: Mapping[str, object]) -> list[str]:
+    """CPU, memory and request concurrency of one function, as Cloud Functions accepts them."""
+    errors = []
+    cpu, memory, concurrency = settings.get("cpu"), settings.get("memory"), settings.get("concurrency")
+    if cpu not in CPU_STEPS:
+        errors.append(f"deploy.{function}.cpu: {cpu!r} is not one of {CPU_STEPS}")
+    if not isinstance(memory, str) or not MEMORY.match(memory):
+        errors.append(f"deploy.{function}.memory: {memory!r} (e.g. 512Mi)")
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 1000:
+        errors.append(f"deploy.{function}.concurrency: {concurrency!r} must be an integer 1-1000")
+    elif concurrency > 1 and cpu in CPU_STEPS and float(str(cpu)) < 1:
+        errors.append(f"deploy.{function}: concurrency {concurrency} needs cpu >= 1 (Cloud Run), not {cpu}")
     return errors
 
 
@@ -273,6 +293,7 @@ class Rendered:
     ingress: dict[str, str]
     timeout_s: dict[str, int]
     invokers: dict[str, list[str]]
+    platform: dict[str, tuple[str, str, int]]  # function -> (cpu, memory, concurrency)
     jobs_collection: str
     enabled: dict[str, bool] = field(default_factory=dict)  # function -> deployed in this configuration
     # function -> file path -> (secret id, version)
@@ -366,6 +387,7 @@ def render(spec: dict, facts: Mapping[str, str]) -> Rendered:
         ingress={f: s["ingress"] for f, s in spec["deploy"].items()},
         timeout_s={f: s["timeout_s"] for f, s in spec["deploy"].items()},
         invokers=invokers,
+        platform={f: (s["cpu"], s["memory"], s["concurrency"]) for f, s in spec["deploy"].items()},
         jobs_collection=facts["jobs_collection"],
         enabled={f: values[s["enabled_by"]] == "true" for f, s in spec["deploy"].items()},
         urls={f: values[f"url_{f}"] for f in spec["functions"]},
@@ -404,7 +426,8 @@ def gcloud_network_args(rendered: Rendered, function: str) -> str:
 
 
 def write_gcloud_files(rendered: Rendered, out: Path) -> None:
-    """Per function: <f>.env.yaml, .secrets, .network, .ingress, .timeout, .invokers, .url; and
+    """Per function: <f>.env.yaml, .secrets, .network, .ingress, .timeout, .platform (the --cpu,
+    --memory and --concurrency flags), .invokers, .url; and
     `functions`, the functions this configuration deploys (one a line, in the spec's order)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "functions").write_text("".join(f + "\n" for f, on in rendered.enabled.items() if on), encoding="utf-8")
@@ -414,6 +437,10 @@ def write_gcloud_files(rendered: Rendered, out: Path) -> None:
         (out / f"{function}.network").write_text(gcloud_network_args(rendered, function), encoding="utf-8")
         (out / f"{function}.ingress").write_text(GCLOUD_INGRESS[rendered.ingress[function]], encoding="utf-8")
         (out / f"{function}.timeout").write_text(f"{rendered.timeout_s[function]}s", encoding="utf-8")
+        cpu, memory, concurrency = rendered.platform[function]
+        (out / f"{function}.platform").write_text(
+            f"--cpu={cpu} --memory={memory} --concurrency={concurrency}", encoding="utf-8"
+        )
         (out / f"{function}.invokers").write_text(
             "".join(m + "\n" for m in rendered.invokers[function]), encoding="utf-8"
         )

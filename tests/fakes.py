@@ -198,11 +198,13 @@ class FakeMailer:
 class FakeScheduler:
     def __init__(self) -> None:
         self.tasks: dict[str, datetime] = {}
+        self.queues: dict[str, str] = {}  # task -> the mailbox queue it went on ("" : the reconcile queue)
         self.calls = 0
 
-    def schedule_check(self, job_id: str, step: str, at: datetime) -> None:
+    def schedule_check(self, job_id: str, step: str, at: datetime, mailbox: str | None = None) -> None:
         self.calls += 1
         self.tasks.setdefault(f"{job_id}-{step}", at)
+        self.queues.setdefault(f"{job_id}-{step}", mailbox or "")
 
 
 class FakePublisher:

@@ -99,8 +99,9 @@ class CallbackPolicy:
         return ip.is_global and not ip.is_multicast
 
 
-def notice_payload(job: Any, notice_id: str, now: datetime) -> dict[str, Any]:
-    """What the caller's workflow receives: enough to branch on, nothing it must not see (no body)."""
+def notice_payload(job: Any, notice_id: str, now: datetime, review_id: str | None) -> dict[str, Any]:
+    """What the caller's workflow receives: enough to branch on, nothing it must not see (no body);
+    `review_id` is what a decision by API (POST /decide) names."""
     return {
         "notice_id": notice_id,
         "job_id": job.id,
@@ -109,6 +110,7 @@ def notice_payload(job: Any, notice_id: str, now: datetime) -> dict[str, Any]:
         "message_id": job.message_id,
         "verified": job.verified,
         "review_reason": job.review_reason,
+        "review_id": review_id,
         "last_error": job.last_error if job.state.value != "sent" else None,
         "attempts": job.attempts,
         "provider_ref": job.provider_ref,

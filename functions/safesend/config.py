@@ -245,6 +245,12 @@ class Settings:
     )
     # Cloud Tasks, Pub/Sub, the sweeper
     tasks_queue: str | None = setting("SAFESEND_TASKS_QUEUE", None, _text, "Cloud Tasks queue of the reconcile calls")
+    mailbox_queue_prefix: str | None = setting(
+        "SAFESEND_MAILBOX_QUEUE_PREFIX",
+        None,
+        _text,
+        "projects/P/locations/R/queues/<prefix>-mbx-: each mailbox's paced queue of its queued jobs' turns",
+    )
     reconcile_url: str | None = setting("SAFESEND_RECONCILE_URL", None, _text, "URL the tasks call")
     tasks_service_account: str | None = setting(
         "SAFESEND_TASKS_SERVICE_ACCOUNT", None, _text, "OIDC identity of the tasks"
@@ -313,6 +319,14 @@ class Settings:
     )
     public_invoker: bool = setting(
         "SAFESEND_PUBLIC_INVOKER", False, _flag, "this function is invocable by allUsers: the app is the only gate"
+    )
+    api_deciders: frozenset[str] = setting(
+        "SAFESEND_API_DECIDERS",
+        frozenset(),
+        _lower_names,
+        "callers that may decide review items by API (POST /decide on send): `key:<key id>`, `hmac`, "
+        "a caller service account; unset: off",
+        shown="none",
     )
     auth_internal_api_keys: str | None = setting(
         "SAFESEND_AUTH_INTERNAL_API_KEYS",

@@ -167,6 +167,8 @@ class ReviewConsole:
             return self.index(request)
         if path in ASSETS:
             return self.asset(request)
+        if path.rstrip("/") == f"{BASE}/mailboxes":
+            return self.mailboxes(request)
         match = _DECISION.fullmatch(path)
         if match:
             return self.decision(request, match.group(1))
@@ -214,6 +216,26 @@ class ReviewConsole:
             truncated=len(jobs) >= LIST_LIMIT,
             now=now,
         )
+
+    # ------------------------------------------------------------------ GET /review/mailboxes
+    def mailboxes(self, request: Request) -> Response:
+        """The sender mailboxes' budgets (GET /mailboxes' data): used and limit for the minute and
+        the day, backlog, next free slot, state. Read-only."""
+        refused = self._only(request, ("GET", "HEAD"))
+        if refused:
+            return refused
+        _auth, reviewer, failure = self._identify(request)
+        if failure:
+            return failure
+        service = self._service()
+        if isinstance(service, tuple):
+            return service
+        try:
+            report = service.mailboxes_report()
+        except StoreUnavailableError as exc:
+            log(logging.ERROR, "review console could not read the mailboxes", error=str(exc))
+            return self._unavailable(reviewer)
+        return self._page("mailboxes.html", "Sender mailboxes", reviewer, report=report)
 
     # ------------------------------------------------------------------ GET /review/items/<id>
     def item(self, request: Request, job_id: str) -> Response:

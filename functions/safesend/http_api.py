@@ -10,15 +10,19 @@ from typing import IO, Any
 
 from flask import Request
 
+from .api_decisions import allowed_decider, parse_decision_request, recorded_reviewer
 from .auth import AuthenticationError, PermissionDeniedError, Role
 from .errors import (
     CallbackNotStoredError,
     ConfigurationError,
+    DecisionConflictError,
+    DecisionNotAllowedError,
     IndexMissingError,
     MailboxUnavailableError,
     PayloadMismatchError,
     PublishError,
     RequestValidationError,
+    StaleReviewError,
     StoreUnavailableError,
 )
 from .keys import is_job_id, job_id_for
@@ -59,6 +63,15 @@ def _push_attributes(body: Any) -> dict[str, Any]:
     return attributes if isinstance(attributes, dict) else {}
 
 
+def _decisions_off(configured: bool) -> Response:
+    why = (
+        "this caller may not decide: SAFESEND_API_DECIDERS does not name it"
+        if configured
+        else "decisions by API are off on this deployment (SAFESEND_API_DECIDERS is not set)"
+    )
+    return _error(403, "decisions_off", f"{why}: decide in the review console, or ask the operator; do not retry")
+
+
 def _too_large(limit: int) -> _Refused:
     return _Refused(
         _error(
@@ -78,13 +91,20 @@ class HttpApi:
         self._runtime_factory = runtime_factory
 
     def _guard(self, request: Request, role: Role, methods: tuple[str, ...]) -> tuple[Runtime, bytes]:
+        runtime, body, _ = self._guard_caller(request, role, methods)
+        return runtime, body
+
+    def _guard_caller(self, request: Request, role: Role, methods: tuple[str, ...]) -> tuple[Runtime, bytes, str]:
+        """`_guard`, also naming the verified caller (for endpoints that record who acted)."""
         wire = detach_body(request)  # first: every refusal below must leave the body unbuffered
         try:
             return self._admit(request, wire, role, methods)
         finally:
             discard_rest(request, wire)  # at end of stream already after a full read
 
-    def _admit(self, request: Request, wire: IO[bytes], role: Role, methods: tuple[str, ...]) -> tuple[Runtime, bytes]:
+    def _admit(
+        self, request: Request, wire: IO[bytes], role: Role, methods: tuple[str, ...]
+    ) -> tuple[Runtime, bytes, str]:
         """Method, size (declared, then while reading), authentication: the order matters."""
         if request.method not in methods:
             raise _Refused(_method_not_allowed(", ".join(methods)))
@@ -124,7 +144,7 @@ class HttpApi:
                 _error(403, "forbidden", f"{exc}: ask the operator to allow this caller; do not retry")
             ) from exc
         log(logging.DEBUG, "authenticated", role=role.value, caller=caller)
-        return runtime, body
+        return runtime, body, caller
 
     @staticmethod
     def _json_body(request: Request, body: bytes, required: bool = True) -> Any:
@@ -194,6 +214,51 @@ class HttpApi:
             headers["Retry-After"] = str(wait_s)
         return job_view(job, replayed=replayed), http_status_for(job), headers
 
+    def decide(self, request: Request) -> Response:
+        """POST /decide: a caller's decision on a job in review, through the console's own path
+        (service.decide). Off unless SAFESEND_API_DECIDERS names the caller (checked before parsing)."""
+        try:
+            runtime, raw, caller = self._guard_caller(request, Role.CALLER, ("POST",))
+            decider = allowed_decider(caller, runtime.settings.api_deciders)
+            if decider is None:
+                log(logging.WARNING, "decision by API refused: caller not a decider", caller=mask_emails(caller))
+                raise _Refused(_decisions_off(bool(runtime.settings.api_deciders)))
+            body = self._json_body(request, raw)
+        except _Refused as refused:
+            return refused.response
+        try:
+            asked = parse_decision_request(body)
+            outcome = runtime.service.decide(
+                asked.job_id, asked.review_id, asked.decision, recorded_reviewer(decider, asked), asked.note
+            )
+        except RequestValidationError as exc:
+            return _error(
+                400, "invalid_request", "fix the fields listed under `fields` and send again", fields=exc.fields
+            )
+        except StaleReviewError as exc:
+            return _error(
+                409,
+                "stale_review",
+                f"{exc}: nothing was done; look the job up (/status) and decide on its current review_id, if any",
+                current_review_id=exc.current,
+            )
+        except (DecisionConflictError, DecisionNotAllowedError) as exc:
+            code = "already_decided" if isinstance(exc, DecisionConflictError) else "decision_not_allowed"
+            return _error(409, code, f"{exc}: nothing was done; do not retry")
+        except MailboxUnavailableError as exc:
+            log(logging.WARNING, "decision by API deferred: mailbox unavailable", job_id=asked.job_id, error=str(exc))
+            return _error(
+                503,
+                "mailbox_unavailable",
+                "the mailbox could not be searched, so nothing was done: retry after Retry-After seconds",
+            )
+        except StoreUnavailableError as exc:
+            emit(STORE_UNAVAILABLE, logging.ERROR, "decide could not use the store", where="decide", error=str(exc))
+            return _error(503, "store_unavailable", "nothing was decided: retry after Retry-After seconds")
+        replayed = not outcome.applied and outcome.result != "refused_copy_found"
+        view = job_view(outcome.job, replayed=replayed)
+        return {**view, "result": outcome.result, "copies": outcome.copies}, 200, dict(JSON)
+
     def reconcile(self, request: Request) -> Response:
         try:
             runtime, raw = self._guard(request, Role.INTERNAL, ("POST",))
@@ -243,6 +308,13 @@ class HttpApi:
         except _Refused as refused:
             return refused.response
         attributes = _push_attributes(body)
+        if attributes.get("kind") == "mailbox_incident" and isinstance(attributes.get("incident"), str):
+            try:
+                action = runtime.service.notify_incident(str(attributes.get("mailbox")), attributes["incident"])
+            except PublishError as exc:
+                log(logging.WARNING, "mailbox incident notice deferred", error=str(exc))
+                return _error(503, "try_again", "a reviewers' chat is unavailable; Pub/Sub will redeliver")
+            return {"incident": attributes["incident"], "action": action}, 200, dict(JSON)
         job_id, review_id = attributes.get("job_id"), attributes.get("review_id")
         if not (isinstance(job_id, str) and is_job_id(job_id) and isinstance(review_id, str)):
             log(logging.ERROR, "notify: not a review item push (no job_id/review_id attributes)")
@@ -329,7 +401,23 @@ class HttpApi:
             return _error(503, "store_unavailable", "the job store is unavailable")
         return view, 200, dict(JSON)
 
+    def mailboxes(self, request: Request) -> Response:
+        """GET /mailboxes (served by the status function, same callers' credentials): each sender
+        mailbox's used and limit for the minute and the day, backlog, next free slot and state."""
+        try:
+            runtime, _ = self._guard(request, Role.CALLER, ("GET",))
+        except _Refused as refused:
+            return refused.response
+        try:
+            report = runtime.service.mailboxes_report()
+        except StoreUnavailableError as exc:
+            log(logging.ERROR, "mailboxes could not read the store", error=str(exc))
+            return _error(503, "store_unavailable", "the job store is unavailable")
+        return report, 200, dict(JSON)
+
     def status(self, request: Request) -> Response:
+        if request.path.rstrip("/").endswith("/mailboxes"):
+            return self.mailboxes(request)
         try:
             runtime, _ = self._guard(request, Role.CALLER, ("GET",))
         except _Refused as refused:
@@ -349,4 +437,8 @@ class HttpApi:
             return _error(503, "store_unavailable", "the job store is unavailable")
         if job is None:
             return _error(404, "not_found", f"no job {job_id}", job_id=job_id)
-        return job_view(job, with_events=True), 200, dict(JSON)
+        try:
+            place = runtime.service.queue_place(job)
+        except StoreUnavailableError:
+            place = None
+        return job_view(job, with_events=True, place=place), 200, dict(JSON)

@@ -28,6 +28,7 @@ from .callbacks import (
 from .classify import crash_failure
 from .errors import DecisionConflictError, DecisionNotAllowedError, StaleReviewError
 from .model import Accepted, Bucket, Delivery, Failure, Job, MailboxHit
+from .pacing import bind
 from .policy import ChannelPolicy, OnUnknown
 from .review_messages import superseded_card
 from .states import HUMAN_STATES, SETTLED_STATES, State, check_transition
@@ -177,6 +178,113 @@ def record_outcome(
     return _schedule_retry(refused, outcome, now, policy, timing, uniform)
 
 
+def record_paced_refusal(
+    job: Job,
+    outcome: Failure,
+    owner: str,
+    now: datetime,
+    policy: ChannelPolicy,
+    timing: Timing,
+    wait: QueueSlot,
+) -> Job:
+    """Gmail refused our attempt for its mailbox's rate or daily limit (nothing was accepted): the
+    job waits its mailbox's turn in `queued` instead of backing off alone toward the retry horizon.
+    Pacing alone never fails a job nor makes a review item."""
+    if not (job.state is State.SENDING and job.lease_owner == owner):
+        return record_outcome(job, outcome, owner, now, policy, timing, lambda a, b: b)
+    refused = job.copy()
+    refused.maybe_landed = max(0, refused.maybe_landed - 1)
+    refused.add_event(now, "attempt_refused", error=outcome.as_dict())
+    settled = settle_on_known_copies(refused, now, policy, timing)
+    if settled is not None:
+        return settled
+    refused.last_error = outcome.as_dict()
+    return _enter_queue(refused, now, wait)
+
+
+@dataclass(frozen=True)
+class QueueSlot:
+    """Where and until when a job waits: its mailbox, the next try (the budget's next free slot), the
+    honest estimate of its send (Retry-After) and why (mailbox_budget.Refusal.reason, or gmail_*)."""
+
+    mailbox: str
+    next_try_at: datetime
+    eta: datetime
+    reason: str
+
+
+def enter_queued(job: Job, owner: str, now: datetime, wait: QueueSlot) -> Job:
+    """The mailbox's budget refused the attempt we had claimed, before anything reached Gmail: the
+    attempt is taken back (it was never made) and the job waits for its mailbox's turn."""
+    if not (job.state is State.SENDING and job.lease_owner == owner):
+        raise ValueError("only our own claimed attempt can be queued before its send")
+    changed = job.copy()
+    changed.attempts = max(0, changed.attempts - 1)
+    changed.maybe_landed = max(0, changed.maybe_landed - 1)
+    return _enter_queue(changed, now, wait)
+
+
+def _enter_queue(job: Job, now: datetime, wait: QueueSlot) -> Job:
+    changed = _moved(job, State.QUEUED, now)
+    changed.lease_owner = None
+    changed.lease_until = None
+    changed.next_check_at = wait.next_try_at
+    changed.queued_since = job.queued_since or now
+    changed.queue_eta = wait.eta
+    changed.queue_reason = wait.reason
+    changed.mailboxes = bind(job.mailboxes, wait.mailbox)
+    changed.add_event(now, "queued", mailbox=wait.mailbox, reason=wait.reason, eta=wait.eta)
+    return changed
+
+
+def leave_queue(job: Job, now: datetime, owner: str, timing: Timing) -> Job:
+    """Its mailbox's turn came. Nothing may have landed: the next attempt starts (sending). An
+    earlier attempt may have: back to retry_wait, due now, so the mailbox is searched before any
+    resend, as for every retry. The time queued is added to `retrying_since`: it never counts
+    toward the retry horizon."""
+    if job.state is not State.QUEUED:
+        raise ValueError(f"only a queued job leaves the queue, not a {job.state} one")
+    changed = job.copy()
+    if changed.retrying_since is not None and changed.queued_since is not None:
+        changed.retrying_since += max(now - changed.queued_since, timedelta(0))
+    changed.queued_since = None
+    changed.queue_eta = None
+    changed.queue_reason = None
+    changed.add_event(now, "dequeued", mailbox=current_mailbox(changed))
+    if changed.maybe_landed == 0 and not changed.known_copies:
+        return start_attempt(changed, now, owner, timing)
+    waiting = _moved(changed, State.RETRY_WAIT, now)
+    waiting.next_check_at = now
+    return waiting
+
+
+def holds_turn(job: Job) -> bool:
+    """The job left its mailbox's queue and has not been queued again: its next attempt is its
+    turn (searched first when an earlier attempt may have landed), not a new send behind the backlog."""
+    for event in reversed(job.events):
+        if event.get("kind") in ("queued", "dequeued"):
+            return bool(event["kind"] == "dequeued")
+    return False
+
+
+def rebind(job: Job, mailbox: str, now: datetime) -> Job:
+    """Move a job to another mailbox of its pool: only while none of its attempts may have landed.
+    The move is recorded (events and the binding list) and the history checkpoint, which belongs to
+    the old mailbox's change log, is dropped (the caller sets the new mailbox's one, if any)."""
+    if job.maybe_landed > 1 or (job.maybe_landed == 1 and job.state is not State.SENDING):
+        raise ValueError("a job may move only while none of its attempts may have landed")
+    changed = job.copy()
+    changed.mailboxes = bind(job.mailboxes, mailbox)
+    changed.history_start = None
+    changed.updated_at = now
+    changed.add_event(now, "mailbox_moved", mailbox=mailbox, previous=current_mailbox(job))
+    return changed
+
+
+def current_mailbox(job: Job) -> str | None:
+    return job.mailboxes[-1] if job.mailboxes else None
+
+
 def _give_up(job: Job, reason: str, now: datetime, outcome: Failure) -> Job:
     """No more sends. `failed` says "nothing went out", which is true only if no earlier attempt
     may have landed; otherwise the honest answer is "unclear" and a human checks the mailbox."""
@@ -218,7 +326,7 @@ def _record_acceptance(
     _note_copies(changed, [job.provider_ref["gmail_id"]] if job.provider_ref else [])
     _note_copies(changed, [outcome.gmail_id])
     ref = outcome.as_ref()
-    if ours or job.state in (State.UNKNOWN, State.RETRY_WAIT):
+    if ours or job.state in (State.UNKNOWN, State.RETRY_WAIT, State.QUEUED):
         if len(changed.known_copies) > 1:
             changed.add_event(now, "accepted", provider_ref=ref)
             return _enter_human(changed, State.REVIEW, ReviewReason.DUPLICATE, now, None)
@@ -795,7 +903,12 @@ def _add_notice(job: Job, url: str, now: datetime) -> None:
             job.add_event(now, "notice_superseded", notice_id=older["id"], by=notice_id)
     _append_notice(
         job,
-        {"id": notice_id, "kind": "callback", "url": url, "payload": notice_payload(job, notice_id, now)},
+        {
+            "id": notice_id,
+            "kind": "callback",
+            "url": url,
+            "payload": notice_payload(job, notice_id, now, current_review_id(job)),
+        },
         now,
         due_at=due_at,
     )

@@ -37,6 +37,12 @@ METHOD_UNITS = {"send": 100, "list": 5, "get": 5, "history": 2, "profile": 1}  #
 SEND_UNITS = METHOD_UNITS["send"]
 MINUTE_S = 60
 MINUTE_BUCKET_S = 1
+# A call reaches Gmail a little after it was reserved (the ledger's commit, the connection): Gmail's
+# window for it ends that much later than ours would. Measured on the local stack with two processes
+# (tests/integration/test_pacing_stack.py): up to ~0.5 s under a burst; 2 s keeps Gmail's count under
+# the limit at a cost of 2/60 of the rate at the window's edge only.
+ARRIVAL_MARGIN_S = 2
+MINUTE_SPAN_S = MINUTE_BUCKET_S + MINUTE_S + ARRIVAL_MARGIN_S  # how long a reservation counts in the minute
 DAY_S = 24 * 3600
 DAY_BUCKET_S = 600
 DECREASE = 0.5  # multiplicative decrease of the admitted rate on a rate refusal
@@ -98,6 +104,8 @@ class Budget:
     rate: float | None = None  # admitted units per minute after refusals; None: the configured limit
     rate_at: float = 0.0
     exhausted_until: float = 0.0
+    turn_tail: float = 0.0  # the latest turn given to a queued job (book_turn): the backlog's end
+    turns_pending: int = 0  # turns given and not yet sent (reset once the backlog's end has passed)
 
     def to_json(self) -> str:
         data = {
@@ -107,6 +115,8 @@ class Budget:
             "rate": self.rate,
             "rate_at": self.rate_at,
             "exhausted_until": self.exhausted_until,
+            "turn_tail": self.turn_tail,
+            "turns_pending": self.turns_pending,
         }
         return json.dumps(data, separators=(",", ":"))
 
@@ -125,6 +135,8 @@ class Budget:
                 rate=None if data["rate"] is None else float(data["rate"]),
                 rate_at=float(data["rate_at"]),
                 exhausted_until=float(data["exhausted_until"]),
+                turn_tail=float(data.get("turn_tail", 0.0)),
+                turns_pending=int(data.get("turns_pending", 0)),
             )
         except (TypeError, KeyError, ValueError) as exc:
             raise ValueError(f"stored mailbox budget is damaged: {exc!r}") from None
@@ -142,7 +154,7 @@ def _advance(budget: Budget, now: datetime) -> float:
     """The time to evaluate at (never before the latest seen); drops buckets out of every window."""
     at = max(_epoch(now), budget.clock)
     budget.clock = at
-    budget.minute = {s: u for s, u in budget.minute.items() if s + MINUTE_BUCKET_S + MINUTE_S > at}
+    budget.minute = {s: u for s, u in budget.minute.items() if s + MINUTE_SPAN_S > at}
     budget.day = {s: c for s, c in budget.day.items() if s + DAY_BUCKET_S + DAY_S > at}
     return at
 
@@ -185,7 +197,7 @@ def _check(budget: Budget, mailbox: Mailbox, units: int, recipients: int, at: fl
         used = sum(budget.minute.values())
         if used + units > rate:
             allowance = math.floor(rate)
-            frees = _frees_at(list(budget.minute.items()), MINUTE_BUCKET_S + MINUTE_S, used, units, allowance)
+            frees = _frees_at(list(budget.minute.items()), MINUTE_SPAN_S, used, units, allowance)
             if frees is None:  # the slowed rate is below this call: wait for it to grow back
                 minutes = math.ceil((units - rate) / (INCREASE_SHARE * configured))
                 frees = max(at, budget.rate_at) + 60.0 * minutes
@@ -205,14 +217,22 @@ def _check(budget: Budget, mailbox: Mailbox, units: int, recipients: int, at: fl
     return None
 
 
-def reserve(budget: Budget, mailbox: Mailbox, units: int, recipients: int, now: datetime) -> Reservation | Refusal:
-    """Admit one Gmail call (a send: `recipients` > 0) and count it in `budget`, or refuse it."""
+def reserve(
+    budget: Budget, mailbox: Mailbox, units: int, recipients: int, now: datetime, behind_turns: bool = False
+) -> Reservation | Refusal:
+    """Admit one Gmail call (a send: `recipients` > 0) and count it in `budget`, or refuse it.
+    `behind_turns`: a new job's send, refused while queued jobs still wait for their turns (reason
+    `backlog`), so that a backlog is sent in order and its Retry-After estimates hold."""
     if units < 0 or recipients < 0:
         raise ValueError("units and recipients are counts >= 0")
     at = _advance(budget, now)
+    if behind_turns and recipients > 0 and budget.turn_tail > at:
+        return Refusal(_moment(budget.turn_tail), "backlog")
     refusal = _check(budget, mailbox, units, recipients, at)
     if refusal is not None:
         return refusal
+    if recipients > 0 and not behind_turns and budget.turns_pending > 0:
+        budget.turns_pending -= 1  # a queued job's turn was sent
     minute_start = math.floor(at / MINUTE_BUCKET_S) * MINUTE_BUCKET_S
     budget.minute[minute_start] = budget.minute.get(minute_start, 0) + units
     if recipients > 0:
@@ -223,22 +243,61 @@ def reserve(budget: Budget, mailbox: Mailbox, units: int, recipients: int, now: 
     return Reservation(mailbox.id, units, recipients, _moment(at))
 
 
-def penalise(budget: Budget, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> None:
+def turn_interval_s(budget: Budget, mailbox: Mailbox, at: float) -> float:
+    """Seconds between two queued sends: one send's units at the admitted rate times the safety
+    share (the mailbox queue's dispatch rate, infra/modules/safesend/mailboxes.tf); 0: no rate."""
+    rate = admitted_rate(budget, mailbox, at)
+    return 0.0 if not rate else SEND_UNITS * 60.0 / (rate * mailbox.safety_share)
+
+
+def book_turn(budget: Budget, mailbox: Mailbox, not_before: datetime, now: datetime) -> datetime:
+    """Give a queued job its turn: one send interval after the last turn given, and no earlier than
+    `not_before` (when the budget frees). Every instance books in the same ledger, so turns never
+    overlap and a queued job's Retry-After (its turn) accounts for every job queued before it."""
+    at = _advance(budget, now)
+    if budget.turn_tail <= at:
+        budget.turns_pending = 0  # the backlog's end has passed: whatever was not sent was requeued
+    interval = turn_interval_s(budget, mailbox, at)
+    turn = max(_epoch(not_before), at, budget.turn_tail + interval)
+    allowance = mailbox.day_allowance(mailbox.limits.messages_per_day)
+    if allowance is not None:  # past the day's allowance: when the rolling day frees this job's slot
+        counts = sorted((start, c[0]) for start, c in budget.day.items() if c[0])
+        need = sum(c for _, c in counts) + budget.turns_pending + 1 - allowance
+        if need > 0:
+            freed, day_at = 0, None
+            for start, count in counts:
+                freed += count
+                if freed >= need:
+                    day_at = float(start + DAY_BUCKET_S + DAY_S)
+                    break
+            if day_at is None:  # beyond what today's sends free: a day per further allowance
+                day_at = at + DAY_S * math.ceil((need - freed) / allowance)
+            turn = max(turn, day_at)
+    budget.turns_pending += 1
+    budget.turn_tail = turn
+    return _moment(turn)
+
+
+def penalise(budget: Budget, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> bool:
     """Learn from a Gmail refusal: `rate` slows the mailbox down (AIMD), `daily` marks it exhausted
-    until `until` (Gmail's "Retry after" time) or for 24 h."""
+    until `until` (Gmail's "Retry after" time) or for 24 h. True when this refusal began a new
+    incident (the first decrease of a burst, or exhaustion of a mailbox that was not exhausted):
+    reviewers hear of a daily incident once, whichever instance met it first."""
     at = _advance(budget, now)
     if kind == RATE:
         rate = admitted_rate(budget, mailbox, at)
         if rate is None or (budget.rate is not None and at - budget.rate_at < DECREASE_HOLD_S):
-            return
+            return False
         limit = float(mailbox.limits.units_per_minute or 0)
         floor = min(limit, max(FLOOR_SHARE * limit, float(SEND_UNITS)))
         budget.rate, budget.rate_at = max(floor, rate * DECREASE), at
-    elif kind == DAILY:
+        return True
+    if kind == DAILY:
+        began = budget.exhausted_until <= at
         end = _epoch(until) if until is not None else at + DAY_S
         budget.exhausted_until = max(budget.exhausted_until, end)
-    else:
-        raise ValueError(f"penalise: unknown kind {kind!r}")
+        return began
+    raise ValueError(f"penalise: unknown kind {kind!r}")
 
 
 def snapshot(budget: Budget, mailbox: Mailbox, now: datetime) -> MailboxSnapshot:

@@ -138,6 +138,13 @@ class Job:
     last_attempt_at: datetime | None = None
     next_check_at: datetime | None = None
     checks: int = 0
+    # Sender mailboxes (issue 24): the ids it was bound to, the current one last. A job moves only
+    # while none of its attempts may have landed, and every earlier binding is kept, so a job ever in
+    # doubt is searched in each. Empty: the only mailbox of an unconfigured service (today's).
+    mailboxes: list[str] = field(default_factory=list)
+    queued_since: datetime | None = None  # in `queued` since (time queued never counts toward the horizon)
+    queue_eta: datetime | None = None  # when its mailbox's budget should let it go: the 202's Retry-After
+    queue_reason: str | None = None  # rate, day_messages, exhausted, ... (mailbox_budget.Refusal.reason)
     provider_ref: dict[str, Any] | None = None
     known_copies: list[str] = field(default_factory=list)
     verified: bool | None = None
@@ -170,6 +177,7 @@ class Job:
             payload=dict(self.payload),
             mailbox_hits=[dict(h) for h in self.mailbox_hits],
             known_copies=list(self.known_copies),
+            mailboxes=list(self.mailboxes),
             callbacks=list(self.callbacks),
             decisions=[dict(d) for d in self.decisions],
             notices=[dict(n) for n in self.notices],
@@ -210,6 +218,8 @@ class Job:
             "retrying_since",
             "verify_until",
             "notice_due_at",
+            "queued_since",
+            "queue_eta",
         ):
             values[name] = as_utc(values.get(name))
         values["events"] = [{**e, "at": as_utc(e.get("at"))} for e in (values.get("events") or [])]

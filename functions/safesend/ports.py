@@ -101,7 +101,8 @@ class Mailer(Protocol):
 class CheckScheduler(Protocol):
     """Cloud Tasks: call reconcile for `job_id` at `at`. The same (job, step) enqueued twice is harmless."""
 
-    def schedule_check(self, job_id: str, step: str, at: datetime) -> None: ...
+    def schedule_check(self, job_id: str, step: str, at: datetime, mailbox: str | None = None) -> None:
+        """`mailbox`: a queued job's turn, on that mailbox's own paced queue (its rate_limits)."""
 
 
 class ReviewPublisher(Protocol):
@@ -136,9 +137,16 @@ class MailboxLedger(Protocol):
     """The budget of every sender mailbox, shared by every instance (mailbox_budget.py has the rules).
     A Gmail call is made only after `reserve` admitted it; StoreUnavailableError: nothing reserved."""
 
-    def reserve(self, mailbox: Mailbox, units: int, recipients: int, now: datetime) -> Reservation | Refusal: ...
+    def reserve(
+        self, mailbox: Mailbox, units: int, recipients: int, now: datetime, behind_turns: bool = False
+    ) -> Reservation | Refusal:
+        """`behind_turns`: a new job's send waits behind the queued jobs' turns (mailbox_budget.reserve)."""
 
-    def penalise(self, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> None:
-        """Gmail refused for `kind` (rate: slow down for everyone; daily: exhausted until `until`)."""
+    def book_turn(self, mailbox: Mailbox, not_before: datetime, now: datetime) -> datetime:
+        """A queued job's turn at this mailbox, after every turn given before (mailbox_budget.book_turn)."""
+
+    def penalise(self, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> bool:
+        """Gmail refused for `kind` (rate: slow down for everyone; daily: exhausted until `until`).
+        True when this refusal began a new incident (mailbox_budget.penalise)."""
 
     def snapshot(self, mailbox: Mailbox, now: datetime) -> MailboxSnapshot: ...

@@ -22,11 +22,12 @@ from .callbacks import CallbackPolicy
 from .config import Settings
 from .errors import ConfigurationError, MailboxUnavailableError
 from .logs import log
-from .mailboxes import MailboxDirectory
+from .mailboxes import Mailbox, MailboxDirectory
 from .mime import probe_mime
 from .model import Accepted, Bucket, Failure, HistoryPage, MailboxHit
 from .policy import ChannelPolicies
-from .ports import JobStore, Mailer, NoticePoster
+from .ports import JobStore, MailboxLedger, Mailer, NoticePoster
+from .senders import SenderMailboxes
 
 if TYPE_CHECKING:
     from .service import SafeSendService
@@ -140,6 +141,10 @@ class LazyMailer:
                 self._mailer = self._build()
             return self._mailer
 
+    def warm(self) -> None:
+        """Build now, off the request path (safesend/warmup.py); raises what the build raised."""
+        self._get()
+
     def _for_read(self) -> Mailer:
         try:
             return self._get()
@@ -175,6 +180,62 @@ def _described(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
+def build_ledger(settings: Settings, store: JobStore) -> MailboxLedger:
+    """The shared mailbox budget, in the store SAFESEND_STORE names (every instance sees the same):
+    a Firestore document per mailbox, or a PostgreSQL row per mailbox on the job store's pool."""
+    if settings.store == "postgres":
+        from .adapters.postgres_ledger import PostgresMailboxLedger
+
+        pool = getattr(store, "pool", None)
+        if pool is None:
+            raise ConfigurationError("SAFESEND_STORE=postgres: the mailbox ledger needs the job store's pool")
+        return PostgresMailboxLedger(pool, migrate=settings.postgres_migrate)
+    from .adapters.firestore_ledger import FirestoreMailboxLedger
+
+    return FirestoreMailboxLedger(settings.project)
+
+
+def build_mailbox_mailer(settings: Settings, mailbox: Mailbox) -> Mailer:
+    """A configured mailbox's Gmail client, built on its first call (LazyMailer), once per instance:
+    keyless delegation as its delegated user, or its own OAuth token read from Secret Manager; none
+    against a local simulator (SAFESEND_GMAIL_API_ENDPOINT without credentials), as for the default."""
+
+    def build() -> Mailer:
+        from .adapters.gmail_auth import load_gmail_credentials
+        from .adapters.gmail_mailer import GmailMailer
+
+        credentials = None
+        if not settings.gmail_api_endpoint:
+            if mailbox.token_secret:
+                from .adapters.secret_manager import read_secret
+
+                token = read_secret(settings.project, mailbox.token_secret)
+                credentials = load_gmail_credentials(token, None, None)
+            else:
+                credentials = load_gmail_credentials(None, None, mailbox.delegated_user)
+        return GmailMailer(
+            user=mailbox.user_id,
+            credentials=credentials,
+            api_endpoint=settings.gmail_api_endpoint,
+            send_timeout_s=settings.send_timeout_s,
+            read_timeout_s=settings.read_timeout_s,
+        )
+
+    return LazyMailer(build)
+
+
+def build_senders(settings: Settings, store: JobStore, default_mailer: Callable[[], Mailer]) -> SenderMailboxes:
+    """The configured mailboxes with their shared ledger and lazy clients. Unconfigured: today's one
+    mailbox, unpaced; its ledger only learns Gmail's daily-limit refusals (so its jobs wait)."""
+    directory = MailboxDirectory.load(settings)
+    return SenderMailboxes(
+        directory,
+        build_ledger(settings, store),
+        default_mailer,
+        lambda mailbox: build_mailbox_mailer(settings, mailbox),
+    )
+
+
 def build_mailer(settings: Settings) -> Mailer:
     """The Gmail adapter the settings name (GmailMailer.from_settings: credentials, endpoint, timeouts)."""
     from .adapters.gmail_mailer import GmailMailer
@@ -200,6 +261,7 @@ def build_runtime(settings: Settings) -> Runtime:
             settings.tasks_service_account,
             settings.tasks_emulator_host,
             api_key=settings.tasks_api_key,
+            mailbox_queue_prefix=settings.mailbox_queue_prefix,
         )
     publisher = None
     if settings.review_topic:
@@ -216,9 +278,13 @@ def build_runtime(settings: Settings) -> Runtime:
     if settings.notify_slack_webhook_url:
         routes["slack"] = slack_webhook(settings.notify_slack_webhook_url)
     notifier = RoutingNotifier(routes) if routes else None
+    store = build_store(settings)
+    holder: list[SafeSendService] = []  # the service's own mailer, read at call time (crash points wrap it)
+    senders = build_senders(settings, store, lambda: holder[0].mailer)
     service = SafeSendService(
-        build_store(settings), mailer, scheduler, publisher, policies, settings, notifier=notifier
+        store, mailer, scheduler, publisher, policies, settings, notifier=notifier, senders=senders
     )
+    holder.append(service)
     return Runtime(settings, policies, service, build_authenticator(settings), callbacks)
 
 

@@ -22,12 +22,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import lifecycle, signals
 from .callbacks import MAX_CALLBACKS
-from .classify import unbuildable_failure
+from .classify import RefusalKind, refusal_kind, unbuildable_failure
 from .config import Settings
 from .errors import (
     CallbackNotStoredError,
@@ -45,15 +45,18 @@ from .errors import (
 from .health import health_view
 from .history import CheckpointCache, copies_in_history
 from .keys import job_id_for, message_id_for
-from .lifecycle import Timing
+from .lifecycle import QueueSlot, Timing
 from .logs import log
+from .mailbox_budget import Refusal
+from .mailboxes import DEFAULT_MAILBOX_ID, Mailbox, MailboxDirectory
 from .mime import build_mime
-from .model import Accepted, Delivery, Failure, Job
+from .model import Accepted, Delivery, Failure, Job, MailboxHit, iso
 from .notify import ReviewerTargets
 from .policy import ChannelPolicies, ChannelPolicy
 from .ports import CheckScheduler, Cursor, JobStore, Mailer, Notifier, ReviewPublisher
 from .review import review_attributes, review_item
 from .review_messages import answered_card, decision_update
+from .senders import SenderMailboxes
 from .signals import OVERDUE_AFTER_S, emit, refusal_reason
 from .states import SWEPT_STATES, State
 from .validation import SendRequest, message_from_payload, parse_send_request
@@ -62,6 +65,8 @@ MAX_RECORD_TRIES = 8  # compare-and-set retries when recording an outcome we mus
 MAX_SWEEP_BATCHES = 200  # pages per state and sweep (10,000 jobs at 50 a page); the time budget bounds it too
 MAX_NOTICES_PER_ADVANCE = 10  # callback POSTs in one reconcile call (each bounded by its deadline)
 HOLD_MARGIN_S = 30.0  # a delivery pass's hold outlasts its posts' deadlines by this (clocks, the record)
+MAX_PLACE_SCAN = 2000  # queued jobs /status reads to tell a queued job's place
+BUDGET_RETRY = timedelta(seconds=5)  # a mailbox budget that could not be read is asked again after this
 
 
 def utcnow() -> datetime:
@@ -124,6 +129,7 @@ class SafeSendService:
         settings: Settings,
         *,
         notifier: Notifier | None = None,
+        senders: SenderMailboxes | None = None,
         checkpoint_in_background: bool = True,
         clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
@@ -146,11 +152,20 @@ class SafeSendService:
         self.verify_message_id_every = settings.verify_message_id_every
         self.callback_horizon_s = settings.callback_horizon_s
         self.reviewers: ReviewerTargets = settings.reviewer_targets()
+        # The sender mailboxes (issue 24); unconfigured: today's one mailbox, `mailer`, unpaced.
+        self.senders = senders or SenderMailboxes(
+            MailboxDirectory.default(settings.default_from, settings.gmail_user, settings.gmail_delegated_user),
+            None,
+            lambda: self.mailer,
+        )
+        self.senders.set_clock(clock)
+        self._checkpoint_in_background = checkpoint_in_background
         self._checkpoints = (
             CheckpointCache(mailer.current_history_id, monotonic, background=checkpoint_in_background)
             if self.timing.history_check_s > 0
             else None
         )
+        self._mailbox_checkpoints: dict[str, CheckpointCache] = {}
         self._accepted_sends = itertools.count()
         self.clock = clock
         self.monotonic = monotonic
@@ -171,13 +186,16 @@ class SafeSendService:
         job_id = job_id_for(request.dedup_key)
         message_id = message_id_for(request.dedup_key, self.domain)
         raw = self._build_or_refuse(request, message_id, job_id, now)
+        # A `from` no mailbox of the job's pool may send as: 400, before anything is stored.
+        mailbox = self.senders.choose(self.senders.directory.candidates(request.channel, request.payload.get("from")))
         draft = lifecycle.new_job(
             job_id, request.dedup_key, message_id, request.channel, request.payload, request.payload_hash, now
         )
+        if mailbox.id != DEFAULT_MAILBOX_ID:
+            draft.mailboxes = [mailbox.id]
         if request.callback_url:
             draft.callbacks.append(request.callback_url)
-        if self._checkpoints is not None:  # from memory: no Gmail call on the send path
-            draft.history_start = self._checkpoints.for_attempt()
+        draft.history_start = self._checkpoint(mailbox)  # from memory: no Gmail call on the send path
         job, created = self.store.claim_or_get(lifecycle.start_attempt(draft, now, owner, self.timing))
         if not created:
             if job.payload_hash != request.payload_hash:
@@ -207,20 +225,31 @@ class SafeSendService:
             raise RequestValidationError({field: f"cannot be built as MIME: {exc}"}) from exc
 
     def _attempt_loop(
-        self, job: Job, owner: str, policy: ChannelPolicy, deadline: float, raw: bytes | None = None
+        self,
+        job: Job,
+        owner: str,
+        policy: ChannelPolicy,
+        deadline: float,
+        raw: bytes | None = None,
+        turn: bool = False,
     ) -> Job:
         """Send, record, and retry Bucket-1 failures quickly while the request's budget allows.
 
         A store outage from here on returns the last known job: the claim stands, so the lease
         and the sweeper take over, and the caller must not hear "nothing was sent".
         """
-        job = self._attempts(job, owner, policy, deadline, raw)
+        job = self._attempts(job, owner, policy, deadline, raw, turn)
         self._follow_up(job)
         return job
 
-    def _attempts(self, job: Job, owner: str, policy: ChannelPolicy, deadline: float, raw: bytes | None) -> Job:
+    def _attempts(
+        self, job: Job, owner: str, policy: ChannelPolicy, deadline: float, raw: bytes | None, turn: bool = False
+    ) -> Job:
         for quick_retry in range(policy.quick_retries + 1):
             try:
+                job, admitted = self._admit(job, owner, turn and quick_retry == 0)
+                if not admitted:
+                    break  # queued: its mailbox's turn comes through that mailbox's paced queue
                 outcome = self._send_once(job, raw)
                 raw = None  # later attempts rebuild the same bytes from the stored payload
                 job = self._record_outcome(job, outcome, owner, policy)
@@ -252,6 +281,204 @@ class SafeSendService:
                 return job  # the last state we know was stored
         return job
 
+    # ------------------------------------------------------------- mailboxes
+    def _admit(self, job: Job, owner: str, turn: bool = False) -> tuple[Job, bool]:
+        """The shared budget admits the attempt we claimed (on the job's mailbox, or another of its
+        pool while nothing may have landed: the move is stored before the send), or the job waits
+        in `queued` for its mailbox's turn (the attempt is taken back: it was never made). False:
+        queued. A budget that cannot be read admits nothing: the job waits a few seconds."""
+        now = self.clock()
+        try:
+            mailbox, refusal = self.senders.reserve_send(job, turn)
+        except (StoreUnavailableError, ValueError) as exc:
+            log(logging.WARNING, "mailbox budget unreadable: the send waits", job_id=job.id, error=str(exc)[:200])
+            mailbox, refusal = self.senders.current(job), Refusal(now + BUDGET_RETRY, "budget_unavailable")
+            slot = QueueSlot(mailbox.id, now + BUDGET_RETRY, now + BUDGET_RETRY, refusal.reason)
+            return self._cas(job, lifecycle.enter_queued(job, owner, now, slot)), False
+        if refusal is None:
+            if job.mailboxes and mailbox.id != job.mailboxes[-1]:
+                moved = lifecycle.rebind(job, mailbox.id, now)
+                moved.history_start = self._checkpoint(mailbox)
+                job = self._cas(job, moved)
+                log(logging.INFO, "job moved to another mailbox of its pool", job_id=job.id, mailbox=mailbox.id)
+            return job, True
+        if turn and refusal.reason == "rate" and refusal.next_free_at is not None:
+            turn_at = refusal.next_free_at  # its turn came a moment early (our reads): it keeps its place
+        else:
+            turn_at = self.senders.turn(mailbox, refusal.next_free_at)
+        slot = QueueSlot(mailbox.id, turn_at, turn_at, refusal.reason)
+        queued = self._cas(job, lifecycle.enter_queued(job, owner, now, slot))
+        log(
+            logging.INFO,
+            "queued: the mailbox's budget is spent",
+            job_id=job.id,
+            mailbox=mailbox.id,
+            reason=refusal.reason,
+            eta=iso(turn_at),
+        )
+        return queued, False
+
+    def _paced_refusal(self, job: Job, outcome: Failure) -> QueueSlot | None:
+        """Gmail refused for rate or for the daily limit: the ledger learns it (for every instance)
+        and the job waits its mailbox's turn. None: not a pacing refusal (today's retry path)."""
+        mailbox = self.senders.current(job)
+        try:
+            until, began = self.senders.learn(mailbox, outcome)
+        except (StoreUnavailableError, ValueError) as exc:
+            log(logging.WARNING, "mailbox budget not updated", job_id=job.id, error=str(exc)[:200])
+            return None
+        if until is None:
+            return None
+        daily = refusal_kind(outcome) is RefusalKind.DAILY_LIMIT
+        if daily and began:
+            self._raise_incident(mailbox, until)
+        reason = "gmail_daily_limit" if daily else "gmail_rate"
+        if daily and lifecycle.current_mailbox(job) is not None and len(self.senders.candidates(job)) > 1:
+            return QueueSlot(mailbox.id, self.clock(), until, reason)  # now: another mailbox may carry it
+        turn = self.senders.turn(mailbox, until)
+        return QueueSlot(mailbox.id, turn, turn, reason)
+
+    def _raise_incident(self, mailbox: Mailbox, until: datetime) -> None:
+        """Reviewers hear of a mailbox's daily limit once per incident (whichever instance met it
+        first: the ledger says so), never once per job: its jobs wait, none fails for it."""
+        incident = f"{mailbox.id}:{int(until.timestamp())}"
+        log(
+            logging.ERROR,
+            "mailbox exhausted: Gmail's daily sending limit; its jobs wait or move within the pool",
+            event="mailbox_exhausted",
+            mailbox=mailbox.id,
+            until=iso(until),
+        )
+        if self.publisher is None:
+            return
+        item = {
+            "kind": "mailbox_exhausted",
+            "incident": incident,
+            "mailbox": mailbox.id,
+            "until": iso(until),
+            "message": (
+                f"Gmail refused mailbox {mailbox.id} for its daily sending limit; its jobs wait (queued) "
+                f"until {iso(until)} or move to another mailbox of the pool. Nothing was lost; check the "
+                "mailbox's limits (see GET /mailboxes)."
+            ),
+        }
+        try:
+            self.publisher.publish(item, {"kind": "mailbox_incident", "mailbox": mailbox.id, "incident": incident})
+        except PublishError as exc:
+            log(logging.ERROR, "mailbox incident not published", mailbox=mailbox.id, error=str(exc))
+
+    def notify_incident(self, mailbox_id: str, incident: str) -> str:
+        """A mailbox incident's review item arrived from Pub/Sub: post it to the reviewers' chats, one
+        message per incident (threaded by mailbox). PublishError when a post failed: Pub/Sub delivers
+        the item again (at least once; a chat that already has it may see it twice)."""
+        until = incident.rsplit(":", 1)[-1]
+        when = datetime.fromtimestamp(int(until), UTC).isoformat() if until.isdigit() else "up to 24 h"
+        text = (
+            f"safesend: mailbox {mailbox_id} reached Gmail's daily sending limit. Its jobs wait (queued) "
+            f"until {when} or move to another mailbox of its pool; none is failed for it. See GET /mailboxes."
+        )
+        failed = []
+        for kind in ("chat", "slack"):
+            notice = {"id": incident, "kind": kind, "payload": {"text": text}, "thread": f"mailbox-{mailbox_id}"}
+            if self.notifier is None or not self.notifier.can_deliver(notice):
+                continue
+            if not self.notifier.deliver(notice).ok:
+                failed.append(kind)
+        if failed:
+            raise PublishError(f"mailbox incident {incident}: not delivered to {failed}")
+        log(logging.WARNING, "mailbox incident told to the reviewers", mailbox=mailbox_id, incident=incident)
+        return "mailbox_incident_told"
+
+    def _take_turn(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
+        """A queued job's turn (its mailbox's paced queue, or the sweeper): send it now if the budget
+        admits it, else it waits again; an earlier attempt in doubt is searched for first."""
+        owner = self.new_owner()
+        left = lifecycle.leave_queue(job, self.clock(), owner, self.timing)
+        if left.state is State.SENDING and left.history_start is None:
+            left.history_start = self._checkpoint(self.senders.current(left))
+        try:
+            stored = self._cas(job, left)
+        except ConcurrentUpdateError:
+            return self._reload(job), "conflict"
+        if stored.state is State.SENDING:
+            deadline = self.monotonic() + self.request_budget_s
+            done = self._attempt_loop(stored, owner, policy, deadline, turn=True)
+            return done, "requeued" if done.state is State.QUEUED else "dequeued"
+        self._follow_up(stored)
+        return stored, f"dequeued_{stored.state.value}"
+
+    def mailboxes_report(self, limit: int = MAX_PLACE_SCAN) -> dict[str, Any]:
+        """What GET /mailboxes and the console show: each mailbox's budget (the shared ledger), its
+        backlog of queued jobs (at most `limit` read from the store) and its state."""
+        from .mailbox_views import mailboxes_view
+
+        now = self.clock()
+        directory = self.senders.directory
+        backlogs: dict[str, int] = {}
+        read, cursor = 0, None
+        far = datetime.max.replace(tzinfo=UTC)
+        while read < limit:
+            page = self.store.find_due(State.QUEUED, far, min(200, limit - read), start_after=cursor)
+            if not page:
+                break
+            for queued in page:
+                read += 1
+                mailbox = queued.mailboxes[-1] if queued.mailboxes else directory.pools.default[0]
+                backlogs[mailbox] = backlogs.get(mailbox, 0) + 1
+            if page[-1].next_check_at is None:
+                break
+            cursor = (page[-1].next_check_at, page[-1].id)
+        snapshots = self.senders.snapshots(list(directory))
+        return mailboxes_view(directory, snapshots, backlogs, now)
+
+    def queue_place(self, job: Job, limit: int = MAX_PLACE_SCAN) -> int | None:
+        """How many jobs wait before this queued one at its mailbox (0: it is next), counted from the
+        store by (due time, id), at most `limit` jobs read; None if it is not queued."""
+        if job.state is not State.QUEUED or job.next_check_at is None:
+            return None
+        mine = job.mailboxes[-1] if job.mailboxes else None
+        ahead, read, cursor = 0, 0, None
+        while read < limit:
+            page = self.store.find_due(State.QUEUED, job.next_check_at, min(200, limit - read), start_after=cursor)
+            if not page:
+                break
+            for other in page:
+                read += 1
+                if (other.next_check_at, other.id) >= (job.next_check_at, job.id):
+                    return ahead
+                if (other.mailboxes[-1] if other.mailboxes else None) == mine:
+                    ahead += 1
+            last = page[-1]
+            if last.next_check_at is None:
+                break
+            cursor = (last.next_check_at, last.id)
+        return ahead
+
+    def _mailer_of(self, job: Job) -> Mailer:
+        return self.senders.mailer(self.senders.current(job))
+
+    def _search(self, job: Job) -> list[MailboxHit]:
+        """Every mailbox the job was ever bound to is searched (a moved job's earlier ones too)."""
+        hits: list[MailboxHit] = []
+        for mailbox in self.senders.bound(job):
+            hits.extend(self.senders.mailer(mailbox).find_by_message_id(job.message_id))
+        return hits
+
+    def _checkpoint(self, mailbox: Mailbox) -> str | None:
+        """A change-log checkpoint of `mailbox` from memory (no Gmail call on the send path)."""
+        if self._checkpoints is None:
+            return None
+        if mailbox.id == DEFAULT_MAILBOX_ID:
+            return self._checkpoints.for_attempt()
+        cache = self._mailbox_checkpoints.get(mailbox.id)
+        if cache is None:
+            mailer = self.senders.mailer(mailbox)
+            cache = CheckpointCache(
+                mailer.current_history_id, self.monotonic, background=self._checkpoint_in_background
+            )
+            self._mailbox_checkpoints[mailbox.id] = cache
+        return cache.for_attempt()
+
     def _send_once(self, job: Job, raw: bytes | None = None) -> Accepted | Failure:
         if raw is None:
             try:
@@ -260,7 +487,7 @@ class SafeSendService:
                 # Stored before today's checks, or damaged: nothing was sent, and never will be.
                 log(logging.ERROR, "stored job cannot be built as MIME", job_id=job.id, error=type(exc).__name__)
                 return unbuildable_failure(f"{type(exc).__name__}: {exc}")
-        outcome = self.mailer.send(raw)
+        outcome = self._mailer_of(job).send(raw)
         if isinstance(outcome, Accepted):
             log(logging.INFO, "gmail accepted", job_id=job.id, attempt=job.attempts, gmail_id=outcome.gmail_id)
         else:
@@ -282,10 +509,14 @@ class SafeSendService:
         must survive. For an accepted send, the Message-ID Gmail stored is read first so it lands
         in the same write."""
         stored_message_id = self._stored_message_id(job, outcome)
+        slot = self._paced_refusal(job, outcome) if isinstance(outcome, Failure) else None
         current = job
         for _ in range(MAX_RECORD_TRIES):
             now = self.clock()
-            updated = lifecycle.record_outcome(current, outcome, owner, now, policy, self.timing, self.uniform)
+            if slot is not None and isinstance(outcome, Failure):
+                updated = lifecycle.record_paced_refusal(current, outcome, owner, now, policy, self.timing, slot)
+            else:
+                updated = lifecycle.record_outcome(current, outcome, owner, now, policy, self.timing, self.uniform)
             if updated.state is State.SENT and isinstance(outcome, Accepted):
                 updated = lifecycle.note_stored_message_id(updated, stored_message_id, now)
             try:
@@ -355,7 +586,7 @@ class SafeSendService:
                 log(logging.INFO, "stored Message-ID not read back: too little lease left", job_id=job.id)
                 return None
         try:
-            return self.mailer.stored_message_id(outcome.gmail_id)
+            return self._mailer_of(job).stored_message_id(outcome.gmail_id)
         except MailboxUnavailableError as exc:
             log(logging.WARNING, "could not verify the stored Message-ID", job_id=job.id, error=str(exc))
             return None
@@ -417,6 +648,11 @@ class SafeSendService:
                 return self._cas(job, lifecycle.clear_stale_due_time(job, now)), "due_time_cleared"
             except ConcurrentUpdateError:
                 return self._reload(job), "conflict"
+        if job.state is State.QUEUED:
+            if not lifecycle.is_due(job, now):
+                self._follow_up(job)
+                return job, "not_due"
+            return self._take_turn(job, policy)
         if not (job.state in (State.UNKNOWN, State.RETRY_WAIT) or _verifying(job)):
             return job, "notices_delivered" if delivered else "nothing_to_do"
         if not lifecycle.is_due(job, now):
@@ -434,7 +670,7 @@ class SafeSendService:
             decided = lifecycle.resume_after_refusals(job, self.clock(), owner, self.timing)
             hits_seen = None
         else:
-            hits = self.mailer.find_by_message_id(job.message_id)  # MailboxUnavailableError -> caller retries
+            hits = self._search(job)  # MailboxUnavailableError -> caller retries
             decided = lifecycle.apply_mailbox_check(job, hits, self.clock(), owner, policy, self.timing)
             hits_seen = len(hits)
         try:
@@ -450,7 +686,8 @@ class SafeSendService:
         )
         if stored.state is State.SENDING:
             deadline = self.monotonic() + self.request_budget_s
-            return self._attempt_loop(stored, owner, policy, deadline), "resent"
+            turn = lifecycle.holds_turn(stored)  # searched after leaving the queue: this is its turn
+            return self._attempt_loop(stored, owner, policy, deadline, turn=turn), "resent"
         self._follow_up(stored)
         return stored, f"checked_{stored.state.value}"
 
@@ -458,7 +695,7 @@ class SafeSendService:
         """Settle from the change log in seconds; found is proof, not found waits for the search."""
         assert job.history_start is not None  # noqa: S101 - callers only pass jobs with a checkpoint
         try:
-            hits, _ = copies_in_history(self.mailer, job.history_start, job.message_id)
+            hits, _ = copies_in_history(self._mailer_of(job), job.history_start, job.message_id)
         except HistoryExpiredError:
             decided = lifecycle.without_history(job, self.clock(), policy, self.timing)
         else:
@@ -476,7 +713,7 @@ class SafeSendService:
     def _verify(self, job: Job) -> tuple[Job, str]:
         """A verification check of a sent job that may have two copies, or of a cancelled one whose
         attempt may still land (see lifecycle)."""
-        hits = self.mailer.find_by_message_id(job.message_id)
+        hits = self._search(job)
         check = lifecycle.apply_cancel_check if job.state is State.CANCELLED else lifecycle.apply_verification
         try:
             stored = self._cas(job, check(job, hits, self.clock()))
@@ -686,7 +923,7 @@ class SafeSendService:
             prior = lifecycle.prior_decision(job, review_id, decision)
             if prior is not None:
                 return DecisionOutcome(job, False, prior["result"], self._copies(job))
-            hits = self.mailer.find_by_message_id(job.message_id)  # MailboxUnavailableError -> retry later
+            hits = self._search(job)  # MailboxUnavailableError -> retry later
             owner = self.new_owner()
             decided, result = lifecycle.decide(
                 job, review_id, decision, reviewer, note, hits, self.clock(), owner, self.timing
@@ -879,6 +1116,11 @@ class SafeSendService:
             due_ms = int(job.next_check_at.timestamp() * 1000)
             step = f"a{job.attempts}-c{job.checks}-{due_ms}" + ("-v" if _verifying(job) else "")
             self._schedule(job, step, job.next_check_at)
+        if job.state is State.QUEUED and job.next_check_at:
+            # Its turn, on its mailbox's own paced queue (rate_limits pace the dispatches for all).
+            due_ms = int(job.next_check_at.timestamp() * 1000)
+            mailbox = job.mailboxes[-1] if job.mailboxes else None
+            self._schedule(job, f"q{job.attempts}-{len(job.events)}-{due_ms}", job.next_check_at, mailbox)
         if job.notice_due_at:  # the reviewers' email needs no notifier
             self._schedule(job, f"n{job.notice_seq}-{int(job.notice_due_at.timestamp() * 1000)}", job.notice_due_at)
         if lifecycle.needs_publish(job):
@@ -892,11 +1134,14 @@ class SafeSendService:
                     error=str(exc),
                 )
 
-    def _schedule(self, job: Job, step: str, at: datetime) -> None:
+    def _schedule(self, job: Job, step: str, at: datetime, mailbox: str | None = None) -> None:
         if self.scheduler is None:
             return
         try:
-            self.scheduler.schedule_check(job.id, step, at)
+            if mailbox is None:
+                self.scheduler.schedule_check(job.id, step, at)
+            else:
+                self.scheduler.schedule_check(job.id, step, at, mailbox=mailbox)
         except SchedulerError as exc:
             log(
                 logging.WARNING,

@@ -2,11 +2,19 @@
 
     pending    -> sending (claimed), cancelled
     sending    -> sent (Gmail said 200), retry_wait (definitely not accepted, retryable),
+                  queued (the mailbox's budget refused the attempt before it was made, or Gmail
+                  refused it for rate or for the daily limit: it waits for its mailbox's turn),
                   failed (definitely not accepted: permanent, or refused past the retry horizon),
                   unknown (maybe accepted: timeout, 5xx, dropped response, crash),
                   review (accepted, while another of its attempts is known to have been accepted too)
     retry_wait -> sending (retry due, mailbox checked first when an earlier attempt may have landed),
                   sent / review (the mailbox check found one / several copies), failed, cancelled
+    queued     -> sending (its turn: the mailbox's budget admits it; it may move within its pool
+                  while none of its attempts may have landed), retry_wait (its turn, but an earlier
+                  attempt may have landed: the mailbox is searched again before any resend),
+                  sent / review (an earlier attempt's 200 arrived late: one copy / a duplicate).
+                  Never failed, never a review item for pacing alone; time queued never counts
+                  toward the retry horizon.
     unknown    -> unknown (checked again, index lag), sent (exactly one SENT copy),
                   sending (no copy after the unknown window and the channel allows a resend),
                   review (duplicate, ambiguous on a review channel, out of attempts)
@@ -35,6 +43,7 @@ class State(str, Enum):
     SENDING = "sending"
     SENT = "sent"
     RETRY_WAIT = "retry_wait"
+    QUEUED = "queued"
     UNKNOWN = "unknown"
     REVIEW = "review"
     FAILED = "failed"
@@ -46,7 +55,8 @@ class State(str, Enum):
 
 ALLOWED_TRANSITIONS: dict[State, frozenset[State]] = {
     State.PENDING: frozenset({State.SENDING, State.CANCELLED}),
-    State.SENDING: frozenset({State.SENT, State.RETRY_WAIT, State.FAILED, State.UNKNOWN, State.REVIEW}),
+    State.SENDING: frozenset({State.SENT, State.RETRY_WAIT, State.QUEUED, State.FAILED, State.UNKNOWN, State.REVIEW}),
+    State.QUEUED: frozenset({State.SENDING, State.RETRY_WAIT, State.SENT, State.REVIEW}),
     State.RETRY_WAIT: frozenset({State.SENDING, State.SENT, State.REVIEW, State.FAILED, State.CANCELLED}),
     State.UNKNOWN: frozenset({State.UNKNOWN, State.SENT, State.SENDING, State.REVIEW}),
     State.SENT: frozenset({State.REVIEW}),
@@ -64,6 +74,7 @@ HUMAN_STATES = frozenset({State.REVIEW, State.FAILED})
 # (cancelled: a search is due while an attempt may still land after a reviewer cancelled.)
 SWEPT_STATES = (
     State.SENDING,
+    State.QUEUED,
     State.UNKNOWN,
     State.RETRY_WAIT,
     State.SENT,

@@ -42,6 +42,7 @@ VARIABLE_TO_SUBSTITUTION = {
     "extra_caller_service_accounts": "_EXTRA_CALLERS",
     "public_callers": "_PUBLIC_CALLERS",
     "callback_allowed_hosts": "_CALLBACK_ALLOWED_HOSTS",
+    "api_deciders": "_API_DECIDERS",
     "gmail_credentials_version": "_GMAIL_CREDENTIALS_VERSION",
     "webhook_hmac_version": "_WEBHOOK_HMAC_VERSION",
     "api_keys_version": "_API_KEYS_VERSION",
@@ -149,6 +150,13 @@ SCENARIOS = {
         "notify_slack_webhook_version": "6",
         "review_csrf_version": "2",
         "review_max_delivery_attempts": 12,
+    },
+    # POST /decide on: an API key, the HMAC signer and n8n's service account may decide.
+    "deciders": {
+        **REVIEWERS,
+        "public_callers": True,
+        "api_deciders": ["key:n8n-prod", "hmac", "n8n@other-proj.iam.gserviceaccount.com"],
+        "extra_caller_service_accounts": ["n8n@other-proj.iam.gserviceaccount.com"],
     },
     "postgres": {"job_store": "postgres", "postgres_pool_max": 1, "postgres_server_ca_version": "3"},
     "mailboxes": {**REVIEWERS, **MAILBOXES, "name_prefix": "ss-prod", "region": "europe-west1"},
@@ -278,6 +286,11 @@ def terraform_config(overrides: dict) -> dict:
             "vpc": vpc,
             "ingress": service["ingress_settings"],
             "timeout": service["timeout_seconds"],
+            "platform": (
+                evaluated["available_cpu"],
+                evaluated["available_memory"],
+                int(evaluated["max_instance_request_concurrency"]),
+            ),
             "runtime_account": account["email"],
             "entry_point": fn_block.first("build_config", "entry_point"),
             "invokers": set(),
@@ -413,6 +426,7 @@ def gcloud_config(tmp_path, overrides: dict) -> dict:
             "set-secrets",
             "clear-secrets",
             "max-instances",
+            "cpu",
             "concurrency",
             "memory",
             "network",
@@ -453,6 +467,7 @@ def gcloud_config(tmp_path, overrides: dict) -> dict:
                 "internal-and-gclb": "ALLOW_INTERNAL_AND_GCLB",
             }[f["ingress-settings"]],
             "timeout": int(str(f["timeout"]).rstrip("s")),
+            "platform": (f.get("cpu"), f.get("memory"), int(str(f.get("concurrency")))),
             "runtime_account": f["service-account"],
             "entry_point": f["entry-point"],
             "invokers": set(),
@@ -561,6 +576,7 @@ def test_both_deploy_paths_give_every_function_the_same_configuration(scenario, 
             "vpc",
             "ingress",
             "timeout",
+            "platform",
             "runtime_account",
             "entry_point",
             "invokers",
@@ -572,6 +588,27 @@ def test_both_deploy_paths_give_every_function_the_same_configuration(scenario, 
                 }
                 assert not differ, f"{scenario}/{fn}: variables differ (terraform, gcloud): {differ}"
             assert tf == gc, f"{scenario}/{fn}: {key} differs: terraform {tf!r}, gcloud {gc!r}"
+
+
+def test_api_deciders_reach_send_alone_on_both_paths(tmp_path):
+    """SAFESEND_API_DECIDERS turns POST /decide on, and only send serves it: both paths give send
+    the same list, no other function has it, and unset (the default) it is absent everywhere."""
+    overrides = SCENARIOS["deciders"]
+    terraform = terraform_config(overrides)
+    gcloud = gcloud_config(tmp_path / "on", overrides)
+    expected = "key:n8n-prod,hmac,n8n@other-proj.iam.gserviceaccount.com"
+    for config in (terraform, gcloud):
+        assert config["send"]["env"].get("SAFESEND_API_DECIDERS") == expected
+        assert {"send", "status", "reconcile", "sweep", "notify", "review"} <= set(config)
+        assert deciding(config) == {"send"}
+    defaults = (terraform_config({}), gcloud_config(tmp_path / "off", {}))
+    for config in defaults:
+        assert deciding(config) == set()
+
+
+def deciding(config: dict) -> set[str]:
+    """The functions whose environment has SAFESEND_API_DECIDERS."""
+    return {fn for fn, c in config.items() if not fn.startswith("_") and "SAFESEND_API_DECIDERS" in c["env"]}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=list(SCENARIOS))
@@ -723,14 +760,9 @@ def code_env_names() -> set[str]:
     return names | {"GOOGLE_CLOUD_PROJECT"}
 
 
-# Set for the pacing runtime of issue 24 (its dispatch enqueues a mailbox's sends on prefix + mailbox
-# id), which is written in functions/ on another branch at the same time; drop a name once it is read.
-READ_BY_THE_PACING_RUNTIME = {"SAFESEND_MAILBOX_QUEUE_PREFIX"}
-
-
 def test_the_spec_sets_only_variables_the_code_reads():
     spec = env_spec().load()
-    unknown = (set(spec["env"]) | set(spec["secrets"])) - code_env_names() - READ_BY_THE_PACING_RUNTIME
+    unknown = (set(spec["env"]) | set(spec["secrets"])) - code_env_names()
     assert not unknown, f"env_spec.json sets variables the code in functions/ does not read: {sorted(unknown)}"
     for name in (
         "SAFESEND_AUTH_CALLER_SERVICE_ACCOUNTS",

@@ -40,7 +40,7 @@ import yaml
 from hypothesis import strategies as st
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "openapi.yaml"
-ROUTES = frozenset({"/send", "/reconcile", "/sweep", "/status", "/notify"})
+ROUTES = frozenset({"/send", "/decide", "/reconcile", "/sweep", "/status", "/mailboxes", "/notify"})
 CHANNELS = ("transactional", "notifications", "payments", "refunds")
 MAX_RECIPIENTS = 100
 MAX_KEY_CHARS = 255

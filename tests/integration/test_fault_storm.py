@@ -98,6 +98,25 @@ class Phase:
     beyond_window: bool
     reviewer: bool = False  # a scripted reviewer decides through the console while the storm runs
     jobs: int | None = None  # None: SAFESEND_STORM_JOBS
+    mailboxes: dict[str, Any] | None = None  # a paced pool of sender mailboxes (issue 24)
+    units_per_minute: int | None = None  # each pool mailbox's limit, enforced by the simulator too
+
+
+# Issue 24: two sender mailboxes whose Gmail budget (each 60 sends a minute, reads included) is well
+# below the storm's arrival rate (200 jobs a minute): jobs are queued and sent in turn while every
+# fault above still hits them.
+PACED_UNITS_PER_MINUTE = 6000
+PACED_POOL = {
+    "defaults": {"limits": {"units_per_minute": PACED_UNITS_PER_MINUTE, "messages_per_day": 2000}},
+    "mailboxes": {
+        name: {
+            "address": f"{name}@safesend.localhost",
+            "delegated_user": f"{name}@safesend.localhost",
+            "send_as": ["sender@safesend.localhost"],
+        }
+        for name in ("shop", "shop2")
+    },
+}
 
 
 PHASES = [
@@ -113,6 +132,15 @@ PHASES = [
         beyond_window=True,
         reviewer=True,
         jobs=int(os.environ.get("SAFESEND_STORM_REVIEW_JOBS", "60")),
+    ),
+    Phase(
+        "paced-pool",
+        0.5,
+        {"SAFESEND_UNKNOWN_WINDOW_S": "3"},
+        beyond_window=False,
+        jobs=int(os.environ.get("SAFESEND_STORM_PACED_JOBS", "100")),
+        mailboxes=PACED_POOL,
+        units_per_minute=PACED_UNITS_PER_MINUTE,
     ),
 ]
 REVIEWER_TAIL_S = 8.0  # the reviewer keeps deciding this long after the traffic, then leaves
@@ -273,6 +301,8 @@ class Storm:
         self.cycler: RelayCycler | None = None
         self.chaos: ChaosRunner | None = None
         self.reviewer: ScriptedReviewer | None = None
+        self.seeded: dict[str, str] = {}  # message id -> job id: review items by construction (reviewers' phase)
+        self.seeded_views: dict[str, dict[str, Any] | None] = {}
         self.unsettled_at_timeout: list[str] = []
         self.missing_review_items: list[str] = []
         self.relay_stats: dict[str, Any] = {}
@@ -297,6 +327,8 @@ class Storm:
         stack = self.stack
         t0 = time.monotonic()
         traffic_s = max(j.start_at_s for j in self.jobs)
+        if self.phase.reviewer:
+            self._seed_review_items()
         self.ticker = RecordingSweepTicker(stack.url, SWEEP_INTERVAL_S, headers=stack.internal_headers()).start()
         self.cycler = RelayCycler(stack.relay, relay_module.MODES, random.Random(f"{self.seed}/relay")).start()
         self.chaos = ChaosRunner(
@@ -310,7 +342,9 @@ class Storm:
         ).start()
         if self.phase.reviewer:
             self.reviewer = ScriptedReviewer(
-                stack.url, random.Random(f"{self.seed}/reviewer"), accept=lambda job_id: job_id in self.by_id
+                stack.url,
+                random.Random(f"{self.seed}/reviewer"),
+                accept=lambda job_id: job_id in self.by_id or job_id in self.seeded.values(),
             ).start()
         self._traffic()
         self.timings["traffic_s"] = time.monotonic() - t0
@@ -330,6 +364,26 @@ class Storm:
         self.relay_stats = stack.relay.stats()
         self.effects = stack.sim.effects()
         self.claimed_traces = self._claims_from_log()
+        self.seeded_views = {
+            job_id: get_status(stack.url, job_id, stack.caller_headers()) for job_id in self.seeded.values()
+        }
+
+    def _seed_review_items(self) -> None:
+        """Review items of every kind by construction, before the chaos starts, so each decision is
+        on offer: the random traffic may make too few (runs saw none to acknowledge, or none left to
+        cancel). Three payments jobs whose only attempt fails before reaching Gmail wait for a person
+        (ambiguous: resend, mark sent or cancel); a transactional one is resent, watched up to the
+        horizon, and meets a planted second copy (a duplicate: acknowledge). The messengers' phase
+        makes its items the same way."""
+        channels = ["payments"] * 3 + ["transactional"]
+        self.stack.relay.set_mode("fail-before-forward", count=len(channels))
+        views = [messenger_send(self.stack, messenger_job(10_000 + n, c)) for n, c in enumerate(channels)]
+        for view in views:
+            self.seeded[view["message_id"]] = view["job_id"]
+        deadline = time.monotonic() + 20
+        while self.stack.relay.stats()["mode"] != relay_module.NORMAL and time.monotonic() < deadline:
+            time.sleep(0.1)  # every fault used by a seeded job before the storm's own traffic
+        make_duplicates(self.stack, [views[-1]["job_id"]])
 
     def stop_background(self) -> None:
         """Idempotent; called in a finally before the stack stops: nothing may stay frozen."""
@@ -451,7 +505,13 @@ class Storm:
         copies = Counter(e["message_id"] for e in self.effects)
         job_by_mid = {j.message_id: j for j in self.jobs}
         for mid in copies:
-            if mid not in job_by_mid:
+            if mid in self.seeded:  # decided by the reviewer: a second copy must have reached a person
+                view = self.seeded_views.get(self.seeded[mid]) or {}
+                decided = [e.get("result") for e in view.get("events", []) if e.get("kind") == "decision"]
+                told = view.get("review_reason") in ("duplicate", "sent_after_cancel") or "acknowledged" in decided
+                if copies[mid] > 1 and not told:
+                    failures["seeded job: a second copy nobody heard of"].append(self.seeded[mid])
+            elif mid not in job_by_mid:
                 failures["copy of a message id no job owns"].append(mid)
         gmail_ids: dict[str, set[str]] = defaultdict(set)
         for effect in self.effects:
@@ -657,9 +717,17 @@ class Storm:
 
 # --------------------------------------------------------------------------- the test
 def storm_config(phase: Phase) -> StackConfig:
-    config = StackConfig(sim_index_lag_s=phase.sim_index_lag_s)
+    config = StackConfig(sim_index_lag_s=phase.sim_index_lag_s, mailboxes=phase.mailboxes)
     config.service_env = {**config.service_env, **phase.env, "SAFESEND_CHANNELS_JSON": json.dumps(SHORT_CHANNELS)}
     return config
+
+
+def limit_mailboxes(stack: LocalStack, phase: Phase) -> None:
+    """Gmail (the simulator) enforces each pool mailbox's rate as the service's budget does."""
+    if phase.units_per_minute is None or stack.sim is None:
+        return
+    for user in stack.mailbox_users().values():
+        stack.sim.set_limits(user, units_per_window=phase.units_per_minute)
 
 
 @pytest.fixture
@@ -675,6 +743,7 @@ def test_fault_storm(phase: Phase, storm_seed: int, capsys: pytest.CaptureFixtur
     storm: Storm | None = None
     try:
         stack.start()
+        limit_mailboxes(stack, phase)
         storm = Storm(stack, phase, storm_seed)
         storm.timings["stack_start_s"] = time.monotonic() - started
         storm.run()

@@ -87,7 +87,10 @@ def extensions(n8n_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def stack(n8n_bin: Path) -> Iterator[LocalStack]:
-    with LocalStack(StackConfig(auth=True)) as running:
+    config = StackConfig(auth=True)
+    # Decisions by API for the node's API key only: the HMAC credential stays without them.
+    config.service_env = {**config.service_env, "SAFESEND_API_DECIDERS": "key:local-caller"}
+    with LocalStack(config) as running:
         yield running
 
 
@@ -278,6 +281,7 @@ def runs(n8n_bin, extensions, stack, proxy, tmp_path_factory) -> Runs:
     runner.add("replay", [order(new_customer(), "1")])
     runner.add("poll", [order(new_customer(), "1")], waitForOutcome="poll", maxWait=60)
     runner.add("review", [order(new_customer(), "1", channel="payments")], waitForOutcome="poll", maxWait=60)
+    runner.add("to decide", [order(new_customer(), "1", channel="payments")], waitForOutcome="poll", maxWait=60)
     bad = new_customer()
     runner.add("4xx", [order(bad, "1"), dict(order(bad, "2"), to=["not an address"]), order(bad, "3")])
     runner.add("503", [order(new_customer(), "1")])
@@ -374,6 +378,63 @@ def test_review_goes_to_its_own_output(runs, stack):
     assert (item["state"], item["review_reason"], item["outcome"]) == ("review", "ambiguous", "needs_review_or_failed")
     assert "review" in item["message"] and item["dedup_key"] and item["job_id"]
     assert not out["sent"] and emails_for(stack, job) == 0
+
+
+def decide_workflow(name: str, items: list[dict[str, Any]], **settings: Any) -> dict[str, Any]:
+    """The Decide operation over `items` ({review_id, job_id, decision}), each decided on its own."""
+    workflow = manual_workflow(
+        name,
+        items,
+        operation="decide",
+        reviewId="={{ $json.review_id }}",
+        decideBy="jobId",
+        jobId="={{ $json.job_id }}",
+        decision="={{ $json.decision }}",
+        note="decided in n8n",
+        reviewer="Ann (Slack)",
+    )
+    ns.node_named(workflow, "Safesend").update(settings)
+    return workflow
+
+
+def test_decide_resends_a_job_in_review_and_a_stale_review_id_is_a_clear_item_error(runs, stack, proxy):
+    """Item 0 resends the job in review (sent, one email); item 1 answers the same, now stale, review
+    entry: an item error on Rejected (Continue On Fail), the first item unharmed. With the HMAC
+    credential, which SAFESEND_API_DECIDERS does not name, the node stops with a clear error."""
+    stack.relay.set_mode("fail-before-forward", count=1)
+    [job] = runs.orders("to decide")
+    [held] = runs.run("to decide")["needs_review_or_failed"]
+    assert held["state"] == "review" and held["review_id"] == f"{held['job_id']}:1"
+    ask = {"review_id": held["review_id"], "job_id": held["job_id"]}
+    decided = decide_workflow("decide", [{**ask, "decision": "resend"}, {**ask, "decision": "cancel"}])
+    decided["nodes"] = [
+        dict(n, onError="continueRegularOutput") if n["name"] == "Safesend" else n for n in decided["nodes"]
+    ]
+    refused = decide_workflow("decide off", [{**ask, "decision": "cancel"}], credentials=HMAC_CREDENTIAL)
+    runs.folder.import_workflows([decided, refused])
+
+    result = runs.folder.execute(decided["id"], timeout_s=120)
+    assert result.ok, result.describe()
+    sent, stale = result.items("Safesend", 0), result.items("Safesend", 3)
+    assert [(i["state"], i["result"], i["replayed"], i["outcome"]) for i in sent] == [("sent", "resent", False, "sent")]
+    assert sent[0]["message"].startswith("Decision resend: resent")
+    [item] = stale
+    assert (item["http_status"], item["error_code"], item["current_review_id"]) == (409, "stale_review", None)
+    assert f"Review ID {held['review_id']} is stale" in item["error"] and "Get Status" in item["message"]
+    assert emails_for(stack, job) == 1
+    [decision] = [e for e in status_of(stack, held["job_id"])["events"] if e["kind"] == "decision"]
+    assert decision["reviewer"] == "api key:local-caller for Ann (Slack)"
+
+    off = runs.folder.execute(refused["id"], timeout_s=120)
+    assert not off.ok and "Decisions by API are off for this credential (403)" in json.dumps(off.error), off.describe()
+    assert [r.status for r in proxy.requests("POST", "/decide")][-1] == 403
+    assert emails_for(stack, job) == 1 and stack.hmac_secret not in json.dumps(off.result)
+
+
+def status_of(stack: LocalStack, job_id: str) -> dict[str, Any]:
+    request = urllib.request.Request(f"{stack.url}/status?job_id={job_id}", headers=stack.caller_headers())
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
 
 
 def test_4xx_is_not_retried_and_the_other_items_are_sent(runs, stack, proxy):

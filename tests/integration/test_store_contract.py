@@ -291,6 +291,10 @@ def full_job() -> Job:
         last_attempt_at=at - timedelta(minutes=40),
         next_check_at=at + timedelta(seconds=30),
         checks=4,
+        mailboxes=["shop", "shop2"],  # issue 24: moved once, both searched
+        queued_since=at - timedelta(minutes=39),
+        queue_eta=at + timedelta(minutes=2),
+        queue_reason="rate",
         provider_ref={"gmail_id": "18c0ffee", "thread_id": "18c0ffef"},
         known_copies=["18c0ffee", "18c0fff0"],
         verified=False,
@@ -554,7 +558,7 @@ def test_every_job_field_round_trips_with_nested_timestamps_as_aware_utc(harness
     read = harness.store.get(job.id)
     assert read == expected
     stamps = list(datetimes_in(read.to_dict()))
-    assert len(stamps) == 26 and all(d.utcoffset() == timedelta(0) for d in stamps)
+    assert len(stamps) == 28 and all(d.utcoffset() == timedelta(0) for d in stamps)
     assert read.events[-1]["times"][1]["inner"] == NOW.astimezone(PLUS2) + timedelta(microseconds=123456, seconds=-1)
 
     rewritten = harness.store.compare_and_set(read, expected_version=1)  # and through an update

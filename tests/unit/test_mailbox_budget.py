@@ -3,8 +3,10 @@ teach (AIMD, exhausted), snapshots, and the property that no interleaving exceed
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,9 +29,10 @@ def test_sends_within_the_minute_are_admitted_then_refused_until_the_window_free
         assert isinstance(mailbox_budget.reserve(budget, WORKSPACE, 100, 1, at(i * 0.5)), Reservation)
     refused = mailbox_budget.reserve(budget, WORKSPACE, 100, 1, at(30))
     assert isinstance(refused, Refusal) and refused.reason == "rate"
-    # The first send (t=0, 1-s bucket) leaves the moving minute at t=61: never earlier.
-    assert refused.next_free_at == at(61)
-    assert isinstance(mailbox_budget.reserve(budget, WORKSPACE, 100, 1, at(61)), Reservation)
+    # The first send (t=0, 1-s bucket) leaves the moving minute at t=61 plus the margin for its
+    # arrival at Gmail after the reservation (ARRIVAL_MARGIN_S): never earlier.
+    assert refused.next_free_at == at(61 + mailbox_budget.ARRIVAL_MARGIN_S)
+    assert isinstance(mailbox_budget.reserve(budget, WORKSPACE, 100, 1, refused.next_free_at), Reservation)
 
 
 def test_reads_count_in_the_minute_but_not_in_the_day():
@@ -157,3 +160,28 @@ def test_the_simulator_charges_the_units_the_budget_counts():
     from devstack.gmail_quota import METHOD_UNITS
 
     assert METHOD_UNITS == mailbox_budget.METHOD_UNITS
+
+
+def test_queued_jobs_get_turns_one_send_interval_apart_after_the_budget_frees():
+    """Issue 24: every instance books turns in the same budget, so a backlog is sent in order at the
+    mailbox queue's rate and each job's Retry-After (its turn) counts every job before it."""
+    budget = Budget()
+    interval = 100 * 60 / (6000 * WORKSPACE.safety_share)
+    turns = [mailbox_budget.book_turn(budget, WORKSPACE, at(63), at(1)) for _ in range(3)]
+    assert turns[0] == at(63)
+    assert [(t - turns[0]).total_seconds() for t in turns] == pytest.approx([0, interval, 2 * interval])
+    # A new job's send waits behind them (backlog); the queued job's own turn is admitted.
+    fresh = mailbox_budget.reserve(budget, WORKSPACE, 100, 1, at(2), behind_turns=True)
+    assert isinstance(fresh, Refusal) and fresh.reason == "backlog" and fresh.next_free_at == turns[-1]
+    assert isinstance(mailbox_budget.reserve(budget, WORKSPACE, 100, 1, at(63)), Reservation)
+    assert budget.turns_pending == 2
+
+
+def test_a_turn_past_the_days_allowance_waits_for_the_rolling_day():
+    budget = Budget()
+    small = dataclasses.replace(WORKSPACE, limits=dataclasses.replace(WORKSPACE.limits, messages_per_day=3))
+    allowance = small.day_allowance(3)
+    for n in range(allowance):
+        assert isinstance(mailbox_budget.reserve(budget, small, 100, 1, at(n)), Reservation)
+    turn = mailbox_budget.book_turn(budget, small, at(10), at(10))
+    assert turn >= at(24 * 3600)  # the first send's slot frees with the rolling day, not in a minute

@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 from devstack.memory_ledger import InMemoryMailboxLedger
+from safesend.mailbox_budget import ARRIVAL_MARGIN_S
 from safesend.mailbox_views import mailboxes_view
 from safesend.mailboxes import MailboxDirectory
 from tests.ledger_properties import START
@@ -52,9 +53,9 @@ def test_each_mailbox_shows_used_and_limit_for_minute_and_day_backlog_next_slot_
         },
         "recipients_per_message": 100,
         "backlog": 30,
-        "next_free_at": at(61).isoformat(),
+        "next_free_at": at(61 + ARRIVAL_MARGIN_S).isoformat(),
         "exhausted_until": None,
-        "retry_after_s": 51 + 30,  # the next slot in 51 s, then one send a second
+        "retry_after_s": 51 + ARRIVAL_MARGIN_S + 30,  # the next slot in 53 s, then one send a second
     }
     assert news_view["state"] == "exhausted" and news_view["exhausted_until"] == at(7200).isoformat()
     assert news_view["retry_after_s"] == 7200 - 10 + 4 and news_view["auth"] == "token"

@@ -19,7 +19,8 @@ from safesend.states import (
 
 # Written from the docstring of safesend/states.py, by hand, NOT derived from ALLOWED_TRANSITIONS:
 #   pending    -> sending, cancelled
-#   sending    -> sent, retry_wait, failed, unknown, review
+#   sending    -> sent, retry_wait, queued, failed, unknown, review
+#   queued     -> sending, retry_wait, sent, review (never failed: pacing alone fails nothing)
 #   retry_wait -> sending, sent, review, failed, cancelled
 #   unknown    -> unknown, sent, sending, review
 #   sent       -> review
@@ -34,6 +35,11 @@ EXPECTED: set[tuple[str, str]] = {
     ("sending", "failed"),
     ("sending", "unknown"),
     ("sending", "review"),
+    ("sending", "queued"),
+    ("queued", "sending"),
+    ("queued", "retry_wait"),
+    ("queued", "sent"),
+    ("queued", "review"),
     ("retry_wait", "sending"),
     ("retry_wait", "sent"),
     ("retry_wait", "review"),
@@ -53,7 +59,7 @@ EXPECTED: set[tuple[str, str]] = {
     ("review", "cancelled"),
     ("cancelled", "review"),
 }
-ALL_STATE_NAMES = {"pending", "sending", "sent", "retry_wait", "unknown", "review", "failed", "cancelled"}
+ALL_STATE_NAMES = {"pending", "sending", "sent", "retry_wait", "queued", "unknown", "review", "failed", "cancelled"}
 ALL_PAIRS = list(itertools.product(State, State))
 
 
@@ -81,7 +87,7 @@ def test_check_transition_raises_exactly_for_undocumented_pairs(source, target):
 
 
 def test_number_of_allowed_transitions_matches_the_documented_list():
-    assert sum(can_transition(s, t) for s, t in ALL_PAIRS) == len(EXPECTED) == 25
+    assert sum(can_transition(s, t) for s, t in ALL_PAIRS) == len(EXPECTED) == 30
 
 
 def test_a_sent_job_moves_again_only_to_reach_a_human():
@@ -94,10 +100,19 @@ def test_only_a_reviewer_decision_sends_a_job_that_needed_a_human():
     assert {s.value for s in State if can_transition(s, State.SENDING)} == {
         "pending",
         "retry_wait",
+        "queued",
         "unknown",
         "review",
         "failed",
     }
+
+
+def test_a_queued_job_never_fails_and_never_needs_a_human_for_pacing_alone():
+    """Issue 24: a queued job waits for its mailbox's turn; only a copy found (a late 200) moves it
+    to review, never the waiting itself."""
+    assert {t.value for t in State if can_transition(State.QUEUED, t)} == {"sending", "retry_wait", "sent", "review"}
+    assert not can_transition(State.QUEUED, State.FAILED)
+    assert State.QUEUED not in SETTLED_STATES and State.QUEUED in SWEPT_STATES
 
 
 def test_a_cancelled_job_is_never_sent_and_moves_only_to_reach_a_human():
@@ -133,6 +148,7 @@ def test_human_states_are_review_and_failed():
 def test_swept_states_are_the_ones_with_a_due_time():
     assert [s.value for s in SWEPT_STATES] == [
         "sending",
+        "queued",
         "unknown",
         "retry_wait",
         "sent",

@@ -29,8 +29,12 @@ class CloudTasksScheduler:
         client: Any = None,
         timeout_s: float = 10.0,
         api_key: str | None = None,
+        mailbox_queue_prefix: str | None = None,
     ):
         self.queue_path = queue_path
+        # projects/P/locations/R/queues/<prefix>-mbx-: a queued job's turn goes on its mailbox's own
+        # queue, whose rate_limits pace the dispatches for every instance (issue 24).
+        self.mailbox_queue_prefix = mailbox_queue_prefix
         self._api_key = api_key  # local stacks only: the emulator cannot mint OIDC tokens
         self.reconcile_url = reconcile_url
         self.service_account_email = service_account_email
@@ -49,10 +53,17 @@ class CloudTasksScheduler:
                 self._client = tasks_v2.CloudTasksClient()
         return self._client
 
-    def task_name(self, job_id: str, step: str) -> str:
-        return f"{self.queue_path}/tasks/{job_id}-{step}"
+    def queue_for(self, mailbox: str | None) -> str:
+        """The mailbox's paced queue for a queued job's turn; the reconcile queue for everything else
+        (and for every job when no mailbox queues are configured)."""
+        if mailbox and self.mailbox_queue_prefix:
+            return f"{self.mailbox_queue_prefix}{mailbox}"
+        return self.queue_path
 
-    def build_task(self, job_id: str, step: str, at: datetime) -> dict[str, Any]:
+    def task_name(self, job_id: str, step: str, mailbox: str | None = None) -> str:
+        return f"{self.queue_for(mailbox)}/tasks/{job_id}-{step}"
+
+    def build_task(self, job_id: str, step: str, at: datetime, mailbox: str | None = None) -> dict[str, Any]:
         """The task as sent: an OIDC token for the reconcile function's IAM check when an SA is set."""
         from google.cloud import tasks_v2
         from google.protobuf import timestamp_pb2
@@ -74,18 +85,20 @@ class CloudTasksScheduler:
                 "audience": self.reconcile_url,
             }
         return {
-            "name": self.task_name(job_id, step),
+            "name": self.task_name(job_id, step, mailbox),
             "http_request": http_request,
             "schedule_time": schedule_time,
             "dispatch_deadline": {"seconds": DISPATCH_DEADLINE_S},
         }
 
-    def schedule_check(self, job_id: str, step: str, at: datetime) -> None:
+    def schedule_check(self, job_id: str, step: str, at: datetime, mailbox: str | None = None) -> None:
         from google.api_core import exceptions as gexc  # with grpc, ~40 ms: a status instance never schedules
 
         try:
             self.client.create_task(
-                parent=self.queue_path, task=self.build_task(job_id, step, at), timeout=self._timeout_s
+                parent=self.queue_for(mailbox),
+                task=self.build_task(job_id, step, at, mailbox),
+                timeout=self._timeout_s,
             )
         except gexc.AlreadyExists:
             return  # the same check was already enqueued: exactly what we wanted

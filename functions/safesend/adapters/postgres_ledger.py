@@ -52,11 +52,18 @@ class PostgresMailboxLedger:
         self._migrate = migrate
         self._schema_ok = False
 
-    def reserve(self, mailbox: Mailbox, units: int, recipients: int, now: datetime) -> Reservation | Refusal:
-        return self._apply(mailbox, lambda budget: mailbox_budget.reserve(budget, mailbox, units, recipients, now))
+    def reserve(
+        self, mailbox: Mailbox, units: int, recipients: int, now: datetime, behind_turns: bool = False
+    ) -> Reservation | Refusal:
+        return self._apply(
+            mailbox, lambda budget: mailbox_budget.reserve(budget, mailbox, units, recipients, now, behind_turns)
+        )
 
-    def penalise(self, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> None:
-        self._apply(mailbox, lambda budget: mailbox_budget.penalise(budget, mailbox, kind, now, until))
+    def book_turn(self, mailbox: Mailbox, not_before: datetime, now: datetime) -> datetime:
+        return self._apply(mailbox, lambda budget: mailbox_budget.book_turn(budget, mailbox, not_before, now))
+
+    def penalise(self, mailbox: Mailbox, kind: str, now: datetime, until: datetime | None = None) -> bool:
+        return self._apply(mailbox, lambda budget: mailbox_budget.penalise(budget, mailbox, kind, now, until))
 
     def snapshot(self, mailbox: Mailbox, now: datetime) -> MailboxSnapshot:
         def read(conn: psycopg.Connection[Any]) -> Budget:

@@ -59,6 +59,7 @@ module "safesend" {
   create_n8n_invoker_service_account = var.create_n8n_invoker_service_account
   extra_caller_service_accounts      = var.extra_caller_service_accounts
   public_callers                     = var.public_callers
+  api_deciders                       = var.api_deciders
   review_subscriber_members          = var.review_subscriber_members
   review_max_delivery_attempts       = var.review_max_delivery_attempts
 

@@ -325,6 +325,17 @@ variable "public_callers" {
   default     = false
 }
 
+variable "api_deciders" {
+  description = "Verified callers that may decide review items by API (POST /decide on send, SAFESEND_API_DECIDERS): \"key:<key id>\" (an API key), \"hmac\" (a signed request) or a caller service account email. Such a caller can make safesend send a message a reviewer held back. Empty: off."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for d in var.api_deciders : can(regex("^(hmac|key:[a-z0-9][a-z0-9-]{0,31}|[a-z0-9-]+@[a-z0-9.-]+\\.gserviceaccount\\.com)$", d))])
+    error_message = "api_deciders entries must be \"key:<key id>\" (1-32 of a-z, 0-9, '-'), \"hmac\" or a lowercase service account email (...@....gserviceaccount.com)."
+  }
+}
+
 variable "review_subscriber_members" {
   description = "IAM members that may pull review items and dead letters (roles/pubsub.subscriber on those two subscriptions), e.g. [\"serviceAccount:n8n@p.iam.gserviceaccount.com\", \"group:ops@example.com\"]."
   type        = list(string)

@@ -43,6 +43,7 @@ locals {
     extra_callers             = join(",", var.extra_caller_service_accounts)
     public_callers            = tostring(var.public_callers)
     callback_allowed_hosts    = join(",", var.callback_allowed_hosts)
+    api_deciders              = join(",", var.api_deciders)
     gmail_credentials_version = var.gmail_credentials_version
     webhook_hmac_version      = var.webhook_hmac_version
     api_keys_version          = var.api_keys_version
@@ -176,8 +177,9 @@ resource "google_cloudfunctions2_function" "send" {
   service_config {
     min_instance_count               = var.send_min_instances
     max_instance_count               = var.send_max_instances
-    max_instance_request_concurrency = 1
-    available_memory                 = var.function_memory
+    max_instance_request_concurrency = local.env_spec.deploy.send.concurrency # bench 8: bench/README.md
+    available_cpu                    = local.env_spec.deploy.send.cpu
+    available_memory                 = local.env_spec.deploy.send.memory
     timeout_seconds                  = 60 # > SAFESEND_REQUEST_BUDGET_S (40 s) + one Gmail timeout margin
     service_account_email            = google_service_account.send.email
     ingress_settings                 = "ALLOW_ALL"
@@ -281,8 +283,9 @@ resource "google_cloudfunctions2_function" "reconcile" {
   service_config {
     min_instance_count               = 0
     max_instance_count               = var.reconcile_max_instances
-    max_instance_request_concurrency = 1
-    available_memory                 = var.function_memory
+    max_instance_request_concurrency = local.env_spec.deploy.reconcile.concurrency # bench 8: bench/README.md
+    available_cpu                    = local.env_spec.deploy.reconcile.cpu
+    available_memory                 = local.env_spec.deploy.reconcile.memory
     timeout_seconds                  = 60
     service_account_email            = google_service_account.reconcile.email
     ingress_settings                 = "ALLOW_INTERNAL_ONLY"
@@ -357,8 +360,9 @@ resource "google_cloudfunctions2_function" "sweep" {
   service_config {
     min_instance_count               = 0
     max_instance_count               = 1
-    max_instance_request_concurrency = 1
-    available_memory                 = var.function_memory
+    max_instance_request_concurrency = local.env_spec.deploy.sweep.concurrency # bench 8: bench/README.md
+    available_cpu                    = local.env_spec.deploy.sweep.cpu
+    available_memory                 = local.env_spec.deploy.sweep.memory
     timeout_seconds                  = 120 # > SAFESEND_SWEEP_BUDGET_S (90 s)
     service_account_email            = google_service_account.sweep.email
     ingress_settings                 = "ALLOW_INTERNAL_ONLY"
@@ -432,8 +436,9 @@ resource "google_cloudfunctions2_function" "status" {
   service_config {
     min_instance_count               = 0
     max_instance_count               = var.status_max_instances
-    max_instance_request_concurrency = 1
-    available_memory                 = var.function_memory
+    max_instance_request_concurrency = local.env_spec.deploy.status.concurrency # bench 8: bench/README.md
+    available_cpu                    = local.env_spec.deploy.status.cpu
+    available_memory                 = local.env_spec.deploy.status.memory
     timeout_seconds                  = 30
     service_account_email            = google_service_account.status.email
     ingress_settings                 = "ALLOW_ALL"
@@ -519,8 +524,9 @@ resource "google_cloudfunctions2_function" "notify" {
   service_config {
     min_instance_count               = 0
     max_instance_count               = var.notify_max_instances
-    max_instance_request_concurrency = 1
-    available_memory                 = var.function_memory
+    max_instance_request_concurrency = local.env_spec.deploy.notify.concurrency # bench 8: bench/README.md
+    available_cpu                    = local.env_spec.deploy.notify.cpu
+    available_memory                 = local.env_spec.deploy.notify.memory
     timeout_seconds                  = 120 # an email through the send path (40 s budget) + two webhook posts (10 s each); < the push ack deadline (180 s)
     service_account_email            = google_service_account.notify[0].email
     ingress_settings                 = "ALLOW_INTERNAL_ONLY"
@@ -612,8 +618,9 @@ resource "google_cloudfunctions2_function" "review" {
   service_config {
     min_instance_count               = 0
     max_instance_count               = var.review_max_instances
-    max_instance_request_concurrency = 1
-    available_memory                 = var.function_memory
+    max_instance_request_concurrency = local.env_spec.deploy.review.concurrency # bench 8: bench/README.md
+    available_cpu                    = local.env_spec.deploy.review.cpu
+    available_memory                 = local.env_spec.deploy.review.memory
     timeout_seconds                  = 120 # a resend decision: mailbox search + the send path's 40 s budget
     service_account_email            = google_service_account.review[0].email
     ingress_settings                 = "ALLOW_ALL"

@@ -71,8 +71,9 @@ locals {
 }
 
 # One queue per mailbox: its dispatch rate is the mailbox's send budget, shared by every instance of
-# every function (they enqueue a send; Cloud Tasks hands them out at this rate). A task that cannot
-# be sent yet (the ledger says the minute or day is used up) is answered non-2xx and retried here.
+# every function (a queued job's turn is a task on its mailbox's queue; Cloud Tasks hands them out at
+# this rate). A turn the ledger cannot admit yet books a later turn (a new task) and is answered 200;
+# a reconcile that fails (503) is retried here.
 # A deleted queue name cannot be reused for about 7 days.
 resource "google_cloud_tasks_queue" "mailbox" {
   for_each = local.mailbox_queues

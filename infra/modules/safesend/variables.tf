@@ -28,12 +28,6 @@ variable "runtime" {
   default     = "python312"
 }
 
-variable "function_memory" {
-  description = "Memory of each function instance."
-  type        = string
-  default     = "512Mi"
-}
-
 # ----------------------------------------------------------------- Firestore
 
 variable "manage_firestore_database" {
@@ -316,6 +310,17 @@ variable "public_callers" {
   description = "n8n outside Google Cloud without a Google identity: send and status become invocable by allUsers (Cloud Run) and the app's API keys / HMAC are the only gate (SAFESEND_PUBLIC_INVOKER=true, Cloud Run IAM trust off there; reconcile and sweep stay IAM-only). Refused where the org policy iam.allowedPolicyMemberDomains applies; see infra/README.md."
   type        = bool
   default     = false
+}
+
+variable "api_deciders" {
+  description = "Verified callers that may decide review items by API (POST /decide on send, SAFESEND_API_DECIDERS): \"key:<key id>\" (an API key), \"hmac\" (a signed request) or a caller service account email. Such a caller can make safesend send a message a reviewer held back. Empty: off."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for d in var.api_deciders : can(regex("^(hmac|key:[a-z0-9][a-z0-9-]{0,31}|[a-z0-9-]+@[a-z0-9.-]+\\.gserviceaccount\\.com)$", d))])
+    error_message = "api_deciders entries must be \"key:<key id>\" (1-32 of a-z, 0-9, '-'), \"hmac\" or a lowercase service account email (...@....gserviceaccount.com)."
+  }
 }
 
 variable "review_subscriber_members" {

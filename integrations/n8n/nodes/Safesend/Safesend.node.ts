@@ -105,6 +105,74 @@ function answerItem(status: number, body: IDataObject, key: Key, failure: string
 	return gaveUpItem({ dedup_key: key.dedupKey, ...key.fields }, status || null, failure, retryForS);
 }
 
+/** A Decide that did not decide: an item error, whose context keeps what was asked and answered
+ * (Continue On Fail puts that on Rejected). */
+function decisionFailed(
+	ctx: IExecuteFunctions,
+	message: string,
+	description: string,
+	item: IDataObject,
+	itemIndex: number,
+): NodeOperationError {
+	const error = new NodeOperationError(ctx.getNode(), message, { itemIndex, description });
+	error.context.decision = item;
+	return error;
+}
+
+const DECISION_REFUSED: Record<number, string> = {
+	400: 'The decision request was refused (400)',
+	403: 'Decisions by API are off for this credential (403)',
+	409: 'The decision was not made (409)',
+};
+
+/** POST /decide for one item: the job view on a decision (made now, or replayed), else an item error. */
+async function decide(ctx: IExecuteFunctions, baseUrl: string, i: number, timeoutS: number): Promise<IDataObject> {
+	const reviewId = String(ctx.getNodeParameter('reviewId', i, '')).trim();
+	const by = ctx.getNodeParameter('decideBy', i, 'jobId') as string;
+	const body: IDataObject = { review_id: reviewId, decision: ctx.getNodeParameter('decision', i) as string };
+	if (by !== 'reviewId') {
+		const name = by === 'jobId' ? 'job_id' : 'dedup_key';
+		body[name] = keyPart(ctx, by === 'jobId' ? 'jobId' : 'dedupKey', i);
+	}
+	for (const name of ['note', 'reviewer'] as const) {
+		const value = String(ctx.getNodeParameter(name, i, '')).trim();
+		if (value !== '') body[name] = value;
+	}
+	// The same decision again replays its first result: retrying after no answer or a 5xx is safe.
+	const { answer } = await callWithRetries(ctx, baseUrl, 'POST', '/decide', JSON.stringify(body), 30, timeoutS);
+	const reply = answer.body;
+	if (answer.status === 200) {
+		const result = String(reply.result);
+		const note = `Decision ${String(body.decision)}: ${result}${reply.replayed === true ? ' (replayed: decided before)' : ''}.`;
+		return jobItem(reply, 200, `${note} ${String(reply.message ?? '')}`.trim());
+	}
+	const said = typeof reply.message === 'string' ? reply.message : answer.failure;
+	const item: IDataObject = { ...body, http_status: answer.status || null, error_code: reply.error ?? null };
+	if (answer.status === 409 && reply.error === 'stale_review') {
+		const current = typeof reply.current_review_id === 'string' ? reply.current_review_id : null;
+		item.current_review_id = current;
+		throw decisionFailed(
+			ctx,
+			`Review ID ${reviewId} is stale: nothing was decided`,
+			current
+				? `The job moved on since this review ID was read; its current review ID is ${current}. Look the job up ` +
+						'(Get Status) and decide again on the current review if it still applies.'
+				: 'The job no longer waits for a person (decided, or settled). Look it up with Get Status.',
+			item,
+			i,
+		);
+	}
+	const headline = DECISION_REFUSED[answer.status];
+	if (headline) throw decisionFailed(ctx, `${headline}: ${said}`, said, item, i);
+	throw decisionFailed(
+		ctx,
+		`No decision answer from safesend (${answer.failure}): it may or may not be decided`,
+		'Running the same decision again is safe: safesend replays a decision already made.',
+		item,
+		i,
+	);
+}
+
 async function pollUntilSettled(
 	ctx: IExecuteFunctions,
 	baseUrl: string,
@@ -193,6 +261,10 @@ export class Safesend implements INodeType {
 		for (let i = 0; i < items.length; i++) {
 			try {
 				const timeoutS = this.getNodeParameter('requestTimeout', i, 60) as number;
+				if (operation === 'decide') {
+					put(outputs, await decide(this, baseUrl, i, timeoutS), i);
+					continue;
+				}
 				if (operation === 'getStatus') {
 					const by = this.getNodeParameter('lookupBy', i) as string;
 					const value = String(this.getNodeParameter(by === 'jobId' ? 'jobId' : 'dedupKey', i)).trim();
@@ -237,7 +309,11 @@ export class Safesend implements INodeType {
 				if (!this.continueOnFail()) {
 					throw new NodeOperationError(this.getNode(), error as Error, { itemIndex: i });
 				}
-				put(outputs, { outcome: 'rejected', error: (error as Error).message, message: (error as Error).message }, i);
+				const context = error instanceof NodeOperationError ? error.context.decision : undefined;
+				const item = typeof context === 'object' && context !== null ? (context as IDataObject) : {};
+				const { message, description } = error as { message: string; description?: unknown };
+				const detail = typeof description === 'string' && description ? `${message}. ${description}` : message;
+				put(outputs, { ...item, outcome: 'rejected', error: message, message: detail }, i);
 			}
 		}
 		if (waiting) {

@@ -1,0 +1,42 @@
+"""bench.pacing (issue 24's benchmarks) at a small size: the properties its full run reports hold for
+any size: a burst over one paced mailbox ends near the physical limit with no refusal, no failure,
+no review item and no duplicate; a pool of three shares it evenly at about three times the
+throughput; a day past the daily limit sends the safety share, is never refused for it, tells the
+queued jobs an honest Retry-After and sends them once the rolling day allows."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.pacing import benches, run
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_burst_and_a_pool_are_paced_to_the_physical_limit_without_refusals() -> None:
+    one = run(jobs=400)
+    assert one.sent == 400 and one.duplicates == 0 and one.review_items == 0 and one.gmail_refusals == {}
+    assert one.ratio_to_physical is not None and one.ratio_to_physical <= 1.15
+    assert one.queued_told > 0 and (one.retry_after_error_max or 0.0) <= 0.10
+    pool = run(jobs=400, mailboxes=3)
+    assert pool.sent == 400 and pool.gmail_refusals == {} and pool.duplicates == 0
+    assert pool.throughput >= 2.8 * one.throughput
+    assert max(pool.shares.values()) - min(pool.shares.values()) <= 0.1 * min(pool.shares.values())
+
+
+def test_a_day_past_the_daily_limit_waits_for_the_window_and_a_second_mailbox_sends_it_today() -> None:
+    day = run(jobs=50, messages_per_day=40)
+    assert day.sent_first_day == 38  # the 0.95 safety share of 40
+    assert "daily" not in day.gmail_refusals and day.review_items == 0
+    assert day.sent == 50 and day.duplicates == 0  # the rest once the rolling day allowed (fake clock)
+    assert (day.retry_after_error_max or 0.0) <= 0.10
+    pooled = run(jobs=50, messages_per_day=40, mailboxes=2)
+    assert pooled.sent_first_day == 50
+
+
+def test_the_suite_rows_carry_the_three_keys_with_their_targets() -> None:
+    rows = benches(jobs=400)
+    assert [b.key for b in rows] == ["burst", "pool", "daily"]
+    assert all(r.verdict in ("ok", "") for b in rows for r in b.rows), [
+        (r.variant, r.verdict) for b in rows for r in b.rows
+    ]
