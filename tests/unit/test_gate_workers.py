@@ -47,12 +47,14 @@ def scratch_scripts(tmp_path: Path, script: str) -> Path:
     return log
 
 
-def run_script(tmp_path: Path, script: str, *args: str, fails_on: str = "", status: int = 0) -> list[str]:
+def run_script(
+    tmp_path: Path, script: str, *args: str, fails_on: str = "", status: int = 0, env: dict[str, str] | None = None
+) -> list[str]:
     """The calls the script made; a stub whose arguments contain `fails_on` exits 1."""
     log = scratch_scripts(tmp_path, script)
     done = subprocess.run(
         ["bash", str(tmp_path / "scripts" / script), *args],
-        env={**clean_env(), "STUB_FAILS_ON": fails_on},
+        env={**clean_env(), "STUB_FAILS_ON": fails_on, **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
@@ -77,22 +79,40 @@ def bootstrap_parts(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[s
 
 
 # ------------------------------------------------------------------ scripts/test.sh
-MUTATIONS_ALONE = "python -m pytest -p no:cov tests/infra/test_mutations.py"
-SUITE_WITH_COVERAGE = (
-    "python -m pytest --cov --cov-report=term-missing:skip-covered --ignore=tests/infra/test_mutations.py"
+MUTATIONS_ALONE = (
+    "python -m pytest -p no:cov tests/infra/test_mutations.py --module-times={root}/.local/test-times/mutations.json"
 )
+SUITE_WITH_COVERAGE = [
+    "python -m coverage erase",
+    "python -m coverage run -m pytest -n 3 --dist loadgroup --no-loadscope-reorder"
+    " --ignore=tests/infra/test_mutations.py --module-times={root}/.local/test-times/suite.json",
+    "python -m coverage combine -q",
+    "python -m coverage report",
+]
+
+
+def gate_calls(tmp_path: Path) -> list[str]:
+    root = tmp_path.resolve()
+    return sorted([MUTATIONS_ALONE.format(root=root), *(call.format(root=root) for call in SUITE_WITH_COVERAGE)])
 
 
 def test_the_full_gate_is_lint_then_the_suite_with_coverage_beside_the_mutation_suite(tmp_path):
     calls = run_script(tmp_path, "test.sh")
     assert calls[:2] == ["bootstrap --for test", "lint "]
-    assert sorted(calls[2:]) == sorted([MUTATIONS_ALONE, SUITE_WITH_COVERAGE])  # every test, each once
+    assert sorted(calls[2:]) == gate_calls(tmp_path)  # every test, each once
+    suite = [call for call in calls if "coverage" in call]
+    assert suite == [call.format(root=tmp_path.resolve()) for call in SUITE_WITH_COVERAGE]  # in this order
 
 
-@pytest.mark.parametrize("failing", ["--cov", "test_mutations.py"])
+@pytest.mark.parametrize("failing", ["coverage run", "coverage report", "test_mutations.py"])
 def test_the_full_gate_fails_when_either_run_fails(tmp_path, failing):
     calls = run_script(tmp_path, "test.sh", fails_on=failing, status=1)
-    assert sorted(calls[2:]) == sorted([MUTATIONS_ALONE, SUITE_WITH_COVERAGE])  # both ran to the end
+    assert sorted(calls[2:]) == gate_calls(tmp_path)  # both ran to the end
+
+
+def test_the_full_gates_workers_can_be_set(tmp_path):
+    calls = run_script(tmp_path, "test.sh", env={"SAFESEND_TEST_WORKERS": "5"})
+    assert any(call.startswith("python -m coverage run -m pytest -n 5 ") for call in calls), calls
 
 
 def test_fast_is_lint_then_the_unit_and_property_tests_without_emulators(tmp_path):
