@@ -973,11 +973,16 @@ def run_checks(tree: Path, tests: tuple[str, ...], select: str) -> tuple[set[str
     # Outside the gate's coverage measurement (COVERAGE_PROCESS_CONFIG would start it in every run):
     # a scratch copy's infra checks measure nothing of functions/, and tracing made each run ~1.7x slower.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SAFESEND_", "COVERAGE_"))}
+    # Only the plugin the infra checks use (pytest.ini's timeout): the autoloaded hypothesis and
+    # schemathesis plugins cost each of the ~88 runs about a second of imports.
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "pytest",
+            "-p",
+            "pytest_timeout",
             "-q",
             "-rf",
             "-p",

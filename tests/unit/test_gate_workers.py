@@ -380,6 +380,37 @@ def test_the_mutation_suites_nested_runs_are_outside_the_coverage_measurement(mo
     assert not [name for name in seen if name.startswith("COVERAGE_")]
 
 
+def test_the_mutation_suites_nested_runs_load_only_the_timeout_plugin(monkeypatch, tmp_path):
+    """Autoloading hypothesis and schemathesis cost each of the ~88 nested runs a second of imports."""
+    from tests.infra import test_mutations
+
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append((argv, kwargs["env"]))  # type: ignore[arg-type]
+        return subprocess.CompletedProcess(argv, 0, "1 passed\n", "")
+
+    monkeypatch.setattr(test_mutations.subprocess, "run", fake_run)
+    test_mutations.run_checks(tmp_path, ("tests/infra/test_policy.py",), "test_x")
+    [(argv, env)] = calls
+    assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    assert argv[argv.index("-p") + 1] == "pytest_timeout"  # pytest.ini's timeout and the timeout marks
+
+
+def test_the_infra_checks_need_no_plugin_but_the_timeout_one():
+    """What the nested runs rely on: tests/infra collects with autoloading off and pytest_timeout on."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "pytest_timeout", "--collect-only", "-q", "-W", "error", "tests/infra"],
+        cwd=ROOT,
+        env={**clean_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 def test_the_unit_tests_have_the_same_ids_in_every_process():
     """xdist refuses to run when its workers collect different ids (a parameter minted per run)."""
     first, second = (collected_ids("tests/unit") for _ in range(2))
