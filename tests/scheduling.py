@@ -75,4 +75,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid.split("::", 1)[0])
 
+        def _reschedule(self, node: Any) -> None:
+            """The next group only when the node is down to its last test (xdist's own heuristic
+            waits for two): a worker holds its last test until more comes, so one is the least that
+            keeps it running, and a group queued behind a long test (the storm's, the gcloud CLI's)
+            waits there while another worker could have run it."""
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) <= 1:
+                self._assign_work_unit(node)
+
     return ModuleGroupScheduling(config, log)

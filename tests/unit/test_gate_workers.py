@@ -429,3 +429,51 @@ def collected_ids(*paths: str) -> list[str]:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+QUICK_MODULE = """
+import os
+
+def test_quick():
+    with open(os.environ["WHERE_LOG"], "a") as log:
+        log.write(f"{__name__} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+"""
+
+LONG_MODULE = """
+import os
+import time
+
+def test_long_first():
+    with open(os.environ["WHERE_LOG"], "a") as log:
+        log.write(f"{__name__} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+    time.sleep(4)
+
+def test_long_second():
+    pass
+"""
+
+
+def test_no_module_waits_behind_a_long_test_while_another_worker_is_free(tmp_path):
+    """A module of two long tests (the storm, the gcloud CLI's) gets no second module queued behind
+    it at the start: the quick modules all run on the other worker meanwhile."""
+    (tmp_path / "test_a_long.py").write_text(LONG_MODULE)
+    for name in ("test_b", "test_c", "test_d"):
+        (tmp_path / f"{name}.py").write_text(QUICK_MODULE)
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.scheduling"]\n')
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    where = tmp_path / "where.log"
+    env = {**clean_env(), "WHERE_LOG": str(where), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran_on = dict(line.split() for line in where.read_text().splitlines())
+    long_worker = ran_on.pop("test_a_long")
+    assert sorted(ran_on) == ["test_b", "test_c", "test_d"]
+    assert long_worker not in ran_on.values(), ran_on
