@@ -8,8 +8,8 @@ Enabled from tests/conftest.py. Without xdist nothing changes but the order of t
 - Modules that must not run at the same time share a group: the real-n8n modules install n8n into
   one cache folder on first use (tests/integration/n8n_support.py) and each runs a memory-hungry n8n.
 - Slow modules first: the scheduler hands out groups in collection order, so the longest ones
-  (real n8n, the fault storm, Terraform and the mutation suite, the browser) start at once and the
-  many short unit modules fill the tail instead of one long module running alone at the end.
+  (real n8n, the fault storm, the pacing bench, Terraform, ...) start at once and the many short
+  unit modules fill the tail instead of one long module running alone at the end.
 
 The groups are made by a scheduler of our own, not by ``xdist_group`` marks: xdist tags a marked
 test by rewriting ``item._nodeid``, which pytest 9's nodes no longer read, so marks group nothing.
@@ -28,15 +28,22 @@ SHARED_GROUPS: dict[str, str] = {
     "tests/integration/test_n8n_e2e.py": "n8n",
 }
 
-# Longest first (minutes each on 2 cores; --durations), then the rest of the integration tests, the
-# infra checks, and the unit tests last.
+# Longest first (worker seconds each, --module-times, 2026-12-01 on the shared 2-core machine), then
+# the rest of the integration tests, the infra checks, and the unit tests last. The mutation suite
+# runs beside the workers in a process of its own (scripts/test.sh).
 SLOW_FIRST: tuple[str, ...] = (
-    "tests/integration/test_n8n_node_e2e.py",
+    "tests/integration/test_n8n_node_e2e.py",  # with test_n8n_e2e on one worker: ~6 min
     "tests/integration/test_n8n_e2e.py",
     "tests/integration/test_fault_storm.py",
-    "tests/infra/test_mutations.py",
-    "tests/infra/test_terraform.py",
-    "tests/integration/test_console_browser.py",
+    "tests/integration/test_pacing_bench.py",  # 185 s
+    "tests/infra/test_terraform.py",  # 129 s
+    "tests/infra/test_env_parity.py",  # 109 s
+    "tests/integration/test_pacing_stack.py",  # 107 s
+    "tests/integration/test_store_contract.py",  # 99 s
+    "tests/integration/test_console_browser.py",  # 92 s
+    "tests/integration/test_messengers_stack.py",  # 84 s
+    "tests/infra/test_gcloud_cli.py",  # 81 s
+    "tests/integration/test_openapi_contract.py",  # 74 s
 )
 SUITE_ORDER: tuple[str, ...] = ("tests/integration", "tests/infra", "tests/unit")
 
