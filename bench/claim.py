@@ -35,8 +35,8 @@ from google.cloud import firestore
 from devstack.emulators import FirestoreEmulator
 from safesend.adapters.firestore_rest import FirestoreRestClient
 from safesend.adapters.firestore_store import FirestoreJobStore
-from safesend.lifecycle import Timing, new_job, start_attempt
-from safesend.model import Job
+from safesend.core.lifecycle import Timing, new_job, start_attempt
+from safesend.core.model import Job
 
 from .common import CREATED_AT, Budget, progress
 from .results import Comparison, Variant

@@ -15,8 +15,8 @@ for _path in (REPO_ROOT / "functions", REPO_ROOT):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from safesend.keys import job_id_for, message_id_for  # noqa: E402
-from safesend.mime import OutgoingMessage, build_mime  # noqa: E402
+from safesend.core.keys import job_id_for, message_id_for  # noqa: E402
+from safesend.core.mime import OutgoingMessage, build_mime  # noqa: E402
 
 DOMAIN = "mail.example.com"
 SENDER = "Shop <shop@example.com>"

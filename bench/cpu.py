@@ -17,9 +17,9 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from safesend.keys import job_id_for, message_id_for
-from safesend.mime import build_mime
-from safesend.validation import parse_send_request
+from safesend.core.keys import job_id_for, message_id_for
+from safesend.core.mime import build_mime
+from safesend.core.validation import parse_send_request
 
 from .common import CHANNELS, CREATED_AT, DOMAIN, SENDER, Budget, typical_body
 from .results import Comparison, Variant, fmt_time

@@ -24,9 +24,9 @@ from datetime import datetime
 from typing import Any
 
 from safesend.adapters.firestore_rest import FirestoreApiError, FirestoreRestClient
-from safesend.model import Job
-from safesend.ports import JobStore
-from safesend.states import State
+from safesend.core.model import Job
+from safesend.core.ports import JobStore
+from safesend.core.states import State
 
 # Gmail's published quota units: messages.send 100, messages.list 5, messages.get 5, history.list 2,
 # getProfile 1.

@@ -28,7 +28,7 @@ from typing import Any
 import requests
 
 from devstack.emulators import ManagedProcess, free_port
-from safesend.mime import encode_raw
+from safesend.core.mime import encode_raw
 
 from .common import REPO_ROOT, Budget, direct_gmail_client, progress, raw_for
 from .report import Bench, Row, fmt_s
@@ -276,5 +276,5 @@ def _check_postgres_rows(bench: Bench, postgres: Any, pg_keys: list[str]) -> Non
     if stored != len(pg_keys):
         bench.failures.append(
             f"only {stored} of the {len(pg_keys)} jobs sent to the PostgreSQL instance are in PostgreSQL: the "
-            "runtime must build its store from SAFESEND_STORE (functions/safesend/runtime.py, build_store)"
+            "runtime must build its store from SAFESEND_STORE (functions/safesend/bootstrap/runtime.py, build_store)"
         )

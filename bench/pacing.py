@@ -47,13 +47,13 @@ from devstack.memory_ledger import InMemoryMailboxLedger
 from devstack.memory_store import InMemoryJobStore
 from safesend.adapters.gmail_mailer import GmailMailer
 from safesend.config import DEFAULT_CHANNELS_FILE, Settings
-from safesend.mailboxes import MailboxDirectory
-from safesend.policy import ChannelPolicies
-from safesend.senders import SenderMailboxes
-from safesend.service import SafeSendService
-from safesend.states import State
-from safesend.validation import parse_send_request
-from safesend.views import retry_after_s
+from safesend.core.mailboxes import MailboxDirectory
+from safesend.core.policy import ChannelPolicies
+from safesend.usecases.senders import SenderMailboxes
+from safesend.usecases.service import SafeSendService
+from safesend.core.states import State
+from safesend.core.validation import parse_send_request
+from safesend.entrypoints.views import retry_after_s
 from tests.fakes import FakeClock
 
 # isort: on

@@ -47,11 +47,11 @@ from safesend.adapters.firestore_rest import FirestoreRestClient
 from safesend.adapters.firestore_store import FirestoreJobStore
 from safesend.adapters.gmail_mailer import GmailMailer
 from safesend.config import DEFAULT_CHANNELS_FILE, Settings
-from safesend.history import CHECKPOINT_TTL_S
-from safesend.model import Job
-from safesend.policy import ChannelPolicies
-from safesend.service import SafeSendService
-from safesend.validation import parse_send_request
+from safesend.core.model import Job
+from safesend.core.policy import ChannelPolicies
+from safesend.core.validation import parse_send_request
+from safesend.usecases.history import CHECKPOINT_TTL_S
+from safesend.usecases.service import SafeSendService
 from tests.fakes import FakeClock
 
 from .common import DOMAIN, SENDER, Budget, progress

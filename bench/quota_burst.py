@@ -36,10 +36,10 @@ from devstack.gmail_sim import GmailSimulator
 from devstack.memory_store import InMemoryJobStore
 from safesend.adapters.gmail_mailer import GmailMailer
 from safesend.config import DEFAULT_CHANNELS_FILE, Settings
-from safesend.policy import ChannelPolicies
-from safesend.service import SafeSendService
-from safesend.states import State
-from safesend.validation import parse_send_request
+from safesend.core.policy import ChannelPolicies
+from safesend.usecases.service import SafeSendService
+from safesend.core.states import State
+from safesend.core.validation import parse_send_request
 from tests.fakes import FakeClock
 
 # isort: on

@@ -19,12 +19,12 @@ from collections.abc import Callable
 
 from devstack.memory_store import InMemoryJobStore
 from safesend.config import Settings
-from safesend.keys import job_id_for
-from safesend.model import Accepted, Failure
-from safesend.policy import ChannelPolicies
-from safesend.service import SafeSendService
-from safesend.states import State
-from safesend.validation import SendRequest, parse_send_request
+from safesend.core.keys import job_id_for
+from safesend.core.model import Accepted, Failure
+from safesend.core.policy import ChannelPolicies
+from safesend.core.states import State
+from safesend.core.validation import SendRequest, parse_send_request
+from safesend.usecases.service import SafeSendService
 from tests.fakes import FakeClock, FakeMailbox, FakeMailer, FakePublisher, FakeScheduler
 from tests.unit.conftest import POLICIES, TIMING
 

@@ -24,13 +24,13 @@ from safesend.adapters.firestore_store import FirestoreJobStore
 from safesend.adapters.firestore_values import encode_fields
 from safesend.adapters.gmail_mailer import GmailMailer
 from safesend.config import DEFAULT_CHANNELS_FILE, Settings
-from safesend.keys import job_id_for, message_id_for
-from safesend.lifecycle import Timing, new_job, record_outcome, start_attempt
-from safesend.mime import build_mime
-from safesend.model import Accepted, Bucket, Failure
-from safesend.policy import ChannelPolicies
-from safesend.service import SafeSendService
-from safesend.validation import message_from_payload, parse_send_request
+from safesend.core.keys import job_id_for, message_id_for
+from safesend.core.lifecycle import Timing, new_job, record_outcome, start_attempt
+from safesend.core.mime import build_mime
+from safesend.core.model import Accepted, Bucket, Failure
+from safesend.core.policy import ChannelPolicies
+from safesend.core.validation import message_from_payload, parse_send_request
+from safesend.usecases.service import SafeSendService
 
 from .common import DOMAIN, SENDER, Budget, progress
 from .instrument import CountingStore, count_firestore, firestore_summary

@@ -29,7 +29,7 @@ from typing import Any
 
 import requests
 
-from safesend.mime import encode_raw
+from safesend.core.mime import encode_raw
 
 from .common import Budget, direct_gmail_client, progress, raw_for
 from .report import Bench, Row, fmt_s, median

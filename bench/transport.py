@@ -19,8 +19,8 @@ from googleapiclient.discovery import build
 
 from devstack.gmail_sim import GmailSimulator
 from safesend.adapters.gmail_mailer import GmailMailer
-from safesend.mime import encode_raw
-from safesend.model import Accepted
+from safesend.core.mime import encode_raw
+from safesend.core.model import Accepted
 
 from .common import Budget, raw_for
 from .results import Comparison, Variant

@@ -57,12 +57,12 @@ from safesend.adapters.one_shot_http import (  # noqa: E402
     OneShotHttp,
     TransportError,
 )
-from safesend.classify import TransportErrorKind  # noqa: E402
-from safesend.errors import HistoryExpiredError, MailboxUnavailableError  # noqa: E402
-from safesend.keys import is_valid_hostname, job_id_for, message_id_for  # noqa: E402
+from safesend.core.classify import TransportErrorKind  # noqa: E402
+from safesend.core.errors import HistoryExpiredError, MailboxUnavailableError  # noqa: E402
+from safesend.core.keys import is_valid_hostname, job_id_for, message_id_for  # noqa: E402
+from safesend.core.mime import OutgoingMessage, build_mime, encode_raw  # noqa: E402
+from safesend.core.model import Accepted, Bucket, Failure  # noqa: E402
 from safesend.logs import mask_emails  # noqa: E402
-from safesend.mime import OutgoingMessage, build_mime, encode_raw  # noqa: E402
-from safesend.model import Accepted, Bucket, Failure  # noqa: E402
 
 __all__ = ["CutAfterWriteHttp", "Drill", "DrillSettings", "main", "render_markdown", "write_report"]
 

@@ -24,8 +24,8 @@ from flask import Request  # noqa: E402
 
 import main  # noqa: E402  (functions/main.py)
 from devstack import crash_points  # noqa: E402
-from safesend.http_api import HttpApi  # noqa: E402
-from safesend.runtime import Runtime, get_runtime  # noqa: E402
+from safesend.bootstrap.runtime import Runtime, get_runtime  # noqa: E402
+from safesend.entrypoints.http_api import HttpApi  # noqa: E402
 
 
 def _runtime_with_crash_points() -> Runtime:

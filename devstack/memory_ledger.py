@@ -1,7 +1,7 @@
 """An in-memory MailboxLedger for unit tests, benchmarks and one-process local runs.
 
 Local tooling (devstack/), never deployed. Like the shared ledgers it keeps each budget as its stored
-text (Budget JSON) and applies safesend.mailbox_budget's rules under one lock, so what the tests
+text (Budget JSON) and applies safesend.core.mailbox_budget's rules under one lock, so what the tests
 prove of it (no interleaving exceeds a budget) is a property of those rules, not of shared objects.
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
-from safesend import mailbox_budget
-from safesend.mailbox_budget import Budget, MailboxSnapshot, Refusal, Reservation
-from safesend.mailboxes import Mailbox
+from safesend.core import mailbox_budget
+from safesend.core.mailbox_budget import Budget, MailboxSnapshot, Refusal, Reservation
+from safesend.core.mailboxes import Mailbox
 
 T = TypeVar("T")
 

@@ -19,10 +19,10 @@ from datetime import datetime
 from typing import Any
 
 from safesend.adapters.store_common import readable_job
-from safesend.errors import ConcurrentUpdateError
-from safesend.model import Job, as_utc
-from safesend.ports import Cursor
-from safesend.states import State
+from safesend.core.errors import ConcurrentUpdateError
+from safesend.core.model import Job, as_utc
+from safesend.core.ports import Cursor
+from safesend.core.states import State
 
 
 def _stored(value: Any) -> Any:

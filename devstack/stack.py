@@ -33,7 +33,7 @@ from devstack.relay import FaultRelay
 _FUNCTIONS_DIR = Path(__file__).resolve().parent.parent / "functions"
 if str(_FUNCTIONS_DIR) not in sys.path:
     sys.path.insert(0, str(_FUNCTIONS_DIR))
-from safesend.api_keys import mint  # noqa: E402
+from safesend.core.api_keys import mint  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "demo-safesend"
@@ -85,7 +85,7 @@ class StackConfig:
     # Function processes behind one round-robin front (devstack/balancer.py): like Cloud Run's
     # instances, they share nothing but the stores, so the mailbox budget must hold across them.
     function_processes: int = 1
-    # Sender mailboxes and pools (SAFESEND_MAILBOXES_JSON's document, safesend/mailboxes.py): each
+    # Sender mailboxes and pools (SAFESEND_MAILBOXES_JSON's document, safesend/core/mailboxes.py): each
     # gets its own mailbox in the simulator (its delegated user) and its own paced queue.
     mailboxes: dict[str, Any] | None = None
 
@@ -93,7 +93,7 @@ class StackConfig:
 def mailbox_queue_rate(mailbox: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, float]:
     """A mailbox queue's rate_limits as infra/modules/safesend/mailboxes.tf sets them: its sends per
     second (units per minute / 100 units / 60 s) times the safety share, at most 500/s."""
-    from safesend.mailboxes import DEFAULT_SAFETY_SHARE, PRESETS
+    from safesend.core.mailboxes import DEFAULT_SAFETY_SHARE, PRESETS
 
     spec = mailbox.get("limits", defaults.get("limits"))
     table: dict[str, Any] = {"preset": spec} if isinstance(spec, str) else dict(spec or {})

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 import functions_framework
 from flask import Request
 
-from safesend.http_api import HttpApi, Response
-from safesend.runtime import LazyMailer, check_configuration, get_runtime
-from safesend.warmup import function_target, warm_after_fork
+from safesend.bootstrap.runtime import LazyMailer, check_configuration, get_runtime
+from safesend.bootstrap.warmup import function_target, warm_after_fork
+from safesend.entrypoints.http_api import HttpApi, Response
 
 if TYPE_CHECKING:
-    from safesend.console import Response as PageResponse
-    from safesend.console import ReviewConsole
+    from safesend.entrypoints.console import Response as PageResponse
+    from safesend.entrypoints.console import ReviewConsole
 
 check_configuration()  # a bad setting stops the deployment here, not the mail later
 _api = HttpApi(get_runtime)
@@ -41,8 +41,8 @@ warm_after_fork(function_target(), _warm_send)  # send only; gunicorn's worker i
 @functools.lru_cache(maxsize=1)
 def _console() -> "ReviewConsole":
     """Built on the review function's first request: the other functions never import it."""
-    from safesend.console import ReviewConsole
-    from safesend.reviewer_auth import get_reviewer_auth
+    from safesend.entrypoints.console import ReviewConsole
+    from safesend.entrypoints.reviewer_auth import get_reviewer_auth
 
     return ReviewConsole(lambda: get_runtime().service, get_reviewer_auth)
 

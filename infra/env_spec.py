@@ -596,7 +596,7 @@ def postgres_users(spec: dict, facts: Mapping[str, str]) -> dict[str, str]:
 # -------------------------------------------------------------- mailboxes (issue 24)
 # The gcloud path's mirror of modules/safesend/mailboxes.tf: a JSON file shaped like the Terraform
 # variables ({"mailboxes": {...}, "mailbox_pools": {...}}) becomes the same SAFESEND_MAILBOXES_JSON
-# document (jsonencode's bytes) and the same queues. Presets: functions/safesend/mailboxes.py's.
+# document (jsonencode's bytes) and the same queues. Presets: functions/safesend/core/mailboxes.py's.
 MAILBOX_PRESET_UNITS: dict[str, int | None] = {
     "workspace": 6000,
     "workspace_legacy_rate": 15000,

@@ -2,7 +2,8 @@
 # The static gate, the same locally and in CI (scripts/test.sh runs it first when called without
 # arguments): ruff's lint rules, ruff's formatting, mypy --strict on functions/ (devstack/ a little
 # looser), deptry on functions/ (every import declared in functions/requirements*.in, nothing
-# declared unused, nothing imported that only comes as another package's dependency). The locks'
+# declared unused, nothing imported that only comes as another package's dependency), import-linter
+# on functions/safesend (no layer imports one above it; pyproject.toml, [tool.importlinter]). The locks'
 # freshness is a unit test (tests/unit/test_packaging.py). All configuration is in pyproject.toml; each tool runs even if an earlier one failed,
 # and the script fails if any did.
 #
@@ -16,7 +17,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"
 
 BIN="${SAFESEND_VENV:-$ROOT/.venv}/bin" # SAFESEND_VENV: another venv with the same locked tools
-for tool in ruff mypy deptry; do
+for tool in ruff mypy deptry lint-imports; do
     [[ -x "$BIN/$tool" ]] || { printf 'lint: %s missing in .venv: run bash scripts/bootstrap.sh\n' "$tool" >&2; exit 1; }
 done
 
@@ -41,6 +42,7 @@ step "ruff check" "$BIN/ruff" check --no-fix --output-format=concise .
 step "ruff format --check" "$BIN/ruff" format --check .
 step "mypy" "$BIN/mypy"
 step "deptry" "$BIN/python" -m deptry functions
+step "import layers" env PYTHONPATH=functions "$BIN/lint-imports" --no-cache --no-logo
 
 if ((${#failed[@]})); then
     printf 'lint: FAILED: %s (fix them, or try: bash scripts/lint.sh --fix)\n' "${failed[*]}" >&2

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 from email import policy as email_policy
 from typing import Any
 
-from safesend.errors import HistoryExpiredError
-from safesend.model import Accepted, Failure, HistoryPage, MailboxHit
+from safesend.core.errors import HistoryExpiredError
+from safesend.core.model import Accepted, Failure, HistoryPage, MailboxHit
 
 FAKE_FIRST_HISTORY_ID = 5000
 
@@ -213,7 +213,7 @@ class FakePublisher:
         self.fail_next = 0
 
     def publish(self, item: dict[str, Any], attributes: dict[str, str]) -> str:
-        from safesend.errors import PublishError
+        from safesend.core.errors import PublishError
 
         if self.fail_next:
             self.fail_next -= 1
@@ -226,7 +226,7 @@ class FakeNotifier:
     """Records callback POSTs; `script` holds Delivery results to return, then every POST succeeds."""
 
     def __init__(self) -> None:
-        from safesend.model import Delivery
+        from safesend.core.model import Delivery
 
         self.posts: list[tuple[str, bytes]] = []
         self.script: list[Delivery] = []
@@ -240,7 +240,7 @@ class FakeNotifier:
         return 10.0
 
     def deliver(self, notice):
-        from safesend.callbacks import notice_body
+        from safesend.core.callbacks import notice_body
 
         with self._lock:
             self.posts.append((notice.get("url") or notice["kind"], notice_body(notice)))

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
 
-from safesend.mailbox_budget import DAY_S, MINUTE_S, Refusal, Reservation
-from safesend.mailboxes import Mailbox, MailboxLimits
-from safesend.ports import MailboxLedger
+from safesend.core.mailbox_budget import DAY_S, MINUTE_S, Refusal, Reservation
+from safesend.core.mailboxes import Mailbox, MailboxLimits
+from safesend.core.ports import MailboxLedger
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 # Small limits so that a short run meets every one of them.

@@ -16,12 +16,12 @@ from email.utils import parseaddr
 from pathlib import Path
 from typing import Any
 
-from .api_keys import ApiKeyRing
-from .errors import ConfigurationError
-from .keys import is_valid_hostname
-from .lifecycle import Timing
+from .core.api_keys import ApiKeyRing
+from .core.errors import ConfigurationError
+from .core.keys import is_valid_hostname
+from .core.lifecycle import Timing
+from .core.notify import ReviewerTargets
 from .logs import LOG_LEVEL_ENV, LOG_LEVELS, log_level_from
-from .notify import ReviewerTargets
 
 DEFAULT_CHANNELS_FILE = Path(__file__).resolve().parent.parent / "channels.toml"
 FALLBACK_DOMAIN = "safesend.localhost"
@@ -138,7 +138,7 @@ class Settings:
         "SAFESEND_MAILBOXES_FILE",
         None,
         _text,
-        "sender mailboxes, their limits and pools (TOML, see safesend/mailboxes.py); unset: one mailbox, as today",
+        "sender mailboxes, their limits and pools (TOML, see safesend/core/mailboxes.py); unset: one mailbox, as today",
     )
     mailboxes_json: str | None = setting(
         "SAFESEND_MAILBOXES_JSON", None, _text, "the same document as JSON (instead of the file)"
@@ -276,7 +276,7 @@ class Settings:
         "SAFESEND_AUTH_API_KEYS",
         None,
         _text,
-        "`key_id:sha256` entries of the API keys for send/status (`python -m safesend.api_keys new <id>`)",
+        "`key_id:sha256` entries of the API keys for send/status (`python -m safesend.core.api_keys new <id>`)",
         secret=True,
     )
     auth_hmac_secret: str | None = setting(

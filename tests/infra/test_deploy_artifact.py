@@ -61,7 +61,7 @@ def test_packager_ships_exactly_the_terraform_globs_and_the_stores_lock():
 def test_include_globs_follow_doublestar_rules():
     pkg = package_module()
     patterns = [pkg.pattern_regex(p) for p in pkg.INCLUDES]
-    for path in ("main.py", "channels.toml", "safesend/keys.py", "safesend/adapters/cloud_tasks.py"):
+    for path in ("main.py", "channels.toml", "safesend/core/keys.py", "safesend/adapters/cloud_tasks.py"):
         assert any(p.match(path) for p in patterns), path
     for path in (
         "safesend/__pycache__/keys.cpython-312.pyc",

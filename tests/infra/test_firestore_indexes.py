@@ -159,7 +159,7 @@ def test_firestore_indexes_json_declares_the_same_index():
 
 def test_no_ttl_policy_because_the_code_sets_no_expiry_field():
     # A TTL policy would need a timestamp field meant as an expiry; Job has none (see infra/README.md).
-    model = (FUNCTIONS / "safesend" / "model.py").read_text()
+    model = (FUNCTIONS / "safesend" / "core" / "model.py").read_text()
     assert "expire" not in model.lower() and "ttl" not in model.lower()
     assert not resources("google_firestore_field")
 

@@ -1,5 +1,5 @@
 """Sender mailboxes and pools in infra/ (issue 24): what Terraform renders into
-SAFESEND_MAILBOXES_JSON is a document functions/safesend/mailboxes.py accepts, with the limits and
+SAFESEND_MAILBOXES_JSON is a document functions/safesend/core/mailboxes.py accepts, with the limits and
 aliases the tfvars declare, and both deploy paths use mailboxes.py's presets for the queues' rates."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .tfmodel import ModuleModel
 def safesend_mailboxes():
     if str(FUNCTIONS) not in sys.path:
         sys.path.insert(0, str(FUNCTIONS))
-    from safesend import mailboxes
+    from safesend.core import mailboxes
 
     return mailboxes
 

@@ -1,6 +1,6 @@
 """Issue 20: the metrics and alerts of monitoring.tf, offline.
 
-* every log-based metric counts an event the code logs (functions/safesend/signals.py) and reads
+* every log-based metric counts an event the code logs (functions/safesend/core/signals.py) and reads
   only fields that event carries; its filter, run by logging_filter against the log lines the code
   really prints matches at least one of them: a renamed event or a filter typo fails here, not
   silently in production. fixtures/signal_lines.jsonl holds the functions' own stdout from the local
@@ -25,7 +25,7 @@ from .support import ENVS, INFRA, MODULE, ROOT
 from .tfmodel import ModuleModel
 
 sys.path.insert(0, str(ROOT / "functions"))
-from safesend.signals import SIGNALS
+from safesend.core.signals import SIGNALS
 
 sys.path.insert(0, str(INFRA))
 import monitoring_render
@@ -57,7 +57,7 @@ def test_the_captured_lines_are_the_code_s_signals_with_every_field():
 def test_every_metric_counts_a_signal_and_reads_only_its_fields(name):
     metric = SPEC["metrics"][name]
     event = event_of(metric["filter"])
-    assert event in SIGNALS, f"{name}: no signal {event!r} in functions/safesend/signals.py"
+    assert event in SIGNALS, f"{name}: no signal {event!r} in functions/safesend/core/signals.py"
     fields = set(SIGNALS[event].fields)
     used = set(metric["labels"].values()) | ({metric["value_field"]} if "value_field" in metric else set())
     assert used <= fields, f"{name} reads {used - fields}, which {event} lines do not carry"

@@ -878,7 +878,7 @@ MUTATIONS = [
     Mutation(
         "renamed-log-event",
         "a signal renamed in the code no longer matches its metric",
-        "functions/safesend/signals.py",
+        "functions/safesend/core/signals.py",
         'SWEEP_COMPLETED = "sweep_completed"',
         'SWEEP_COMPLETED = "sweep_done"',
         (

@@ -88,7 +88,7 @@ def store_of(pg, model: ModuleModel, fn: str):
 
 
 def draft(key: str):
-    from safesend.lifecycle import new_job
+    from safesend.core.lifecycle import new_job
 
     return new_job(
         f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}",
@@ -106,7 +106,7 @@ def test_the_setup_sql_lets_every_function_run_and_migrate_the_store_as_the_owne
     import psycopg
 
     from safesend.adapters import postgres_schema
-    from safesend.errors import StoreUnavailableError
+    from safesend.core.errors import StoreUnavailableError
 
     model = ModuleModel({"job_store": "postgres"})
     create_database_users(server, model)

@@ -159,13 +159,13 @@ MISMATCH_KEY = "contract-mismatch-1"  # the first payload wins; every different 
 
 
 def _key_of(body: dict[str, Any]) -> str:
-    from safesend.keys import compose_dedup_key  # functions/ is on pytest's pythonpath
+    from safesend.core.keys import compose_dedup_key  # functions/ is on pytest's pythonpath
 
     return body["dedup_key"] if "dedup_key" in body else compose_dedup_key(*(str(body[f]) for f in KEY_FIELDS))
 
 
 def _job_id_of(key: str) -> str:
-    from safesend.keys import job_id_for
+    from safesend.core.keys import job_id_for
 
     return job_id_for(key)
 

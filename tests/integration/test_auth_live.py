@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from devstack.emulators import ManagedProcess, free_port
-from safesend.auth import SIGNATURE_HEADER, sign
+from safesend.core.auth import SIGNATURE_HEADER, sign
 from tests.loopback_http import LoopbackHttpServer, QuietHandler
 from tests.unit.test_http_security import GOOGLE_CERT, N8N, TASKS, id_token
 

@@ -17,8 +17,8 @@ from devstack.receiver import RecordingReceiver, gzip_bomb
 from devstack.stack import LocalStack
 from safesend.adapters.callback_http import HttpNotifier
 from safesend.adapters.chat_webhooks import chat_webhook
-from safesend.auth import SIGNATURE_HEADER, verify_signature
-from safesend.callbacks import CallbackPolicy
+from safesend.core.auth import SIGNATURE_HEADER, verify_signature
+from safesend.core.callbacks import CallbackPolicy
 from tests.integration.test_stack import SETTLED, Client
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ import pytest
 from google.api_core import exceptions as gexc
 
 from safesend.adapters.cloud_tasks import CloudTasksScheduler
-from safesend.errors import SchedulerError
+from safesend.core.errors import SchedulerError
 from tests.loopback_http import LoopbackHttpServer, QuietHandler
 
 

@@ -188,7 +188,7 @@ class Webhook:
 
 
 def plan_jobs(rng: random.Random, phase: Phase, seed: int) -> list[JobSpec]:
-    from safesend.keys import compose_dedup_key, job_id_for, message_id_for
+    from safesend.core.keys import compose_dedup_key, job_id_for, message_id_for
 
     jobs = []
     count = phase.jobs or N_JOBS

@@ -35,10 +35,10 @@ from devstack.relay import FaultRelay
 from safesend.adapters.firestore_rest import FirestoreApiError, FirestoreRestClient, FirestoreTransportError
 from safesend.adapters.firestore_store import MAX_READ_ATTEMPTS, MAX_WRITE_ATTEMPTS, FirestoreJobStore
 from safesend.adapters.firestore_values import decode_fields, encode_fields
-from safesend.errors import ConcurrentUpdateError, StoreUnavailableError
-from safesend.lifecycle import Timing, new_job, start_attempt
-from safesend.model import Job
-from safesend.states import State
+from safesend.core.errors import ConcurrentUpdateError, StoreUnavailableError
+from safesend.core.lifecycle import Timing, new_job, start_attempt
+from safesend.core.model import Job
+from safesend.core.states import State
 
 PROJECT = "demo-safesend-faults"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

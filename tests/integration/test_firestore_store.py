@@ -23,10 +23,10 @@ from google.cloud import firestore
 
 from safesend.adapters.firestore_rest import FirestoreRestClient
 from safesend.adapters.firestore_store import FirestoreJobStore
-from safesend.errors import ConcurrentUpdateError, StoreUnavailableError
-from safesend.lifecycle import Timing, new_job, start_attempt
-from safesend.model import Job
-from safesend.states import State
+from safesend.core.errors import ConcurrentUpdateError, StoreUnavailableError
+from safesend.core.lifecycle import Timing, new_job, start_attempt
+from safesend.core.model import Job
+from safesend.core.states import State
 
 PROJECT = "demo-safesend-store"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -19,8 +19,8 @@ from google.oauth2.credentials import Credentials
 
 from devstack.gmail_sim import GmailSimulator
 from safesend.adapters.gmail_mailer import GMAIL_SCOPES, GmailMailer
-from safesend.errors import MailboxUnavailableError
-from safesend.model import Accepted, Bucket, Failure
+from safesend.core.errors import MailboxUnavailableError
+from safesend.core.model import Accepted, Bucket, Failure
 from tests.integration.test_gmail_mailer import MESSAGE_ID, RAW
 from tests.integration.test_transport_deadline import call_bounded
 from tests.loopback_http import LoopbackHttpServer, QuietHandler

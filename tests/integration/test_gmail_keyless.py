@@ -25,7 +25,7 @@ from google.auth.compute_engine import credentials as gce
 
 from safesend.adapters.gmail_auth import IAM_SIGN_JWT_URL, OAUTH_TOKEN_URI, load_gmail_credentials
 from safesend.adapters.gmail_mailer import GMAIL_SCOPES, GmailMailer
-from safesend.model import Accepted, Bucket, Failure
+from safesend.core.model import Accepted, Bucket, Failure
 from tests.integration.test_gmail_mailer import MESSAGE_ID, RAW
 from tests.loopback_http import LoopbackHttpServer, QuietHandler
 

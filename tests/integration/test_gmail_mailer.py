@@ -17,11 +17,11 @@ from googleapiclient.discovery import build
 from devstack.gmail_sim import GmailSimulator
 from safesend.adapters import gmail_mailer
 from safesend.adapters.gmail_mailer import GmailMailer
-from safesend.classify import DAILY_LIMIT_CODE, RefusalKind, refusal_kind
-from safesend.errors import HistoryExpiredError, MailboxUnavailableError
-from safesend.keys import job_id_for, message_id_for
-from safesend.mime import OutgoingMessage, build_mime, encode_raw
-from safesend.model import Accepted, Bucket, Failure
+from safesend.core.classify import DAILY_LIMIT_CODE, RefusalKind, refusal_kind
+from safesend.core.errors import HistoryExpiredError, MailboxUnavailableError
+from safesend.core.keys import job_id_for, message_id_for
+from safesend.core.mime import OutgoingMessage, build_mime, encode_raw
+from safesend.core.model import Accepted, Bucket, Failure
 
 KEY = "cust-7:order_paid:1001"
 MESSAGE_ID = message_id_for(KEY, "mail.example.com")

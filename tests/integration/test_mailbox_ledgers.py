@@ -23,9 +23,9 @@ from safesend.adapters.firestore_rest import FirestoreRestClient, FirestoreTrans
 from safesend.adapters.postgres_ledger import PostgresMailboxLedger
 from safesend.adapters.postgres_schema import migrations
 from safesend.adapters.postgres_store import connect, connection_pool
-from safesend.mailbox_budget import ARRIVAL_MARGIN_S, Refusal, Reservation
-from safesend.mailboxes import PRESETS, Mailbox
-from safesend.ports import MailboxLedger
+from safesend.core.mailbox_budget import ARRIVAL_MARGIN_S, Refusal, Reservation
+from safesend.core.mailboxes import PRESETS, Mailbox
+from safesend.core.ports import MailboxLedger
 from tests.ledger_properties import START, TIGHT, Call, assert_within_budget, calls, run_interleaved
 
 pytestmark = pytest.mark.integration

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from devstack.stack import LocalStack, StackConfig
-from safesend.keys import compose_dedup_key, job_id_for
+from safesend.core.keys import compose_dedup_key, job_id_for
 from tests.integration import n8n_support as ns
 
 _INSTALLED = subprocess.run(["bash", str(ns.INSTALL_SCRIPT), "--check"], capture_output=True).returncode == 0

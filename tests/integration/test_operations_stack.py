@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from devstack.stack import LocalStack, StackConfig, SweepTicker, fetch_health
-from safesend.signals import SIGNALS
+from safesend.core.signals import SIGNALS
 from tests.integration.test_never_silent_stack import wait_verified_or_review
 from tests.integration.test_stack import Client
 

@@ -19,9 +19,9 @@ import pytest
 
 from devstack.postgres import PgFaultProxy, PostgresServer
 from safesend.adapters.postgres_store import PostgresJobStore, connection_pool
-from safesend.errors import ConcurrentUpdateError, StoreUnavailableError
-from safesend.lifecycle import Timing, new_job, start_attempt
-from safesend.model import Job
+from safesend.core.errors import ConcurrentUpdateError, StoreUnavailableError
+from safesend.core.lifecycle import Timing, new_job, start_attempt
+from safesend.core.model import Job
 
 pytestmark = pytest.mark.integration
 

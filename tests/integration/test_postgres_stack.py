@@ -45,7 +45,7 @@ def stored_row(stack: LocalStack, job_id: str) -> dict[str, Any]:
     assert stack.postgres is not None
     assert stack.postgres.execute("SELECT to_regclass('ai_jobs') IS NOT NULL")[0][0], (
         "no ai_jobs table in PostgreSQL: the functions did not use it. Is the runtime's store chosen by "
-        "SAFESEND_STORE? (functions/safesend/runtime.py: build_store)"
+        "SAFESEND_STORE? (functions/safesend/bootstrap/runtime.py: build_store)"
     )
     rows = stack.postgres.execute(
         "SELECT state, attempts, version, provider_ref->>'gmail_id', message_id FROM ai_jobs WHERE id = %s", (job_id,)

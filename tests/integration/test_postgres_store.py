@@ -31,10 +31,10 @@ from safesend.adapters.postgres_store import (
     job_row,
     loads,
 )
-from safesend.errors import ConcurrentUpdateError, ConfigurationError, StoreUnavailableError
-from safesend.lifecycle import Timing, new_job, start_attempt
-from safesend.model import Job
-from safesend.states import State
+from safesend.core.errors import ConcurrentUpdateError, ConfigurationError, StoreUnavailableError
+from safesend.core.lifecycle import Timing, new_job, start_attempt
+from safesend.core.model import Job
+from safesend.core.states import State
 
 pytestmark = pytest.mark.integration
 

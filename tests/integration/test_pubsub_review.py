@@ -9,7 +9,7 @@ import pytest
 from google.cloud import pubsub_v1
 
 from safesend.adapters.pubsub_review import PubSubReviewPublisher
-from safesend.errors import PublishError
+from safesend.core.errors import PublishError
 
 PROJECT = "demo-safesend"
 

@@ -112,7 +112,7 @@ def n8n(stack: LocalStack) -> Client:
 
 
 def job_id_of(body: dict[str, Any]) -> str:
-    from safesend.keys import compose_dedup_key, job_id_for
+    from safesend.core.keys import compose_dedup_key, job_id_for
 
     return job_id_for(compose_dedup_key(body["customer_id"], body["event_type"], body["order_id"]))
 

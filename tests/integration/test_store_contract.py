@@ -1,4 +1,4 @@
-"""One contract for every JobStore (functions/safesend/ports.py), run against each implementation:
+"""One contract for every JobStore (functions/safesend/core/ports.py), run against each implementation:
 the in-memory store (devstack/memory_store.py), Firestore on Google's emulator and PostgreSQL from
 Debian's packages (both started by the session's fixtures). A store that drifts from the others
 fails here, under its own parameter id.
@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from safesend.errors import ConcurrentUpdateError, StoreUnavailableError
-from safesend.lifecycle import Timing, new_job, start_attempt
-from safesend.model import Job
-from safesend.ports import JobStore
-from safesend.states import State
+from safesend.core.errors import ConcurrentUpdateError, StoreUnavailableError
+from safesend.core.lifecycle import Timing, new_job, start_attempt
+from safesend.core.model import Job
+from safesend.core.ports import JobStore
+from safesend.core.states import State
 
 pytestmark = pytest.mark.integration
 
@@ -719,7 +719,7 @@ def test_a_sweep_gets_past_thousands_of_stuck_review_jobs_to_the_one_behind_them
     notified, a left-over due time) ahead of one whose review item was never published."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from safesend.notify import ReviewerTargets
+    from safesend.core.notify import ReviewerTargets
     from tests.unit.conftest import make_world
 
     world = make_world(reviewers=ReviewerTargets(frozenset({"chat"}), notify_timeout_s=600))

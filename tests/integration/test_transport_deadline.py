@@ -22,9 +22,9 @@ import pytest
 from devstack.relay import FaultRelay
 from safesend.adapters.gmail_mailer import READ_TRIES, GmailMailer
 from safesend.adapters.one_shot_http import OneShotHttp, TransportError
-from safesend.classify import TransportErrorKind
-from safesend.errors import MailboxUnavailableError
-from safesend.model import Bucket, Failure
+from safesend.core.classify import TransportErrorKind
+from safesend.core.errors import MailboxUnavailableError
+from safesend.core.model import Bucket, Failure
 from tests.integration.test_gmail_mailer import MESSAGE_ID, RAW, sent_copies
 
 TRICKLE_S = 0.4  # below every timeout used here: each socket read succeeds

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from devstack.memory_store import InMemoryJobStore
-from safesend.callbacks import CallbackPolicy
 from safesend.config import Settings
-from safesend.lifecycle import Timing
-from safesend.notify import ReviewerTargets
-from safesend.policy import ChannelPolicies
-from safesend.service import SafeSendService
-from safesend.validation import parse_send_request
+from safesend.core.callbacks import CallbackPolicy
+from safesend.core.lifecycle import Timing
+from safesend.core.notify import ReviewerTargets
+from safesend.core.policy import ChannelPolicies
+from safesend.core.validation import parse_send_request
+from safesend.usecases.service import SafeSendService
 from tests.fakes import FakeClock, FakeMailbox, FakeMailer, FakeNotifier, FakePublisher, FakeScheduler
 
 POLICIES = {

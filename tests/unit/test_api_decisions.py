@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from safesend.api_decisions import allowed_decider, parse_decision_request
-from safesend.api_keys import ApiKeyRing, digest_of, mint
-from safesend.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
+from safesend.bootstrap.runtime import Runtime
 from safesend.config import Settings
-from safesend.errors import MailboxUnavailableError, RequestValidationError
-from safesend.http_api import HttpApi
-from safesend.lifecycle import current_review_id
-from safesend.notify import ReviewerTargets
-from safesend.runtime import Runtime
-from safesend.states import State
+from safesend.core.api_keys import ApiKeyRing, digest_of, mint
+from safesend.core.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
+from safesend.core.errors import MailboxUnavailableError, RequestValidationError
+from safesend.core.lifecycle import current_review_id
+from safesend.core.notify import ReviewerTargets
+from safesend.core.states import State
+from safesend.entrypoints.api_decisions import allowed_decider, parse_decision_request
+from safesend.entrypoints.http_api import HttpApi
 from tests.unit.test_reviewers import in_review
 
 APP = Flask(__name__)

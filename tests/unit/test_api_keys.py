@@ -10,14 +10,14 @@ import time
 import pytest
 from flask import Flask
 
-from safesend.api_keys import ApiKeyError, ApiKeyRing, digest_of, mint
-from safesend.api_keys import main as api_keys_main
-from safesend.auth import Authenticator, AuthPolicy
+from safesend.bootstrap.runtime import Runtime
 from safesend.config import Settings
-from safesend.errors import ConfigurationError
-from safesend.http_api import HttpApi
+from safesend.core.api_keys import ApiKeyError, ApiKeyRing, digest_of, mint
+from safesend.core.api_keys import main as api_keys_main
+from safesend.core.auth import Authenticator, AuthPolicy
+from safesend.core.errors import ConfigurationError
+from safesend.entrypoints.http_api import HttpApi
 from safesend.logs import CloudLoggingFormatter, get_logger
-from safesend.runtime import Runtime
 from tests.unit.conftest import make_world
 
 APP = Flask(__name__)

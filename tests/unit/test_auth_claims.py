@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from safesend.adapters.google_id_token import GoogleIdTokenVerifier
-from safesend.auth import AuthenticationError, Authenticator, AuthPolicy, Role
+from safesend.bootstrap.runtime import Runtime
 from safesend.config import Settings
-from safesend.http_api import HttpApi
-from safesend.runtime import Runtime
+from safesend.core.auth import AuthenticationError, Authenticator, AuthPolicy, Role
+from safesend.entrypoints.http_api import HttpApi
 from tests.unit.test_auth_secrets import b64, claims, segment, signed_token
 from tests.unit.test_http_security import (  # noqa: F401
     AUDIENCE,

@@ -19,7 +19,7 @@ import pytest
 from flask import Flask
 from google.auth import crypt, jwt
 
-from safesend.auth import SIGNATURE_HEADER
+from safesend.core.auth import SIGNATURE_HEADER
 from safesend.logs import CloudLoggingFormatter, get_logger
 from tests.unit.test_http_security import (  # noqa: F401
     AUDIENCE,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.backoff import backoff_delay
+from safesend.core.backoff import backoff_delay
 
 PROPS = settings(max_examples=200, deadline=None)
 retry_numbers = st.integers(min_value=1, max_value=200)

@@ -15,7 +15,7 @@ import pytest
 from flask import Flask
 from flask import request as flask_request
 
-from safesend.auth import SIGNATURE_HEADER, sign
+from safesend.core.auth import SIGNATURE_HEADER, sign
 from tests.unit.test_http_security import SECRET, api, untouched, world  # noqa: F401
 
 APP = Flask(__name__)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.callbacks import CallbackPolicy, CallbackUrlError
+from safesend.core.callbacks import CallbackPolicy, CallbackUrlError
 from tests.unit.conftest import CALLBACKS
 
 PRIVATE_V4 = ["127.0.0.1", "10.1.2.3", "169.254.169.254", "192.168.0.1", "172.16.0.1", "100.64.0.1", "0.0.0.0"]

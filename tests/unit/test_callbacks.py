@@ -8,12 +8,12 @@ from datetime import timedelta
 
 import pytest
 
-from safesend.callbacks import MAX_CALLBACKS, CallbackPolicy, CallbackUrlError
-from safesend.classify import TransportErrorKind, classify_transport
-from safesend.errors import PayloadMismatchError, RequestValidationError
-from safesend.model import Delivery
-from safesend.states import State
-from safesend.validation import parse_send_request
+from safesend.core.callbacks import MAX_CALLBACKS, CallbackPolicy, CallbackUrlError
+from safesend.core.classify import TransportErrorKind, classify_transport
+from safesend.core.errors import PayloadMismatchError, RequestValidationError
+from safesend.core.model import Delivery
+from safesend.core.states import State
+from safesend.core.validation import parse_send_request
 from tests.unit.conftest import CALLBACKS, make_world
 
 HOOK_A = "https://n8n.example.com/webhook-waiting/101"

@@ -8,8 +8,8 @@ import json
 import re
 from typing import Any
 
-from safesend.lifecycle import current_review_id
-from safesend.states import State
+from safesend.core.lifecycle import current_review_id
+from safesend.core.states import State
 from tests.unit.conftest import make_world
 from tests.unit.test_reviewers import CHAT_AND_SLACK, TIMEOUT, in_review, posted
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend import lifecycle
-from safesend.classify import (
+from safesend.core import lifecycle
+from safesend.core.classify import (
     DAILY_LIMIT_CODE,
     DAILY_LIMIT_WAIT_S,
     RefusalKind,
@@ -20,10 +20,10 @@ from safesend.classify import (
     is_daily_limit,
     refusal_kind,
 )
-from safesend.lifecycle import ReviewReason, Timing
-from safesend.model import Bucket
-from safesend.policy import ChannelPolicy
-from safesend.states import State
+from safesend.core.lifecycle import ReviewReason, Timing
+from safesend.core.model import Bucket
+from safesend.core.policy import ChannelPolicy
+from safesend.core.states import State
 
 PROPS = settings(max_examples=200, deadline=None)
 NOT, MAYBE = Bucket.NOT_ACCEPTED, Bucket.MAYBE_ACCEPTED

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from safesend.bootstrap.runtime import check_configuration
 from safesend.config import CLOUD_MARKERS, LOCAL_ONLY_ENVIRONMENT, Settings, local_only_settings, on_google_cloud
-from safesend.errors import ConfigurationError
-from safesend.runtime import check_configuration
+from safesend.core.errors import ConfigurationError
 
 BASE = {"GOOGLE_CLOUD_PROJECT": "p", "SAFESEND_AUTH_API_KEYS": ""}
 SWITCHES = {

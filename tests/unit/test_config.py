@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from safesend.config import Settings
-from safesend.errors import ConfigurationError
+from safesend.core.errors import ConfigurationError
 
 SHIPPED_CHANNELS = Path(__file__).resolve().parents[2] / "functions" / "channels.toml"
 
@@ -213,7 +213,7 @@ def test_horizons_are_read_with_their_defaults():
 
 @pytest.mark.parametrize("channel", [{"index_lag_s": 400}, {"unknown_window_s": 30}, {"unknown_window_s": 4000}])
 def test_a_channel_whose_timing_breaks_the_guarantee_refuses_to_start(channel):
-    from safesend.runtime import preflight
+    from safesend.bootstrap.runtime import preflight
 
     with pytest.raises(ConfigurationError, match="channel late"):
         preflight(settings(SAFESEND_CHANNELS_JSON=json.dumps({"late": {"on_unknown": "retry", **channel}})))
@@ -230,13 +230,13 @@ def test_a_channel_whose_timing_breaks_the_guarantee_refuses_to_start(channel):
 )
 def test_long_message_id_domains_pass_the_start_up_probe(domain):
     """8.4: a Message-ID domain of 28-38 characters used to fold the header: every send answered 500."""
-    from safesend.runtime import preflight
+    from safesend.bootstrap.runtime import preflight
 
     preflight(settings(SAFESEND_MESSAGE_ID_DOMAIN=domain, SAFESEND_AUTH_DISABLED="1"))
 
 
 def test_a_default_sender_that_cannot_make_a_message_refuses_to_start():
-    from safesend.runtime import preflight
+    from safesend.bootstrap.runtime import preflight
 
     with pytest.raises(ConfigurationError, match="SAFESEND_DEFAULT_FROM"):
         preflight(

@@ -11,12 +11,12 @@ from urllib.parse import parse_qs, urlsplit
 import flask
 import pytest
 
-from safesend.classify import TransportErrorKind, classify_transport
-from safesend.console import CONSOLE_JS, CSP, CSS_PATH, ICON_PATH, JS_PATH, MAX_FORM_BYTES, ReviewConsole
-from safesend.errors import ConfigurationError
-from safesend.lifecycle import MAX_NOTE_CHARS
-from safesend.reviewer_auth import CSRF_TTL_S, ReviewerAuth, ReviewerSettings
-from safesend.states import State
+from safesend.core.classify import TransportErrorKind, classify_transport
+from safesend.core.errors import ConfigurationError
+from safesend.core.lifecycle import MAX_NOTE_CHARS
+from safesend.core.states import State
+from safesend.entrypoints.console import CONSOLE_JS, CSP, CSS_PATH, ICON_PATH, JS_PATH, MAX_FORM_BYTES, ReviewConsole
+from safesend.entrypoints.reviewer_auth import CSRF_TTL_S, ReviewerAuth, ReviewerSettings
 from tests.unit.conftest import World, make_world
 
 APP = flask.Flask("console-tests")
@@ -393,7 +393,7 @@ def test_the_csrf_token_is_bound_to_the_review_and_the_reviewer(world):
         page, status, _ = decide(console, job_id, "cancel", form=bad)
         assert status == 403 and "Decision refused" in page, bad
     foreign = ReviewerAuth(ReviewerSettings(dev_identity="eve@localhost", csrf_secret=SECRET), clock=clock)
-    from safesend.reviewer_auth import Reviewer
+    from safesend.entrypoints.reviewer_auth import Reviewer
 
     eve_token = foreign.csrf_token(Reviewer("eve@localhost", "dev"), form["review_id"])
     assert decide(console, job_id, "cancel", form={**form, "csrf": eve_token})[1] == 403  # another reviewer's
@@ -454,7 +454,7 @@ def test_oversized_and_non_form_bodies_are_refused(world, console):
 
 
 def test_a_mailbox_outage_during_a_resend_sends_nothing(world, console):
-    from safesend.errors import MailboxUnavailableError
+    from safesend.core.errors import MailboxUnavailableError
 
     job_id = review_job(world)
     world.mailer.search_error = MailboxUnavailableError("search failed")
@@ -586,8 +586,8 @@ def test_behind_iap_a_signed_reviewer_decides_without_a_banner(world):
 
 def test_every_review_reason_has_an_explanation_for_the_reviewer():
     """A reason added to the lifecycle without a line here would show a person nothing to go on."""
-    from safesend.console import REASONS
-    from safesend.lifecycle import ReviewReason
+    from safesend.core.lifecycle import ReviewReason
+    from safesend.entrypoints.console import REASONS
 
     reasons = {v for k, v in vars(ReviewReason).items() if k.isupper()}
     assert reasons - set(REASONS) == set()

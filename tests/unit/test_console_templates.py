@@ -11,7 +11,7 @@ from pathlib import Path
 
 import flask
 
-from safesend import console
+from safesend.entrypoints import console
 
 APP = flask.Flask(__name__)
 HOSTILE = """</title><script>alert("x")</script><img src=x onerror='y'> & more"""

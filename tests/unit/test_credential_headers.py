@@ -9,8 +9,8 @@ import time
 import pytest
 from werkzeug.datastructures import Headers
 
-from safesend.auth import SIGNATURE_HEADER, sign
-from safesend.reviewer_auth import CsrfError
+from safesend.core.auth import SIGNATURE_HEADER, sign
+from safesend.entrypoints.reviewer_auth import CsrfError
 from tests.unit.test_http_security import (  # noqa: F401 - fixtures
     BODY,
     SECRET,
@@ -108,7 +108,7 @@ def test_a_repeated_credential_header_is_401(api, world, name):
 
 
 def test_a_plain_mapping_of_repeated_headers_is_read_through_getlist():
-    from safesend.auth import header_values
+    from safesend.core.auth import header_values
 
     headers = Headers([("Authorization", "Bearer a"), ("Authorization", "Bearer b")])
     assert header_values(headers, "authorization") == ["Bearer a", "Bearer b"]

@@ -20,8 +20,8 @@ from safesend.adapters import one_shot_http
 from safesend.adapters.callback_http import HttpNotifier
 from safesend.adapters.chat_webhooks import WebhookPoster
 from safesend.adapters.one_shot_http import OneShotHttp, TransportError
-from safesend.callbacks import CallbackPolicy
-from safesend.classify import Bucket, TransportErrorKind, classify_transport
+from safesend.core.callbacks import CallbackPolicy
+from safesend.core.classify import Bucket, TransportErrorKind, classify_transport
 from tests.loopback_http import LoopbackHttpServer, QuietHandler
 
 MIB = 1 << 20

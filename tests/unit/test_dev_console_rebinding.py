@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from safesend.console import ReviewConsole
-from safesend.errors import ConfigurationError
-from safesend.reviewer_auth import Reviewer, ReviewerAuth, ReviewerAuthError, ReviewerSettings
+from safesend.core.errors import ConfigurationError
+from safesend.entrypoints.console import ReviewConsole
+from safesend.entrypoints.reviewer_auth import Reviewer, ReviewerAuth, ReviewerAuthError, ReviewerSettings
 from tests.unit.conftest import make_world
 from tests.unit.test_console import SECRET, call
 from tests.unit.test_reviewer_auth import env
@@ -35,7 +35,7 @@ def test_the_development_identity_answers_a_loopback_host(host):
 
 @pytest.mark.parametrize("host", ["127.0.0.1@evil.example", "localhost/x", "127.0.0.999", "[::2]", "0x7f.1"])
 def test_odd_host_headers_are_not_loopback(host):
-    from safesend.reviewer_auth import is_loopback_host
+    from safesend.entrypoints.reviewer_auth import is_loopback_host
 
     assert not is_loopback_host(host)
 

@@ -9,9 +9,9 @@ import pytest
 
 from safesend.adapters.firestore_ledger import MAX_ATTEMPTS, FirestoreMailboxLedger
 from safesend.adapters.firestore_rest import FirestoreApiError, FirestoreRestClient
-from safesend.errors import StoreUnavailableError
-from safesend.mailbox_budget import Reservation
-from safesend.mailboxes import PRESETS, Mailbox
+from safesend.core.errors import StoreUnavailableError
+from safesend.core.mailbox_budget import Reservation
+from safesend.core.mailboxes import PRESETS, Mailbox
 from tests.ledger_properties import START
 
 SHOP = Mailbox("shop", "shop@example.com", token_secret="t", limits=PRESETS["workspace"])

@@ -18,7 +18,7 @@ from google.auth.exceptions import RefreshError
 from safesend.adapters import gmail_auth
 from safesend.adapters.gmail_auth import IAM_SCOPE, OAUTH_TOKEN_URI, DelegatedCredentials, load_gmail_credentials
 from safesend.adapters.gmail_mailer import GMAIL_SCOPES
-from safesend.errors import ConfigurationError
+from safesend.core.errors import ConfigurationError
 
 SIGNER = "safesend-fn-send@proj.iam.gserviceaccount.com"
 USER = "support@example.com"

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from devstack.stack import SweepTicker
-from safesend.classify import TransportErrorKind, classify_transport
+from safesend.core.classify import TransportErrorKind, classify_transport
 from tests.unit.conftest import make_world
 from tests.unit.test_http_api import call
 from tests.unit.test_signals import open_api
@@ -56,7 +56,7 @@ def test_get_health_over_http_and_503_when_the_store_cannot_say():
     assert status == 200 and body["status"] == "ok" and body["sweep_interval_s"] == 300.0
 
     def down(*args: Any) -> Any:
-        from safesend.errors import StoreUnavailableError
+        from safesend.core.errors import StoreUnavailableError
 
         raise StoreUnavailableError("down")
 

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from safesend.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
-from safesend.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.bootstrap.runtime import Runtime
 from safesend.config import Settings
-from safesend.errors import StoreUnavailableError
-from safesend.http_api import HttpApi
-from safesend.runtime import Runtime
+from safesend.core.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
+from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.core.errors import StoreUnavailableError
+from safesend.entrypoints.http_api import HttpApi
 from tests.unit.conftest import make_world
 
 APP = Flask(__name__)
@@ -162,7 +162,7 @@ def test_reconcile_answers_200_for_anything_it_handled_and_503_when_the_mailbox_
     assert reconcile({"job_id": "0" * 32})[1]["action"] == "not_found"
     for bad in ({}, {"job_id": "missing"}, {"job_id": "a/b"}, {"job_id": "__x__"}, {"job_id": 7}):
         assert reconcile(bad)[0] == 400
-    from safesend.errors import MailboxUnavailableError
+    from safesend.core.errors import MailboxUnavailableError
 
     world.clock.advance(120)
     world.mailer.search_error = MailboxUnavailableError("gmail down")

@@ -21,10 +21,10 @@ from flask import Flask
 from google.auth import crypt, jwt
 
 from safesend.adapters.google_id_token import GoogleIdTokenVerifier
-from safesend.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
+from safesend.bootstrap.runtime import Runtime
 from safesend.config import Settings
-from safesend.http_api import HttpApi
-from safesend.runtime import Runtime
+from safesend.core.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
+from safesend.entrypoints.http_api import HttpApi
 from tests.unit.conftest import make_world
 
 APP = Flask(__name__)
@@ -329,7 +329,7 @@ def test_non_ascii_display_names_are_encoded_not_refused(api, world):
 
 # ----------------------------------------------------------------------------- configuration
 def test_a_deployment_without_auth_settings_refuses_to_start():
-    from safesend.errors import ConfigurationError
+    from safesend.core.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError):
         Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p"}).check_auth()
@@ -356,8 +356,8 @@ def test_a_deployment_without_auth_settings_refuses_to_start():
 
 
 def test_disabling_auth_is_explicit_and_warns(caplog):
-    from safesend.auth import Role
-    from safesend.runtime import build_authenticator
+    from safesend.bootstrap.runtime import build_authenticator
+    from safesend.core.auth import Role
 
     with caplog.at_level("WARNING", logger="safesend"):
         authenticator = build_authenticator(Settings(project="p", auth_disabled=True))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.keys import (
+from safesend.core.keys import (
     bare_message_id,
     compose_dedup_key,
     is_valid_hostname,

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from safesend.errors import ConfigurationError, MailboxUnavailableError
-from safesend.model import Accepted, Bucket, Failure
-from safesend.runtime import LazyMailer
+from safesend.bootstrap.runtime import LazyMailer
+from safesend.core.errors import ConfigurationError, MailboxUnavailableError
+from safesend.core.model import Accepted, Bucket, Failure
 from tests.fakes import FakeClock, FakeMailbox, FakeMailer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -253,7 +253,7 @@ def test_a_built_runtime_imports_no_gmail_client() -> None:
     seen = loaded_after(
         """
         import main
-        from safesend.runtime import LazyMailer, get_runtime
+        from safesend.bootstrap.runtime import LazyMailer, get_runtime
         runtime = get_runtime()
         assert isinstance(runtime.service.mailer, LazyMailer), type(runtime.service.mailer)
         report('runtime')
@@ -271,8 +271,8 @@ def test_the_first_store_read_imports_neither_grpc_nor_the_firestore_library() -
     seen = loaded_after(
         """
         import main
-        from safesend.errors import StoreUnavailableError
-        from safesend.runtime import get_runtime
+        from safesend.core.errors import StoreUnavailableError
+        from safesend.bootstrap.runtime import get_runtime
         store = get_runtime().service.store
         try:
             store.get("0" * 32)
@@ -292,7 +292,7 @@ def test_lazy_mailer_construction_imports_nothing_from_google() -> None:
     seen = loaded_after(
         """
         from safesend.config import Settings
-        from safesend.runtime import LazyMailer, build_mailer
+        from safesend.bootstrap.runtime import LazyMailer, build_mailer
         settings = Settings.from_env()
         mailer = LazyMailer(lambda: build_mailer(settings))
         report('constructed')

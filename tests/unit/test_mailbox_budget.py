@@ -1,4 +1,4 @@
-"""The mailbox budget (safesend.mailbox_budget) and the in-memory ledger: admission, refusals that
+"""The mailbox budget (safesend.core.mailbox_budget) and the in-memory ledger: admission, refusals that
 teach (AIMD, exhausted), snapshots, and the property that no interleaving exceeds a budget."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devstack.memory_ledger import InMemoryMailboxLedger
-from safesend import mailbox_budget
-from safesend.mailbox_budget import Budget, Refusal, Reservation
-from safesend.mailboxes import PRESETS, Mailbox, MailboxLimits
+from safesend.core import mailbox_budget
+from safesend.core.mailbox_budget import Budget, Refusal, Reservation
+from safesend.core.mailboxes import PRESETS, Mailbox, MailboxLimits
 from tests.ledger_properties import START, TIGHT, Call, assert_within_budget, calls, run_interleaved
 
 WORKSPACE = Mailbox("shop", "shop@example.com", token_secret="t", limits=PRESETS["workspace"])

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from safesend import runtime
 from safesend.adapters.cloud_tasks import CloudTasksScheduler
 from safesend.adapters.firestore_ledger import FirestoreMailboxLedger
 from safesend.adapters.secret_manager import read_secret
+from safesend.bootstrap import runtime
 from safesend.config import Settings
-from safesend.errors import ConfigurationError
-from safesend.mailboxes import Mailbox
+from safesend.core.errors import ConfigurationError
+from safesend.core.mailboxes import Mailbox
 from tests.loopback_http import LoopbackHttpServer, QuietHandler
 
 MAILBOXES = {

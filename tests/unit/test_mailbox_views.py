@@ -1,4 +1,4 @@
-"""The /mailboxes answer (safesend.mailbox_views), built from ledger snapshots."""
+"""The /mailboxes answer (safesend.core.mailbox_views), built from ledger snapshots."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 from datetime import timedelta
 
 from devstack.memory_ledger import InMemoryMailboxLedger
-from safesend.mailbox_budget import ARRIVAL_MARGIN_S
-from safesend.mailbox_views import mailboxes_view
-from safesend.mailboxes import MailboxDirectory
+from safesend.core.mailbox_budget import ARRIVAL_MARGIN_S
+from safesend.core.mailbox_views import mailboxes_view
+from safesend.core.mailboxes import MailboxDirectory
 from tests.ledger_properties import START
 
 DOC = {

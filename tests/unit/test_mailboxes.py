@@ -1,4 +1,4 @@
-"""Sender mailboxes and pools (safesend.mailboxes): parsing, start-up checks, and the candidates of a job."""
+"""Sender mailboxes and pools (safesend.core.mailboxes): parsing, start-up checks, and the candidates of a job."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from safesend.config import Settings
-from safesend.errors import ConfigurationError, RequestValidationError
-from safesend.mailboxes import PRESETS, MailboxDirectory, MailboxLimits
+from safesend.core.errors import ConfigurationError, RequestValidationError
+from safesend.core.mailboxes import PRESETS, MailboxDirectory, MailboxLimits
 
 DOC: dict[str, Any] = {
     "defaults": {"limits": "workspace"},
@@ -153,7 +153,7 @@ def test_bad_json_setting_is_a_configuration_error():
 
 
 def test_preflight_checks_the_mailbox_configuration_at_start_up():
-    from safesend.runtime import preflight
+    from safesend.bootstrap.runtime import preflight
 
     base = {
         "GOOGLE_CLOUD_PROJECT": "p",

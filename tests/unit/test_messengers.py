@@ -14,20 +14,20 @@ import pytest
 from flask import Flask
 
 from safesend.adapters.chat_webhooks import RoutingNotifier
-from safesend.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
-from safesend.callbacks import MAX_RETRY_AFTER_S, parse_retry_after
-from safesend.classify import TransportErrorKind, classify_transport
+from safesend.bootstrap.runtime import Runtime
 from safesend.config import Settings
-from safesend.console import ReviewConsole
-from safesend.errors import RequestValidationError, StoreUnavailableError
-from safesend.http_api import HttpApi
-from safesend.lifecycle import MAX_NOTE_CHARS, current_review_id, record_outcome
-from safesend.model import Accepted, Delivery
-from safesend.notify import ReviewerTargets
-from safesend.runtime import Runtime
-from safesend.states import State
-from safesend.validation import parse_send_request
-from safesend.views import job_view
+from safesend.core.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
+from safesend.core.callbacks import MAX_RETRY_AFTER_S, parse_retry_after
+from safesend.core.classify import TransportErrorKind, classify_transport
+from safesend.core.errors import RequestValidationError, StoreUnavailableError
+from safesend.core.lifecycle import MAX_NOTE_CHARS, current_review_id, record_outcome
+from safesend.core.model import Accepted, Delivery
+from safesend.core.notify import ReviewerTargets
+from safesend.core.states import State
+from safesend.core.validation import parse_send_request
+from safesend.entrypoints.console import ReviewConsole
+from safesend.entrypoints.http_api import HttpApi
+from safesend.entrypoints.views import job_view
 from tests.unit.conftest import CALLBACKS, make_world
 from tests.unit.test_console import decide as console_decide
 from tests.unit.test_console import dev_auth, review_job

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.keys import job_id_for, message_id_for
-from safesend.mime import OutgoingMessage, build_mime, encode_raw
+from safesend.core.keys import job_id_for, message_id_for
+from safesend.core.mime import OutgoingMessage, build_mime, encode_raw
 
 PROPS = settings(max_examples=200, deadline=None)
 DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.errors import RequestValidationError
-from safesend.keys import job_id_for, message_id_for
-from safesend.mime import OutgoingMessage, build_mime
-from safesend.validation import parse_send_request
+from safesend.core.errors import RequestValidationError
+from safesend.core.keys import job_id_for, message_id_for
+from safesend.core.mime import OutgoingMessage, build_mime
+from safesend.core.validation import parse_send_request
 
 DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
 KEY = "cust-1:order_paid:42"

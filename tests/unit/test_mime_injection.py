@@ -13,11 +13,11 @@ import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from safesend import mime
-from safesend.errors import RequestValidationError
-from safesend.keys import job_id_for, message_id_for
-from safesend.mime import OutgoingMessage, build_mime
-from safesend.validation import parse_send_request
+from safesend.core import mime
+from safesend.core.errors import RequestValidationError
+from safesend.core.keys import job_id_for, message_id_for
+from safesend.core.mime import OutgoingMessage, build_mime
+from safesend.core.validation import parse_send_request
 
 EXPECTED_HEADERS = {
     "from",

@@ -14,8 +14,8 @@ from email import policy as email_policy
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from safesend.keys import is_valid_hostname, job_id_for, message_id_for
-from safesend.mime import OutgoingMessage, build_mime
+from safesend.core.keys import is_valid_hostname, job_id_for, message_id_for
+from safesend.core.mime import OutgoingMessage, build_mime
 
 PROPS = settings(max_examples=300, deadline=None)
 DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)

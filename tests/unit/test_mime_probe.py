@@ -9,8 +9,8 @@ from email import policy as email_policy
 import pytest
 from hypothesis import given, settings
 
-from safesend import mime
-from safesend.keys import is_valid_message_id
+from safesend.core import mime
+from safesend.core.keys import is_valid_message_id
 from tests.unit.test_mime_message_id import assert_single_unfolded_message_id, hostnames
 
 

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from safesend import mime
-from safesend.keys import job_id_for, message_id_for
-from safesend.mime import OutgoingMessage, build_mime
+from safesend.core import mime
+from safesend.core.keys import job_id_for, message_id_for
+from safesend.core.mime import OutgoingMessage, build_mime
 
 DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
 KEY = "cust-1:order_paid:42"

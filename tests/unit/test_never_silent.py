@@ -8,13 +8,13 @@ from datetime import timedelta
 
 import pytest
 
-from safesend.classify import TransportErrorKind, classify_http, classify_transport
-from safesend.errors import RequestValidationError, StoreUnavailableError
-from safesend.http_api import HttpApi
-from safesend.keys import job_id_for
-from safesend.model import Bucket, Failure
-from safesend.policy import ChannelPolicies
-from safesend.states import State
+from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.core.errors import RequestValidationError, StoreUnavailableError
+from safesend.core.keys import job_id_for
+from safesend.core.model import Bucket, Failure
+from safesend.core.policy import ChannelPolicies
+from safesend.core.states import State
+from safesend.entrypoints.http_api import HttpApi
 from tests.unit.conftest import POLICIES, make_world
 from tests.unit.test_http_api import BODY, call
 
@@ -298,9 +298,9 @@ def test_a_store_outage_before_the_claim_is_still_503_nothing_sent():
 
 
 def _api(world) -> HttpApi:
-    from safesend.auth import Authenticator, AuthPolicy
+    from safesend.bootstrap.runtime import Runtime
     from safesend.config import Settings
-    from safesend.runtime import Runtime
+    from safesend.core.auth import Authenticator, AuthPolicy
     from tests.unit.test_http_api import SECRET
 
     settings = Settings(project="demo", default_from="Shop <shop@example.com>")
@@ -310,12 +310,12 @@ def _api(world) -> HttpApi:
 
 # --------------------------------------------------------------------------- 8.4 MIME before the claim
 def test_a_message_that_cannot_be_built_is_refused_before_anything_is_stored(world, monkeypatch):
-    import safesend.service as service_module
+    import safesend.usecases.send as send_module
 
     def refuse(*args, **kwargs):
         raise ValueError("header block would be altered")
 
-    monkeypatch.setattr(service_module, "build_mime", refuse)
+    monkeypatch.setattr(send_module, "build_mime", refuse)
     with pytest.raises(RequestValidationError) as info:
         world.service.submit(world.request())
     assert "message" in info.value.fields
@@ -323,11 +323,11 @@ def test_a_message_that_cannot_be_built_is_refused_before_anything_is_stored(wor
 
 
 def test_the_first_attempt_sends_the_bytes_checked_before_the_claim(world, monkeypatch):
-    import safesend.service as service_module
+    import safesend.usecases.send as send_module
 
     built = []
-    real = service_module.build_mime
-    monkeypatch.setattr(service_module, "build_mime", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    real = send_module.build_mime
+    monkeypatch.setattr(send_module, "build_mime", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
     _job, _ = world.service.submit(world.request())
     assert len(built) == 1 and world.mailbox.raws == built  # built once, before the claim, and sent as is
 
@@ -362,7 +362,7 @@ def test_a_review_channel_that_is_only_rate_limited_is_sent_not_handed_to_humans
 
 def test_a_missing_firestore_index_is_a_loud_500_not_an_empty_sweep(caplog):
     """Issue 11.2: a query without its composite index must not look like 'nothing due'."""
-    from safesend.errors import IndexMissingError
+    from safesend.core.errors import IndexMissingError
 
     world = make_world()
 
@@ -378,10 +378,10 @@ def test_a_missing_firestore_index_is_a_loud_500_not_an_empty_sweep(caplog):
 
 
 def _internal_api(world) -> HttpApi:
-    from safesend.api_keys import ApiKeyRing
-    from safesend.auth import Authenticator, AuthPolicy
+    from safesend.bootstrap.runtime import Runtime
     from safesend.config import Settings
-    from safesend.runtime import Runtime
+    from safesend.core.api_keys import ApiKeyRing
+    from safesend.core.auth import Authenticator, AuthPolicy
     from tests.unit.test_http_api import SECRET
 
     policy = AuthPolicy(SECRET, frozenset(), frozenset(), disabled=True, internal_keys=ApiKeyRing({}))

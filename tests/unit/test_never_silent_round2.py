@@ -7,12 +7,12 @@ from datetime import timedelta
 from typing import Any
 
 from devstack.memory_store import InMemoryJobStore
-from safesend.classify import TransportErrorKind, classify_http, classify_transport
-from safesend.errors import ConcurrentUpdateError, SchedulerError
-from safesend.lifecycle import current_review_id, new_job
-from safesend.model import Delivery, Job
-from safesend.notify import ReviewerTargets
-from safesend.states import State
+from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.core.errors import ConcurrentUpdateError, SchedulerError
+from safesend.core.lifecycle import current_review_id, new_job
+from safesend.core.model import Delivery, Job
+from safesend.core.notify import ReviewerTargets
+from safesend.core.states import State
 from tests.unit.conftest import make_world
 
 TIMEOUT = classify_transport(TransportErrorKind.TIMEOUT, "read timed out")

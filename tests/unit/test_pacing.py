@@ -1,4 +1,4 @@
-"""Pacing (safesend.pacing): the choice of mailbox in a pool, when a job may move, and Retry-After."""
+"""Pacing (safesend.core.pacing): the choice of mailbox in a pool, when a job may move, and Retry-After."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devstack.memory_ledger import InMemoryMailboxLedger
-from safesend import mailbox_budget
-from safesend.lifecycle import Timing, new_job, start_attempt
-from safesend.mailbox_budget import Budget, MailboxSnapshot, Reservation
-from safesend.mailboxes import PRESETS, Mailbox, MailboxLimits
-from safesend.pacing import bind, choose_mailbox, may_move, retry_after_s
+from safesend.core import mailbox_budget
+from safesend.core.lifecycle import Timing, new_job, start_attempt
+from safesend.core.mailbox_budget import Budget, MailboxSnapshot, Reservation
+from safesend.core.mailboxes import PRESETS, Mailbox, MailboxLimits
+from safesend.core.pacing import bind, choose_mailbox, may_move, retry_after_s
 from tests.ledger_properties import START
 
 DAY = 24 * 3600 + 600  # the day window plus one 10-minute bucket

@@ -7,11 +7,11 @@ from __future__ import annotations
 import html
 from urllib.parse import unquote
 
-from safesend.console import ReviewConsole
-from safesend.lifecycle import current_review_id
-from safesend.review import review_item
-from safesend.review_messages import chat_card, reviewer_email, slack_message
-from safesend.states import State
+from safesend.core.lifecycle import current_review_id
+from safesend.core.review import review_item
+from safesend.core.review_messages import chat_card, reviewer_email, slack_message
+from safesend.core.states import State
+from safesend.entrypoints.console import ReviewConsole
 from tests.unit.conftest import make_world
 from tests.unit.test_console import call, dev_auth, duplicate_job, timeout
 from tests.unit.test_reviewers import CHAT_AND_SLACK

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from safesend.errors import ConfigurationError, RequestValidationError, UnknownChannelError
-from safesend.policy import ChannelPolicies, ChannelPolicy, OnUnknown
+from safesend.core.errors import ConfigurationError, RequestValidationError, UnknownChannelError
+from safesend.core.policy import ChannelPolicies, ChannelPolicy, OnUnknown
 
 SHIPPED_CHANNELS = Path(__file__).resolve().parents[2] / "functions" / "channels.toml"
 

@@ -11,7 +11,7 @@ import pytest
 
 from safesend.adapters import gmail_auth
 from safesend.adapters.gmail_mailer import GMAIL_SCOPES
-from safesend.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
 from safesend.logs import CloudLoggingFormatter, mask_emails
 from tests.unit.conftest import POLICIES, make_world
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from safesend.config import settings_table
-from safesend.states import states_table
+from safesend.core.states import states_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -22,7 +22,7 @@ def test_the_settings_table_is_the_one_config_py_generates():
 
 
 def test_the_states_table_is_the_one_states_py_generates():
-    assert block("states") == states_table(), "regenerate it: python -m safesend.states (in functions/)"
+    assert block("states") == states_table(), "regenerate it: python -m safesend.core.states (in functions/)"
 
 
 def test_the_two_set_up_commands_come_first_and_ci_runs_the_test_command():
@@ -40,3 +40,16 @@ def test_the_n8n_section_follows_the_two_commands_and_names_only_shipped_workflo
     section = text.split("## n8n", 1)[1].split("\n## ", 1)[0]
     for name in re.findall(r"`([a-z-]+\.json)`", section):
         assert (README.parent / "examples" / "n8n" / name).is_file(), name
+
+
+def test_where_things_live_maps_every_layer_folder_and_names_real_modules():
+    text = README.read_text()
+    section = text.split("### Where things live", 1)[1].split("**States**", 1)[0]
+    package = README.parent / "functions" / "safesend"
+    layers = {p.parent.name for p in package.glob("*/__init__.py")}
+    mapped = set(re.findall(r"^  (\w+)/ ", section, re.M))
+    assert mapped == layers, "one line per layer folder of functions/safesend"
+    named = re.findall(r"`(\w+/\w+\.py)`", section)
+    assert {"core/policy.py", "usecases/send.py"} <= set(named)  # where a resend decision happens
+    for path in named:
+        assert (package / path).is_file(), path

@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend import lifecycle
-from safesend.classify import TransportErrorKind, classify_http, classify_transport
-from safesend.keys import job_id_for, message_id_for
-from safesend.lifecycle import Timing
-from safesend.model import MailboxHit
-from safesend.policy import ChannelPolicy, OnUnknown
-from safesend.review import gmail_search_link, review_attributes, review_item
-from safesend.states import State
-from safesend.validation import parse_send_request
+from safesend.core import lifecycle
+from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.core.keys import job_id_for, message_id_for
+from safesend.core.lifecycle import Timing
+from safesend.core.model import MailboxHit
+from safesend.core.policy import ChannelPolicy, OnUnknown
+from safesend.core.review import gmail_search_link, review_attributes, review_item
+from safesend.core.states import State
+from safesend.core.validation import parse_send_request
 
 PROPS = settings(max_examples=200, deadline=None)
 T0 = datetime(2024, 5, 6, 12, 0, tzinfo=UTC)

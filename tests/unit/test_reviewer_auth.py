@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from safesend.errors import ConfigurationError
-from safesend.reviewer_auth import (
+from safesend.core.errors import ConfigurationError
+from safesend.entrypoints.reviewer_auth import (
     CSRF_TTL_S,
     IAP_HEADER,
     IAP_ISSUER,
@@ -490,7 +490,7 @@ def test_es256_keys_skips_what_is_not_a_p256_key():
 def test_the_signature_and_audience_are_google_auths_verify_token_on_iaps_keys(keys, monkeypatch):
     from google.oauth2 import id_token
 
-    from safesend import reviewer_auth
+    from safesend.entrypoints import reviewer_auth
 
     assert reviewer_auth.IAP_KEYS_URL == "https://www.gstatic.com/iap/verify/public_key"
     calls: list[dict[str, Any]] = []

@@ -6,12 +6,17 @@ import threading
 
 import pytest
 
-from safesend.classify import TransportErrorKind, classify_http, classify_transport
-from safesend.errors import DecisionConflictError, DecisionNotAllowedError, RequestValidationError, StaleReviewError
-from safesend.lifecycle import allowed_decisions, current_review_id
-from safesend.model import Delivery
-from safesend.notify import ReviewerTargets
-from safesend.states import State
+from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.core.errors import (
+    DecisionConflictError,
+    DecisionNotAllowedError,
+    RequestValidationError,
+    StaleReviewError,
+)
+from safesend.core.lifecycle import allowed_decisions, current_review_id
+from safesend.core.model import Delivery
+from safesend.core.notify import ReviewerTargets
+from safesend.core.states import State
 from tests.unit.conftest import make_world
 
 TIMEOUT = classify_transport(TransportErrorKind.TIMEOUT, "read timed out")
@@ -220,7 +225,7 @@ def test_a_reviewer_settling_a_job_calls_the_workflow_back_again():
 
 
 def _raw_of(world, job) -> bytes:
-    from safesend.mime import build_mime
-    from safesend.validation import message_from_payload
+    from safesend.core.mime import build_mime
+    from safesend.core.validation import message_from_payload
 
     return build_mime(message_from_payload(job.payload), job.message_id, job.id, job.created_at)

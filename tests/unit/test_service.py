@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 
 from devstack import crash_points
-from safesend.classify import TransportErrorKind, classify_http, classify_transport
-from safesend.errors import PayloadMismatchError, UnknownChannelError
-from safesend.states import State
+from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.core.errors import PayloadMismatchError, UnknownChannelError
+from safesend.core.states import State
 from tests.unit.conftest import make_world
 
 TIMEOUT = classify_transport(TransportErrorKind.TIMEOUT, "read timed out")

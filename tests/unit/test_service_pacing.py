@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devstack.memory_ledger import InMemoryMailboxLedger
-from safesend.classify import classify_http
-from safesend.errors import MailboxUnavailableError, RequestValidationError
-from safesend.lifecycle import leave_queue
-from safesend.mailboxes import MailboxDirectory
-from safesend.senders import SenderMailboxes
-from safesend.states import State
-from safesend.views import http_status_for, retry_after_s
+from safesend.core.classify import classify_http
+from safesend.core.errors import MailboxUnavailableError, RequestValidationError
+from safesend.core.lifecycle import leave_queue
+from safesend.core.mailboxes import MailboxDirectory
+from safesend.core.states import State
+from safesend.entrypoints.views import http_status_for, retry_after_s
+from safesend.usecases.senders import SenderMailboxes
 from tests.fakes import FakeMailbox, FakeMailer
 from tests.unit.conftest import TIMING, World, make_world
 
@@ -315,11 +315,11 @@ def test_get_mailboxes_and_the_console_page_show_each_mailboxs_budget_backlog_an
 
     import flask
 
-    from safesend.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
+    from safesend.bootstrap.runtime import Runtime
     from safesend.config import Settings
-    from safesend.console import ReviewConsole
-    from safesend.http_api import HttpApi
-    from safesend.runtime import Runtime
+    from safesend.core.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
+    from safesend.entrypoints.console import ReviewConsole
+    from safesend.entrypoints.http_api import HttpApi
     from tests.unit.test_console import dev_auth
 
     pool = PoolWorld(pool_config(ids=("shop",)))

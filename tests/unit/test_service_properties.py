@@ -16,8 +16,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.classify import TransportErrorKind, classify_http, classify_transport
-from safesend.states import State
+from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.core.states import State
 from tests.unit.conftest import make_world
 
 ACCEPT = "accept"

@@ -14,18 +14,18 @@ from typing import Any
 
 import pytest
 
-from safesend import signals
-from safesend.api_keys import ApiKeyRing
-from safesend.auth import Authenticator, AuthPolicy
-from safesend.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.bootstrap.runtime import Runtime
 from safesend.config import Settings
-from safesend.errors import IndexMissingError, StoreUnavailableError
-from safesend.http_api import HttpApi
-from safesend.lifecycle import current_review_id
+from safesend.core import signals
+from safesend.core.api_keys import ApiKeyRing
+from safesend.core.auth import Authenticator, AuthPolicy
+from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.core.errors import IndexMissingError, StoreUnavailableError
+from safesend.core.lifecycle import current_review_id
+from safesend.core.model import Delivery
+from safesend.core.states import State
+from safesend.entrypoints.http_api import HttpApi
 from safesend.logs import CloudLoggingFormatter, get_logger
-from safesend.model import Delivery
-from safesend.runtime import Runtime
-from safesend.states import State
 from tests.unit.conftest import make_world
 from tests.unit.test_http_api import BODY, SECRET, call
 from tests.unit.test_messengers import FlakyReceiver

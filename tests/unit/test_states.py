@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from safesend.errors import IllegalTransitionError
-from safesend.states import (
+from safesend.core.errors import IllegalTransitionError
+from safesend.core.states import (
     HUMAN_STATES,
     SETTLED_STATES,
     SWEPT_STATES,
@@ -17,7 +17,7 @@ from safesend.states import (
     check_transition,
 )
 
-# Written from the docstring of safesend/states.py, by hand, NOT derived from ALLOWED_TRANSITIONS:
+# Written from the docstring of safesend/core/states.py, by hand, NOT derived from ALLOWED_TRANSITIONS:
 #   pending    -> sending, cancelled
 #   sending    -> sent, retry_wait, queued, failed, unknown, review
 #   queued     -> sending, retry_wait, sent, review (never failed: pacing alone fails nothing)

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from safesend import backoff
 from safesend.adapters import store_common
 from safesend.adapters.firestore_rest import FirestoreApiError
 from safesend.adapters.firestore_store import SETTLE_SHARE, FirestoreJobStore
 from safesend.adapters.firestore_values import encode_fields
 from safesend.adapters.store_common import BoundedAttempts
-from safesend.errors import StoreUnavailableError
-from safesend.lifecycle import new_job
-from safesend.model import Job
+from safesend.core import backoff
+from safesend.core.errors import StoreUnavailableError
+from safesend.core.lifecycle import new_job
+from safesend.core.model import Job
 
 
 def test_runs_at_most_max_attempts_and_counts_them():

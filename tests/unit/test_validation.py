@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.errors import RequestValidationError
-from safesend.keys import job_id_for, message_id_for
-from safesend.mime import OutgoingMessage, build_mime
-from safesend.validation import (
+from safesend.core.errors import RequestValidationError
+from safesend.core.keys import job_id_for, message_id_for
+from safesend.core.mime import OutgoingMessage, build_mime
+from safesend.core.validation import (
     dedup_key_from_query,
     message_from_payload,
     parse_send_request,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.errors import RequestValidationError
-from safesend.validation import parse_send_request
+from safesend.core.errors import RequestValidationError
+from safesend.core.validation import parse_send_request
 
 DEFAULT_FROM = "Shop <shop@example.com>"
 ADDRESS_FIELDS = ["to", "cc", "bcc", "reply_to", "from"]

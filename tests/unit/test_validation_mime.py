@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safesend.errors import RequestValidationError
-from safesend.keys import job_id_for, message_id_for
-from safesend.mime import build_mime
-from safesend.validation import message_from_payload, parse_send_request
+from safesend.core.errors import RequestValidationError
+from safesend.core.keys import job_id_for, message_id_for
+from safesend.core.mime import build_mime
+from safesend.core.validation import message_from_payload, parse_send_request
 
 PROPS = settings(max_examples=200, deadline=None)
 CREATED_AT = datetime(2026, 11, 29, 10, 11, 12, 345678, tzinfo=UTC)

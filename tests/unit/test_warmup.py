@@ -1,4 +1,4 @@
-"""safesend/warmup.py: the send function builds its runtime and Gmail client in the serving worker
+"""safesend/bootstrap/warmup.py: the send function builds its runtime and Gmail client in the serving worker
 while the instance starts (bench 7/8: send's cold start). functions-framework imports main.py in
 gunicorn's master and forks the worker, so the build must start in the forked child, and only in
 the send function: status and the others keep their cold start free of the Gmail client."""
@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 
-from safesend import warmup
-from safesend.warmup import WARM_TARGETS, function_target, run_warm_up, warm_after_fork
+from safesend.bootstrap import warmup
+from safesend.bootstrap.warmup import WARM_TARGETS, function_target, run_warm_up, warm_after_fork
 from tests.unit.test_lazy_mailer import ROOT, stack_like_env
 
 # In the child: wait (bounded) for the warm-up thread, then say what the worker has. The parent
@@ -23,7 +23,7 @@ FORK_PROBE = textwrap.dedent(
     """
     import json, os, sys, threading, time
     import main
-    from safesend import runtime
+    from safesend.bootstrap import runtime
     def state():
         mailer = runtime._runtime.service.mailer if runtime._runtime is not None else None
         return {

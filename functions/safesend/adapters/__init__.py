@@ -1,1 +1,1 @@
-"""Thin adapters from the ports in `safesend.ports` to Google Cloud services and Gmail."""
+"""Thin adapters from the ports in `safesend.core.ports` to Google Cloud services and Gmail."""

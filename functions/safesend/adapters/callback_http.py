@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..auth import SIGNATURE_HEADER, sign
-from ..callbacks import CallbackPolicy, CallbackUrlError, notice_body, parse_retry_after
-from ..model import Delivery
+from ..core.auth import SIGNATURE_HEADER, sign
+from ..core.callbacks import CallbackPolicy, CallbackUrlError, notice_body, parse_retry_after
+from ..core.model import Delivery
 from .one_shot_http import DEADLINE_SLACK_S, OneShotHttp, TransportError
 
 NOTICE_TIMEOUT_S = 5.0

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from ..callbacks import parse_retry_after
-from ..model import Delivery
-from ..ports import NoticePoster
+from ..core.callbacks import parse_retry_after
+from ..core.model import Delivery
+from ..core.ports import NoticePoster
 from .one_shot_http import DEADLINE_SLACK_S, OneShotHttp, TransportError
 
 WEBHOOK_TIMEOUT_S = 10.0

@@ -14,7 +14,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from ..errors import SchedulerError
+from ..core.errors import SchedulerError
 
 DISPATCH_DEADLINE_S = 180  # reconcile may resend: send timeout plus the mailbox calls
 

@@ -1,7 +1,7 @@
 """MailboxLedger on Firestore: one document per mailbox (collection `safesend_mailboxes`), changed by
 compare-and-set on its update time, through the same REST client as the job store.
 
-Each reservation reads the document, applies safesend.mailbox_budget's rules and commits the new
+Each reservation reads the document, applies safesend.core.mailbox_budget's rules and commits the new
 budget with the precondition "unchanged since I read it" (or "does not exist yet"). A lost race is
 read again and decided again, a bounded number of times within the timeout: whoever commits first
 counts, and the budget is never decided on a stale read. A refusal writes nothing.
@@ -21,10 +21,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .. import mailbox_budget
-from ..errors import StoreUnavailableError
-from ..mailbox_budget import Budget, MailboxSnapshot, Refusal, Reservation
-from ..mailboxes import Mailbox
+from ..core import mailbox_budget
+from ..core.errors import StoreUnavailableError
+from ..core.mailbox_budget import Budget, MailboxSnapshot, Refusal, Reservation
+from ..core.mailboxes import Mailbox
 from .firestore_rest import FirestoreApiError, FirestoreRestClient, FirestoreTransportError
 from .firestore_store import AMBIGUOUS_STATUSES, TRANSIENT_READ_STATUSES, WRITE_ID_FIELD
 from .firestore_values import decode_fields, encode_fields

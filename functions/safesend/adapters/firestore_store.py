@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from ..errors import ConcurrentUpdateError, IndexMissingError, StoreUnavailableError
-from ..model import Job
-from ..ports import Cursor
-from ..states import State
+from ..core.errors import ConcurrentUpdateError, IndexMissingError, StoreUnavailableError
+from ..core.model import Job
+from ..core.ports import Cursor
+from ..core.states import State
 from .firestore_rest import FirestoreApiError, FirestoreRestClient, FirestoreTransportError
 from .firestore_values import decode_fields, encode_fields, encode_value
 from .store_common import BoundedAttempts, readable_job

@@ -32,7 +32,7 @@ from google.auth.exceptions import RefreshError
 from google.oauth2 import credentials as user_credentials
 from google.oauth2 import service_account
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
 from .gmail_mailer import GMAIL_SCOPES
 
 # Google's endpoints as google-auth calls them (iamcredentials v1 signJwt; the OAuth 2.0 token

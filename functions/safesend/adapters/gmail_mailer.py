@@ -35,11 +35,11 @@ from google_auth_httplib2 import Request as AuthRequest
 from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
-from ..classify import TransportErrorKind, classify_http, classify_transport
-from ..errors import HistoryExpiredError, MailboxUnavailableError
-from ..keys import bare_message_id
-from ..mime import encode_raw
-from ..model import Accepted, Bucket, Failure, HistoryPage, MailboxHit
+from ..core.classify import TransportErrorKind, classify_http, classify_transport
+from ..core.errors import HistoryExpiredError, MailboxUnavailableError
+from ..core.keys import bare_message_id
+from ..core.mime import encode_raw
+from ..core.model import Accepted, Bucket, Failure, HistoryPage, MailboxHit
 from .one_shot_http import DEADLINE_SLACK_S, OneShotHttp, TransportError
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..auth import CLOUD_RUN_STRIPPED_SIGNATURE, AuthenticationError
-from ..jwt_parts import MalformedTokenError, json_object, numeric_date
+from ..core.auth import CLOUD_RUN_STRIPPED_SIGNATURE, AuthenticationError
+from ..core.jwt_parts import MalformedTokenError, json_object, numeric_date
 from ..logs import log
 
 GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"

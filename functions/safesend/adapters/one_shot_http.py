@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypedDict
 from urllib.parse import urlsplit
 
-from ..classify import TransportErrorKind
+from ..core.classify import TransportErrorKind
 
 if TYPE_CHECKING:
     import httplib2

@@ -1,7 +1,7 @@
 """MailboxLedger on PostgreSQL: one row per mailbox in `safesend_mailbox_budgets` (migration 0002).
 
 Each change is one short transaction: lock the mailbox's row (SELECT ... FOR UPDATE; the row is
-created first if it does not exist yet), apply safesend.mailbox_budget's rules, write the row back.
+created first if it does not exist yet), apply safesend.core.mailbox_budget's rules, write the row back.
 Concurrent instances queue on the row lock for the few milliseconds it is held, so every decision
 is made on the latest budget. A refusal writes nothing (the transaction ends without an UPDATE).
 
@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .. import mailbox_budget
-from ..errors import ConfigurationError, StoreUnavailableError
-from ..mailbox_budget import Budget, MailboxSnapshot, Refusal, Reservation
-from ..mailboxes import Mailbox
+from ..core import mailbox_budget
+from ..core.errors import ConfigurationError, StoreUnavailableError
+from ..core.mailbox_budget import Budget, MailboxSnapshot, Refusal, Reservation
+from ..core.mailboxes import Mailbox
 from . import postgres_schema
 from .postgres_store import _SCHEMA_ERRORS
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from psycopg.errors import UndefinedTable
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 LEDGER = "safesend_schema_migrations"

@@ -34,10 +34,10 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import ConcurrentUpdateError, ConfigurationError, StoreUnavailableError
-from ..model import Job, as_utc
-from ..ports import Cursor
-from ..states import State
+from ..core.errors import ConcurrentUpdateError, ConfigurationError, StoreUnavailableError
+from ..core.model import Job, as_utc
+from ..core.ports import Cursor
+from ..core.states import State
 from . import postgres_schema
 from .store_common import BoundedAttempts, readable_job
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import PublishError
+from ..core.errors import PublishError
 
 
 class PubSubReviewPublisher:

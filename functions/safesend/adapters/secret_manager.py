@@ -14,7 +14,7 @@ import base64
 import binascii
 import json
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
 from .access_tokens import AccessTokenError, AccessTokens, ApplicationDefaultTokens, default_tokens
 from .one_shot_http import OneShotHttp, TransportError
 

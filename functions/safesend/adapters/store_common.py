@@ -1,7 +1,7 @@
 """What the job stores share: the retry skeleton and the rule for a record that is not a job.
 
 The retry skeleton is bounded in count and in time, with the project's one jittered backoff
-(safesend.backoff): a store's read is tried again after a lost connection, and its conditional write
+(safesend.core.backoff): a store's read is tried again after a lost connection, and its conditional write
 is re-sent until its fate is known; both must stop, so neither loops past `max_attempts` nor starts
 an attempt after its deadline. One deadline covers a whole store call: each attempt, and the
 re-read that settles an ambiguous write, gets only the time left in it, so a write and its settling
@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from ..backoff import backoff_delay
+from ..core.backoff import backoff_delay
+from ..core.model import Job
 from ..logs import log
-from ..model import Job
 
 R = TypeVar("R")  # a store's raw record: a snapshot, a row, a dict
 

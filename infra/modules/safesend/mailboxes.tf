@@ -4,7 +4,7 @@
 locals {
   mailboxes_enabled = length(var.mailboxes) > 0
 
-  # Gmail API units per minute per user of each preset: functions/safesend/mailboxes.py's PRESETS
+  # Gmail API units per minute per user of each preset: functions/safesend/core/mailboxes.py's PRESETS
   # (tests/infra checks they agree). unlimited: no rate of safesend's own, the queue's maximum.
   mailbox_preset_units = {
     workspace             = 6000

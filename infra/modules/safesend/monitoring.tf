@@ -1,5 +1,5 @@
 # Issue 20: operations are never silent either. One log-based metric per
-# signal the code logs (functions/safesend/signals.py), an alert policy with a
+# signal the code logs (functions/safesend/core/signals.py), an alert policy with a
 # runbook (runbooks/<alert>.md) for every way the service can silently stop,
 # the notification channels, and a dashboard. The definitions are
 # monitoring.json, which the gcloud path renders too (infra/monitoring_render.py).

@@ -95,7 +95,7 @@ def check_transition(source: State, target: State) -> None:
 
 
 def states_table() -> str:
-    """The README's state table, made from ALLOWED_TRANSITIONS (`python -m safesend.states`)."""
+    """The README's state table, made from ALLOWED_TRANSITIONS (`python -m safesend.core.states`)."""
     rows = ["| state | may become | settled (the caller's answer) |", "|---|---|---|"]
     for state in State:
         targets = ", ".join(f"`{t.value}`" for t in State if t in ALLOWED_TRANSITIONS[state]) or "nothing: terminal"

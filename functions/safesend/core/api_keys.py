@@ -5,7 +5,7 @@ the secret is 32 random bytes, base64url. The server stores only `key_id:sha256(
 (Secret Manager in the deployment), and compares digests in constant time, so a leaked
 configuration does not leak a usable key.
 
-    python -m safesend.api_keys new n8n-prod     # prints the key (give it to n8n) and the entry
+    python -m safesend.core.api_keys new n8n-prod     # prints the key (give it to n8n) and the entry
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class ApiKeyRing:
             if match is None:
                 raise ConfigurationError(
                     f"{setting}: an entry is not key_id:sha256hex "
-                    "(mint one with: python -m safesend.api_keys new <key_id>)"
+                    "(mint one with: python -m safesend.core.api_keys new <key_id>)"
                 )
             if match["key_id"] in digests:
                 raise ConfigurationError(f"{setting}: key id {match['key_id']!r} is listed twice")
@@ -89,7 +89,7 @@ class ApiKeyRing:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "new":
-        print("usage: python -m safesend.api_keys new <key_id>", file=sys.stderr)
+        print("usage: python -m safesend.core.api_keys new <key_id>", file=sys.stderr)
         return 2
     key, entry = mint(argv[1])
     print(

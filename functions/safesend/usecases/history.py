@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import MailboxUnavailableError
-from .logs import log
-from .model import MailboxHit
+from ..core.errors import MailboxUnavailableError
+from ..core.model import MailboxHit
+from ..logs import log
 
 CHECKPOINT_TTL_S = 600.0  # Gmail keeps the log "typically at least a week": minutes are plenty fresh
 MAX_HISTORY_PAGES = 5

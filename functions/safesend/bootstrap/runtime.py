@@ -17,20 +17,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .auth import Authenticator, AuthPolicy
-from .callbacks import CallbackPolicy
-from .config import Settings
-from .errors import ConfigurationError, MailboxUnavailableError
-from .logs import log
-from .mailboxes import Mailbox, MailboxDirectory
-from .mime import probe_mime
-from .model import Accepted, Bucket, Failure, HistoryPage, MailboxHit
-from .policy import ChannelPolicies
-from .ports import JobStore, MailboxLedger, Mailer, NoticePoster
-from .senders import SenderMailboxes
+from ..config import Settings
+from ..core.auth import Authenticator, AuthPolicy
+from ..core.callbacks import CallbackPolicy
+from ..core.errors import ConfigurationError, MailboxUnavailableError
+from ..core.mailboxes import Mailbox, MailboxDirectory
+from ..core.mime import probe_mime
+from ..core.model import Accepted, Bucket, Failure, HistoryPage, MailboxHit
+from ..core.policy import ChannelPolicies
+from ..core.ports import JobStore, MailboxLedger, Mailer, NoticePoster
+from ..logs import log
+from ..usecases.senders import SenderMailboxes
 
 if TYPE_CHECKING:
-    from .service import SafeSendService
+    from ..usecases.service import SafeSendService
 
 _lock = threading.Lock()
 _runtime: Runtime | None = None
@@ -46,7 +46,7 @@ class Runtime:
 
 
 def build_authenticator(settings: Settings) -> Authenticator:
-    from .adapters.google_id_token import GOOGLE_CERTS_URL, GoogleIdTokenVerifier
+    from ..adapters.google_id_token import GOOGLE_CERTS_URL, GoogleIdTokenVerifier
 
     settings.check_auth()
     if settings.auth_disabled:
@@ -115,10 +115,10 @@ def build_store(settings: Settings) -> JobStore:
     """The job store SAFESEND_STORE names: Firestore unless it says postgres. Clients stay lazy (the
     PostgreSQL pool connects in the background; its schema is migrated or checked on first use)."""
     if settings.store == "postgres":
-        from .adapters.postgres_store import build_store as build_postgres_store
+        from ..adapters.postgres_store import build_store as build_postgres_store
 
         return build_postgres_store(settings)
-    from .adapters.firestore_store import FirestoreJobStore
+    from ..adapters.firestore_store import FirestoreJobStore
 
     return FirestoreJobStore(settings.project, settings.jobs_collection)
 
@@ -142,7 +142,7 @@ class LazyMailer:
             return self._mailer
 
     def warm(self) -> None:
-        """Build now, off the request path (safesend/warmup.py); raises what the build raised."""
+        """Build now, off the request path (safesend/bootstrap/warmup.py); raises what the build raised."""
         self._get()
 
     def _for_read(self) -> Mailer:
@@ -184,13 +184,13 @@ def build_ledger(settings: Settings, store: JobStore) -> MailboxLedger:
     """The shared mailbox budget, in the store SAFESEND_STORE names (every instance sees the same):
     a Firestore document per mailbox, or a PostgreSQL row per mailbox on the job store's pool."""
     if settings.store == "postgres":
-        from .adapters.postgres_ledger import PostgresMailboxLedger
+        from ..adapters.postgres_ledger import PostgresMailboxLedger
 
         pool = getattr(store, "pool", None)
         if pool is None:
             raise ConfigurationError("SAFESEND_STORE=postgres: the mailbox ledger needs the job store's pool")
         return PostgresMailboxLedger(pool, migrate=settings.postgres_migrate)
-    from .adapters.firestore_ledger import FirestoreMailboxLedger
+    from ..adapters.firestore_ledger import FirestoreMailboxLedger
 
     return FirestoreMailboxLedger(settings.project)
 
@@ -201,13 +201,13 @@ def build_mailbox_mailer(settings: Settings, mailbox: Mailbox) -> Mailer:
     against a local simulator (SAFESEND_GMAIL_API_ENDPOINT without credentials), as for the default."""
 
     def build() -> Mailer:
-        from .adapters.gmail_auth import load_gmail_credentials
-        from .adapters.gmail_mailer import GmailMailer
+        from ..adapters.gmail_auth import load_gmail_credentials
+        from ..adapters.gmail_mailer import GmailMailer
 
         credentials = None
         if not settings.gmail_api_endpoint:
             if mailbox.token_secret:
-                from .adapters.secret_manager import read_secret
+                from ..adapters.secret_manager import read_secret
 
                 token = read_secret(settings.project, mailbox.token_secret)
                 credentials = load_gmail_credentials(token, None, None)
@@ -238,18 +238,18 @@ def build_senders(settings: Settings, store: JobStore, default_mailer: Callable[
 
 def build_mailer(settings: Settings) -> Mailer:
     """The Gmail adapter the settings name (GmailMailer.from_settings: credentials, endpoint, timeouts)."""
-    from .adapters.gmail_mailer import GmailMailer
+    from ..adapters.gmail_mailer import GmailMailer
 
     return GmailMailer.from_settings(settings)
 
 
 def build_runtime(settings: Settings) -> Runtime:
     """Create the adapters: Gmail on its first call, the Google clients on their first use."""
-    from .adapters.callback_http import HttpNotifier
-    from .adapters.chat_webhooks import RoutingNotifier, chat_webhook, slack_webhook
-    from .adapters.cloud_tasks import CloudTasksScheduler
-    from .adapters.pubsub_review import PubSubReviewPublisher
-    from .service import SafeSendService
+    from ..adapters.callback_http import HttpNotifier
+    from ..adapters.chat_webhooks import RoutingNotifier, chat_webhook, slack_webhook
+    from ..adapters.cloud_tasks import CloudTasksScheduler
+    from ..adapters.pubsub_review import PubSubReviewPublisher
+    from ..usecases.service import SafeSendService
 
     policies = preflight(settings)
     mailer = LazyMailer(lambda: build_mailer(settings))
@@ -303,7 +303,7 @@ def check_configuration(env: Mapping[str, str] | None = None) -> None:
             or env.get("SAFESEND_REVIEW_IAP_AUDIENCE")
             or env.get("SAFESEND_REVIEW_DEV_IDENTITY")
         ):
-            from .reviewer_auth import ReviewerSettings  # only where the console runs
+            from ..entrypoints.reviewer_auth import ReviewerSettings  # only where the console runs
 
             ReviewerSettings.from_env(env)
     except ConfigurationError as exc:

@@ -18,14 +18,14 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from .classify import RefusalKind, refusal_kind
-from .errors import MailboxUnavailableError, StoreUnavailableError
-from .logs import log
-from .mailbox_budget import DAILY, METHOD_UNITS, RATE, MailboxSnapshot, Refusal, Reservation
-from .mailboxes import DEFAULT_MAILBOX_ID, Mailbox, MailboxDirectory
-from .model import Accepted, Failure, HistoryPage, Job, MailboxHit
-from .pacing import choose_mailbox, may_move
-from .ports import MailboxLedger, Mailer
+from ..core.classify import RefusalKind, refusal_kind
+from ..core.errors import MailboxUnavailableError, StoreUnavailableError
+from ..core.mailbox_budget import DAILY, METHOD_UNITS, RATE, MailboxSnapshot, Refusal, Reservation
+from ..core.mailboxes import DEFAULT_MAILBOX_ID, Mailbox, MailboxDirectory
+from ..core.model import Accepted, Failure, HistoryPage, Job, MailboxHit
+from ..core.pacing import choose_mailbox, may_move
+from ..core.ports import MailboxLedger, Mailer
+from ..logs import log
 
 # What one read is reserved as before it is made (mailbox_budget.METHOD_UNITS): a search lists
 # (5) and reads the one copy it normally finds (5); a change-log read is one page (2).

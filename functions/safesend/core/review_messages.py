@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from .logs import mask_emails
+from ..logs import mask_emails
 
 MAX_FIELD_CHARS = 300  # chat cards truncate long values anyway; keep the payload small and stable
 _CHAT_TEXT_SYNTAX = str.maketrans({"<": "\u2039", ">": "\u203a"})  # single angle quotation marks

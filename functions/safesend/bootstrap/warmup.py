@@ -23,7 +23,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 
-from .logs import log
+from ..logs import log
 
 WARM_TARGETS = frozenset({"send"})  # functions whose every request needs the Gmail client
 THREAD_NAME = "warm-up"

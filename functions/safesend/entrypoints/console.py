@@ -39,8 +39,8 @@ import jinja2
 from flask import Request
 from markupsafe import Markup
 
-from . import lifecycle
-from .errors import (
+from ..core import lifecycle
+from ..core.errors import (
     ConfigurationError,
     DecisionConflictError,
     DecisionNotAllowedError,
@@ -49,13 +49,13 @@ from .errors import (
     StaleReviewError,
     StoreUnavailableError,
 )
-from .keys import is_job_id
-from .logs import log, mask_emails
-from .model import Job
+from ..core.keys import is_job_id
+from ..core.model import Job
+from ..core.review import gmail_search_link, not_sent_hits
+from ..core.states import HUMAN_STATES
+from ..logs import log, mask_emails
 from .request_body import detach_body, discard_rest, read_capped
-from .review import gmail_search_link, not_sent_hits
 from .reviewer_auth import CsrfError, Reviewer, ReviewerAuth, ReviewerAuthError, ReviewerForbiddenError
-from .states import HUMAN_STATES
 
 Response = tuple[str, int, dict[str, str]]
 

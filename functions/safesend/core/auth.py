@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from ..logs import log
 from .api_keys import ApiKeyError, ApiKeyRing, looks_like_api_key
 from .errors import SafesendError
-from .logs import log
 
 SIGNATURE_HEADER = "X-Safesend-Signature"
 # Cloud Run IAM verifies the token of X-Serverless-Authorization when present, else Authorization,

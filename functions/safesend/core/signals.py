@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .logs import log
+from ..logs import log
 
 
 @dataclass(frozen=True)

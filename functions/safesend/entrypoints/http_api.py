@@ -6,13 +6,12 @@ import io
 import json
 import logging
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from flask import Request
 
-from .api_decisions import allowed_decider, parse_decision_request, recorded_reviewer
-from .auth import AuthenticationError, PermissionDeniedError, Role
-from .errors import (
+from ..core.auth import AuthenticationError, PermissionDeniedError, Role
+from ..core.errors import (
     CallbackNotStoredError,
     ConfigurationError,
     DecisionConflictError,
@@ -25,13 +24,16 @@ from .errors import (
     StaleReviewError,
     StoreUnavailableError,
 )
-from .keys import is_job_id, job_id_for
-from .logs import log, mask_emails, set_trace_from_headers
+from ..core.keys import is_job_id, job_id_for
+from ..core.signals import INDEX_MISSING, STORE_UNAVAILABLE, SWEEP_COMPLETED, emit
+from ..core.validation import dedup_key_from_query, parse_send_request
+from ..logs import log, mask_emails, set_trace_from_headers
+from .api_decisions import allowed_decider, parse_decision_request, recorded_reviewer
 from .request_body import detach_body, discard_rest, read_capped
-from .runtime import Runtime
-from .signals import INDEX_MISSING, STORE_UNAVAILABLE, SWEEP_COMPLETED, emit
-from .validation import dedup_key_from_query, parse_send_request
 from .views import http_status_for, job_view, retry_after_s
+
+if TYPE_CHECKING:  # a type only: the composition root (bootstrap) sits above the entry points
+    from ..bootstrap.runtime import Runtime
 
 Response = tuple[dict[str, Any], int, dict[str, str]]
 JSON = {"Content-Type": "application/json"}

@@ -6,11 +6,11 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from .lifecycle import current_review_id
-from .logs import mask_emails
-from .model import Job, event_as_json, iso
-from .pacing import MAX_RETRY_AFTER_S
-from .states import SETTLED_STATES, State
+from ..core.lifecycle import current_review_id
+from ..core.model import Job, event_as_json, iso
+from ..core.pacing import MAX_RETRY_AFTER_S
+from ..core.states import SETTLED_STATES, State
+from ..logs import mask_emails
 
 # n8n's Retry On Fail retries every non-2xx: in-flight and reconciling must be 2xx (202).
 _STATUS_BY_STATE = {State.SENT: 200, State.CANCELLED: 200, State.FAILED: 422}

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import RequestValidationError
-from .keys import job_id_for
-from .lifecycle import MAX_NOTE_CHARS, Decision
+from ..core.errors import RequestValidationError
+from ..core.keys import job_id_for
+from ..core.lifecycle import MAX_NOTE_CHARS, Decision
 
 REVIEW_ID = re.compile(r"(?P<job_id>[0-9a-f]{32}):[0-9]{1,9}")
 ALLOWED_FIELDS = frozenset({"review_id", "job_id", "dedup_key", "decision", "note", "reviewer"})

@@ -51,11 +51,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
-from .auth import UNIX_SECONDS, RequestHeaders
-from .config import env_name, on_google_cloud
-from .errors import ConfigurationError, SafesendError
-from .jwt_parts import MalformedTokenError, b64url, json_object, numeric_date
-from .logs import log
+from ..config import env_name, on_google_cloud
+from ..core.auth import UNIX_SECONDS, RequestHeaders
+from ..core.errors import ConfigurationError, SafesendError
+from ..core.jwt_parts import MalformedTokenError, b64url, json_object, numeric_date
+from ..logs import log
 
 if TYPE_CHECKING:
     from google.auth.transport import Request
