@@ -16,7 +16,10 @@ unset) with the stack's environment (emulators, simulator behind the relay, auth
   hello   bench/hello/main.py, functions-framework only (the baseline).
 Per run, per instance: spawn -> the port accepts TCP ("listening": main.py is imported before
 gunicorn binds) -> first HTTP answer; then one more request (warm; send: another new key). Runs
-interleave the three, order rotated.
+interleave the three, order rotated. Each instance's source is byte-compiled first, as the deployed
+platform's build does (bench/bytecode.py). Besides wall-clock, the CPU seconds each instance (master
+and worker) used up to its first answer: on a machine other processes load, wall-clock ratios
+swing with the contention, the CPU spent does not (issue 21 judges send's wall-clock ratio, <= x2).
 """
 
 from __future__ import annotations
@@ -35,10 +38,10 @@ from typing import Any
 from .common import Budget, progress
 from .cpushare import CpuShare, cpu_share
 from .report import Bench, Row, fmt_s, median
-from .stackctl import REPO_ROOT, LocalStack, functions_process, send_body
+from .stackctl import REPO_ROOT, LocalStack, functions_process, proc_tree_cpu_s, send_body
 
 START_TIMEOUT_S = 60.0
-TARGET_RATIO = 2.0  # issue 12: first answer of a fresh instance <= 2x a hello-world function, same run
+TARGET_RATIO = 2.0  # issues 12 (status) and 21 (send): first answer of a fresh instance <= 2x hello world, same run
 PROBE = "?job_id=" + "0" * 32  # a well-formed job id that does not exist: safesend reads Firestore, answers 404
 MAIN = REPO_ROOT / "functions" / "main.py"
 
@@ -107,6 +110,7 @@ def _one(stack: LocalStack, variant: _Variant, name: str, cpu: CpuShare | None =
         first = _answer(*_request_of(variant, url, name), START_TIMEOUT_S)
         if first is None:
             raise RuntimeError(f"{name} did not answer within {START_TIMEOUT_S:.0f} s; log {proc.log_path}")
+        cpu_s = proc_tree_cpu_s(proc.pid)  # before the warm request: the cold start's CPU only
         warm_start = time.monotonic()
         warm = _answer(*_request_of(variant, url, f"{name}-warm"), 10)
         warm_s = (warm[0] if warm else time.monotonic()) - warm_start
@@ -117,6 +121,7 @@ def _one(stack: LocalStack, variant: _Variant, name: str, cpu: CpuShare | None =
         "listening": listening - start,
         "first": at - start,
         "request": at - listening,
+        "cpu": cpu_s,
         "warm": warm_s,
         "status": status,
         "view": _json_view(body),
@@ -141,6 +146,8 @@ class _Rows:
     request: Row
     send: Row
     send_request: Row
+    hello_cpu: Row
+    send_cpu: Row
 
 
 def run(stack: LocalStack, runs: int, budget_s: float, share: float | None = None) -> Bench:
@@ -161,10 +168,14 @@ def _run(stack: LocalStack, runs: int, budget_s: float, cpu: CpuShare | None) ->
         request=bench.add(Row("  of which: first request (GET)", ratio=math.nan)),  # no counterpart in hello
         send=bench.add(Row("safesend send: first answer")),
         send_request=bench.add(Row("  of which: first request (send)", ratio=math.nan)),
+        hello_cpu=bench.add(Row("hello world: CPU to first answer", ratio=math.nan)),
+        send_cpu=bench.add(Row("safesend send: CPU to first answer")),
     )
     _warm_up(stack, bench)
     seen = _rounds(stack, runs, Budget(budget_s), rows, bench, cpu)
     bench.finish()
+    if rows.hello_cpu.samples and rows.hello_cpu.median:
+        rows.send_cpu.ratio = rows.send_cpu.median / rows.hello_cpu.median  # CPU to CPU, not to hello's wall-clock
     if seen["hello"] and seen["status"] and seen["send"]:
         hello_listening = median([x["listening"] for x in seen["hello"]])
         rows.listen.ratio = rows.listen.median / hello_listening  # imports vs hello world's imports
@@ -211,6 +222,10 @@ def _rounds(
         rows.send.samples.append(send["first"])
         rows.send.pairs.append(send["first"] / hello["first"])
         rows.send_request.samples.append(send["request"])
+        rows.hello_cpu.samples.append(hello["cpu"])
+        rows.send_cpu.samples.append(send["cpu"])
+        if hello["cpu"]:
+            rows.send_cpu.pairs.append(send["cpu"] / hello["cpu"])
         progress(
             f"cold start run {r + 1}/{runs}: hello {hello['first']:.2f} s, status {status['first']:.2f} s, "
             f"send {send['first']:.2f} s"
@@ -240,9 +255,11 @@ def _check_answers(bench: Bench, rows: _Rows, seen: dict[str, list[dict[str, Any
         f"verified {sorted({str(x['view'].get('verified')) for x in d})}"
     )
     rows.send_request.check = (
-        "runtime + claim commit + Gmail adapter build (googleapiclient) + send to the simulator + Message-ID "
-        "read-back + outcome commit"
+        "runtime + claim commit + send to the simulator + Message-ID read-back + outcome commit; the Gmail "
+        "adapter (googleapiclient, its discovery client) is built by the worker's start-up thread meanwhile"
     )
+    rows.hello_cpu.check = "user + system CPU of the instance (master and worker) from spawn to its first answer"
+    rows.send_cpu.check = "ratio: to hello world's CPU to first answer, same runs"
     if any(x["status"] != 200 for x in h) or any(x["status"] != 404 or not x["not_found"] for x in s):
         bench.failures.append(
             f"unexpected first answers: hello {[x['status'] for x in h]}, safesend status {[x['status'] for x in s]}"
@@ -268,9 +285,10 @@ def _check_sends(bench: Bench, stack: LocalStack, sends: list[dict[str, Any]]) -
 
 
 def _judge(bench: Bench, rows: _Rows, hello_listening: float) -> None:
+    for judged in (rows.ours, rows.send):  # issue 12: status; issue 21: send
+        judged.target = f"<= x{TARGET_RATIO:g}"
+        judged.verdict = "ok" if judged.ratio is not None and judged.ratio <= TARGET_RATIO else "MISS"
     ours = rows.ours
-    ours.target = f"<= x{TARGET_RATIO:g}"
-    ours.verdict = "ok" if ours.ratio is not None and ours.ratio <= TARGET_RATIO else "MISS"
     extra = ours.median - rows.hello.median
     bench.notes.append(
         f"status: safesend's first answer comes {fmt_s(extra)} after hello world's; its first request alone takes "
@@ -282,13 +300,15 @@ def _judge(bench: Bench, rows: _Rows, hello_listening: float) -> None:
         f"stack, and looks up no Gmail credentials (tests/unit/test_lazy_mailer.py keeps them out)."
     )
     bench.notes.append(
-        f"send (not judged: issue 12's target is on status): first answer {fmt_s(rows.send.median)}, "
+        f"send (issue 21: <= x{TARGET_RATIO:g}): first answer {fmt_s(rows.send.median)}, "
         f"x{rows.send.ratio or float('nan'):.2f} hello world's, of which the request "
-        f"{fmt_s(rows.send_request.median)}. "
-        f"It includes the runtime build as for status, the claim (one commit), the Gmail adapter built on the first "
-        f"send (runtime.LazyMailer: googleapiclient, httplib2 and google-auth imported, the static discovery "
-        f"document; no credentials against the simulator, deployed the token's or key's), the send itself to "
-        f"the simulator through the relay (no added latency), the "
+        f"{fmt_s(rows.send_request.median)}; CPU to the first answer x{rows.send_cpu.ratio or float('nan'):.2f} "
+        f"hello world's. "
+        f"It includes the runtime build as for status, the claim (one commit), the Gmail adapter (runtime.LazyMailer: "
+        f"googleapiclient, httplib2 and google-auth imported, the discovery client built from the static document; "
+        f"no credentials against the simulator, deployed the token's or key's), built by the worker's start-up "
+        f"thread (safesend/warmup.py, the cyclic collector paused) while the request waits on the store, the send "
+        f"itself to the simulator through the relay (no added latency), the "
         f"Message-ID read-back of an instance's first accepted send (messages.get) and the outcome's commit; the "
         f"mailbox checkpoint (getProfile) is read in the background."
     )

@@ -24,6 +24,7 @@ from devstack.emulators import ManagedProcess, free_port
 from devstack.procs import tree_cpu_s
 from devstack.stack import PROJECT, REPO_ROOT, LocalStack, StackConfig
 
+from .bytecode import compile_like_the_buildpack
 from .common import typical_body
 from .cpushare import CpuShare
 
@@ -116,7 +117,9 @@ def functions_process(
 ) -> tuple[ManagedProcess, str]:
     """functions-framework for `source`/`target` with the stack's environment (plus `extra_env`, e.g.
     another job store). threads=None leaves THREADS unset, i.e. functions-framework's default
-    (os.cpu_count() * 4), as deployed. `cpu`: run it on that CPU share (bench/cpushare.py)."""
+    (os.cpu_count() * 4), as deployed. `cpu`: run it on that CPU share (bench/cpushare.py). The
+    source directory is byte-compiled first, as the deployed platform's build does (bench/bytecode.py)."""
+    compile_like_the_buildpack(source.parent)
     port = port or free_port()
     env = {**os.environ, **stack.service_env(), "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     env.pop("THREADS", None)

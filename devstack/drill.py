@@ -549,6 +549,7 @@ def _lag_cell(seen: float | None, after: float | None) -> str:
 
 def render_markdown(report: dict[str, Any]) -> str:
     s, summary = report["settings"], report["summary"]
+    provider = "Microsoft Graph" if report.get("provider") == "graph" else "Gmail"
     lines = [
         f"# safesend drill: {report['label']}, {report['date']}, {report['mailbox_kind']} mailbox",
         "",
@@ -561,9 +562,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         *(
             [
-                f"MOCK: the local Gmail simulator with a search-index lag of {report['simulator']['index_lag_s']:g} s "
-                f"and a history lag of {report['simulator']['history_lag_s']:g} s; these numbers say nothing about "
-                "Gmail.",
+                f"MOCK: the local {provider} simulator with a search-index lag of "
+                f"{report['simulator']['index_lag_s']:g} s and a history lag of "
+                f"{report['simulator']['history_lag_s']:g} s; these numbers say nothing about {provider}.",
                 "",
             ]
             if "simulator" in report
@@ -749,6 +750,12 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
     parser.add_argument("--mock", action="store_true", help="run against the local Gmail simulator (MOCK)")
     parser.add_argument("--mock-index-lag", type=float, default=3.0)
     parser.add_argument("--mock-history-lag", type=float, default=1.0)
+    parser.add_argument(
+        "--provider",
+        choices=("gmail", "graph"),
+        default="gmail",
+        help="graph: a Microsoft 365 mailbox through Microsoft Graph (devstack/drill_graph.py)",
+    )
     args = parser.parse_args(argv)
     settings = DrillSettings(
         to=args.to or ("sink@example.com" if args.mock else ""),
@@ -763,9 +770,13 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
     )
     try:
         settings.check()
-        if args.mock:
-            if args.sender is None and args.message_id_domain is None:
-                settings.message_id_domain = "drill.safesend.localhost"
+        if args.mock and args.sender is None and args.message_id_domain is None:
+            settings.message_id_domain = "drill.safesend.localhost"
+        if args.provider == "graph":
+            from devstack.drill_graph import run_graph_live, run_graph_mock
+
+            report = run_graph_mock(settings, args.mock_index_lag) if args.mock else run_graph_live(settings, env)
+        elif args.mock:
             report = run_mock(settings, args.mock_index_lag, args.mock_history_lag)
         else:
             report = run_live(settings, env, args.mailbox_kind, args.delegation_signer)

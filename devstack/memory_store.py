@@ -53,6 +53,8 @@ class InMemoryJobStore:
     def __init__(self) -> None:
         self._docs: dict[str, dict[str, Any]] = {}
         self._sweep: dict[str, Any] | None = None
+        self._ops: dict[str, dict[str, Any]] = {}
+        self._lags: dict[str, tuple[dict[str, Any], int]] = {}  # mailbox -> (record, version)
         self._lock = threading.Lock()
 
     def record_sweep(self, summary: Mapping[str, Any]) -> None:
@@ -62,6 +64,32 @@ class InMemoryJobStore:
     def last_sweep(self) -> dict[str, Any] | None:
         with self._lock:
             return _stored(self._sweep) if self._sweep is not None else None
+
+    def record_op(self, name: str, doc: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._ops[name] = _stored(dict(doc))
+
+    def read_op(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            found = self._ops.get(name)
+        return _stored(found) if found is not None else None
+
+    def read_mailbox_lag(self, mailbox: str) -> tuple[dict[str, Any] | None, Any]:
+        with self._lock:
+            found = self._lags.get(mailbox)
+        return (None, None) if found is None else (_stored(found[0]), found[1])
+
+    def write_mailbox_lag(self, mailbox: str, record: Mapping[str, Any], token: Any) -> bool:
+        with self._lock:
+            found = self._lags.get(mailbox)
+            if (found[1] if found else None) != token:
+                return False
+            self._lags[mailbox] = (_stored(dict(record)), (found[1] if found else 0) + 1)
+            return True
+
+    def mailbox_lags(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {mailbox: _stored(record) for mailbox, (record, _) in self._lags.items()}
 
     def claim_or_get(self, job: Job) -> tuple[Job, bool]:
         stored = job.copy()

@@ -517,7 +517,8 @@ class FaultRelay:
         return _json_response(404, google_error_body(404, f"Unknown relay endpoint {request.method} {path}"))
 
 
-_USER_PATH = re.compile(r"(?:/upload)?/gmail/v1/users/(?P<user>[^/]+)(?:/.*)?")
+# Gmail's userId, or Microsoft Graph's user id / UPN (devstack.graph_sim).
+_USER_PATH = re.compile(r"(?:(?:/upload)?/gmail/v1|/v1\.0)/users/(?P<user>[^/]+)(?:/.*)?")
 
 
 def _path_user(request: _Request) -> str | None:
@@ -529,7 +530,7 @@ def _path_user(request: _Request) -> str | None:
 def _matches(match: str, request: _Request) -> bool:
     if match == "all":
         return True
-    return request.method == "POST" and request.path.endswith("/messages/send")
+    return request.method == "POST" and request.path.endswith(("/messages/send", "/sendMail"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 from devstack.balancer import RoundRobinBalancer
 from devstack.emulators import EmulatorStack, ManagedProcess, free_port
 from devstack.gmail_sim import GmailSimulator
+from devstack.graph_sim import GraphSimulator
 from devstack.postgres import PostgresServer
 from devstack.push_relay import PushRelay
 from devstack.receiver import RecordingReceiver
@@ -93,9 +94,9 @@ class StackConfig:
 def mailbox_queue_rate(mailbox: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, float]:
     """A mailbox queue's rate_limits as infra/modules/safesend/mailboxes.tf sets them: its sends per
     second (units per minute / 100 units / 60 s) times the safety share, at most 500/s."""
-    from safesend.core.mailboxes import DEFAULT_SAFETY_SHARE, PRESETS
+    from safesend.core.mailboxes import DEFAULT_SAFETY_SHARE, KIND_DEFAULT_LIMITS, PRESETS
 
-    spec = mailbox.get("limits", defaults.get("limits"))
+    spec = mailbox.get("limits", KIND_DEFAULT_LIMITS.get(str(mailbox.get("kind"))) or defaults.get("limits"))
     table: dict[str, Any] = {"preset": spec} if isinstance(spec, str) else dict(spec or {})
     preset = PRESETS[table["preset"]] if "preset" in table else PRESETS["unlimited"]
     units = table.get("units_per_minute", preset.units_per_minute)
@@ -113,6 +114,9 @@ class LocalStack:
         )
         self.sim: GmailSimulator | None = None
         self.relay: FaultRelay | None = None
+        # Microsoft 365 mailboxes (kind = "graph"): their own simulator behind their own fault relay.
+        self.graph_sim: GraphSimulator | None = None
+        self.graph_relay: FaultRelay | None = None
         self.chat: RecordingReceiver | None = None
         self.slack: RecordingReceiver | None = None
         self.push_relay: PushRelay | None = None
@@ -210,9 +214,21 @@ class LocalStack:
         if self.relay is not None:
             env["SAFESEND_GMAIL_API_ENDPOINT"] = self.relay.url
         if self.config.mailboxes is not None:
-            env["SAFESEND_MAILBOXES_JSON"] = json.dumps(self.config.mailboxes)
+            env["SAFESEND_MAILBOXES_JSON"] = json.dumps(self._mailboxes_doc())
             env["SAFESEND_MAILBOX_QUEUE_PREFIX"] = self.emulators.tasks.queue_path(MAILBOX_QUEUE_PREFIX)
         return env
+
+    def graph_mailboxes(self) -> list[str]:
+        boxes = (self.config.mailboxes or {}).get("mailboxes") or {}
+        return [name for name, m in boxes.items() if m.get("kind") == "graph"]
+
+    def _mailboxes_doc(self) -> dict[str, Any]:
+        """The configured mailboxes, Graph ones pointed at the Graph relay (no login_endpoint: no token)."""
+        doc = json.loads(json.dumps(self.config.mailboxes))
+        if self.graph_relay is not None:
+            for name in self.graph_mailboxes():
+                doc["mailboxes"][name]["api_endpoint"] = self.graph_relay.url.rstrip("/")
+        return dict(doc)
 
     def mailbox_users(self) -> dict[str, str]:
         """Each configured mailbox's Gmail userId (its delegated user, else its address)."""
@@ -248,6 +264,9 @@ class LocalStack:
                     index_lag_s=self.config.sim_index_lag_s, effects_path=str(self.log_dir / "effects.jsonl")
                 ).start()
                 self.relay = FaultRelay(self.sim.url).start()
+                if self.graph_mailboxes():
+                    self.graph_sim = GraphSimulator(index_lag_s=self.config.sim_index_lag_s).start()
+                    self.graph_relay = FaultRelay(self.graph_sim.url).start()
             self._prepare_mailboxes()
             if self.config.reviewers:
                 self.chat = RecordingReceiver().start()
@@ -345,6 +364,8 @@ class LocalStack:
             self.slack,
             self.relay,
             self.sim,
+            self.graph_relay,
+            self.graph_sim,
             self.postgres,
             self.emulators,
         )

@@ -603,12 +603,20 @@ MAILBOX_PRESET_UNITS: dict[str, int | None] = {
     "trial": 6000,
     "consumer": 6000,
     "unlimited": None,
+    "exchange_online": 3000,
 }
+MAILBOX_KIND_PRESET = {"gmail": "workspace", "graph": "exchange_online"}  # mailboxes.py's defaults
+GRAPH_ONLY = ("tenant_id", "client_id", "federated", "certificate_secret")
 MAILBOX_DEFAULTS: dict[str, Any] = {
+    "kind": "gmail",
     "delegated_user": None,
     "token_secret": None,
+    "tenant_id": None,
+    "client_id": None,
+    "federated": None,
+    "certificate_secret": None,
     "send_as": [],
-    "limits": "workspace",
+    "limits": None,
     "units_per_minute": None,
     "messages_per_day": None,
     "recipients_per_day": None,
@@ -618,6 +626,7 @@ MAILBOX_DEFAULTS: dict[str, Any] = {
 MAILBOX_ID = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 BARE_ADDRESS = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$")
 SECRET_ID = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+ENTRA_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,99}$")  # a GUID, or a tenant's domain name
 MAX_DISPATCHES_PER_SECOND = 500  # Cloud Tasks' maximum
 
 
@@ -667,10 +676,9 @@ def mailbox_problems(mailboxes: Mapping[str, Any], pools: Mapping[str, Any]) -> 
         unknown = sorted(set(m) - set(MAILBOX_DEFAULTS) - {"address"})
         if unknown:
             problems.append(f"{where}: unknown attributes {unknown}")
-        if m["limits"] not in MAILBOX_PRESET_UNITS:
+        if m["limits"] is not None and m["limits"] not in MAILBOX_PRESET_UNITS:
             problems.append(f"{where}: limits must be a preset of {sorted(MAILBOX_PRESET_UNITS)}")
-        if (m["delegated_user"] is None) == (m["token_secret"] is None):
-            problems.append(f"{where}: set exactly one of delegated_user and token_secret")
+        problems.extend(_kind_problems(where, m))
         addresses = [
             m.get("address"),
             *([m["delegated_user"]] if m["delegated_user"] is not None else []),
@@ -678,8 +686,9 @@ def mailbox_problems(mailboxes: Mapping[str, Any], pools: Mapping[str, Any]) -> 
         ]
         if not all(isinstance(a, str) and BARE_ADDRESS.match(a) for a in addresses):
             problems.append(f"{where}: address, delegated_user and send_as must be bare email addresses")
-        if m["token_secret"] is not None and not SECRET_ID.match(str(m["token_secret"])):
-            problems.append(f"{where}: token_secret must be a Secret Manager secret id")
+        for secret in ("token_secret", "certificate_secret"):
+            if m[secret] is not None and not SECRET_ID.match(str(m[secret])):
+                problems.append(f"{where}: {secret} must be a Secret Manager secret id")
         for limit in ("units_per_minute", "messages_per_day", "recipients_per_day"):
             if m[limit] is not None and not _whole(m[limit]):
                 problems.append(f"{where}: {limit} must be a whole number >= 1")
@@ -698,6 +707,27 @@ def mailbox_problems(mailboxes: Mapping[str, Any], pools: Mapping[str, Any]) -> 
         unknown_ids = sorted(set(pool) - set(mailboxes))
         if unknown_ids:
             problems.append(f"mailbox_pools: unknown mailbox(es) {unknown_ids}")
+    return problems
+
+
+def _kind_problems(where: str, m: Mapping[str, Any]) -> list[str]:
+    """The kind's credential rules: Gmail's delegation or token, Graph's Entra app and credential."""
+    if m["kind"] not in MAILBOX_KIND_PRESET:
+        return [f"{where}: kind must be gmail or graph"]
+    if m["kind"] == "gmail":
+        problems = []
+        if (m["delegated_user"] is None) == (m["token_secret"] is None):
+            problems.append(f"{where}: set exactly one of delegated_user and token_secret")
+        if any(m[key] is not None for key in GRAPH_ONLY):
+            problems.append(f"{where}: {list(GRAPH_ONLY)} are Graph settings, not for kind gmail")
+        return problems
+    problems = []
+    if m["delegated_user"] is not None or m["token_secret"] is not None:
+        problems.append(f"{where}: delegated_user and token_secret are Gmail settings, not for kind graph")
+    if bool(m["federated"]) == (m["certificate_secret"] is not None):
+        problems.append(f"{where}: set exactly one of federated = true and certificate_secret")
+    if not all(isinstance(m[key], str) and ENTRA_ID.match(m[key]) for key in ("tenant_id", "client_id")):
+        problems.append(f"{where}: a graph mailbox needs tenant_id and client_id (its Entra app registration's)")
     return problems
 
 
@@ -728,14 +758,19 @@ def render_mailboxes(doc: Mapping[str, Any], name_prefix: str) -> tuple[str, lis
                 key: value
                 for key, value in {
                     "address": m["address"],
+                    "kind": None if m["kind"] == "gmail" else m["kind"],
                     "delegated_user": m["delegated_user"],
                     "token_secret": m["token_secret"],
+                    "tenant_id": m["tenant_id"],
+                    "client_id": m["client_id"],
+                    "federated": bool(m["federated"]) if m["kind"] == "graph" else None,
+                    "certificate_secret": m["certificate_secret"],
                     "send_as": m["send_as"],
                     "safety_share": m["safety_share"],
                     "limits": {
                         key: value
                         for key, value in {
-                            "preset": m["limits"],
+                            "preset": _preset(m),
                             "units_per_minute": m["units_per_minute"],
                             "messages_per_day": m["messages_per_day"],
                             "recipients_per_day": m["recipients_per_day"],
@@ -751,7 +786,7 @@ def render_mailboxes(doc: Mapping[str, Any], name_prefix: str) -> tuple[str, lis
     }
     queues = []
     for mailbox_id, m in sorted(mailboxes.items()):
-        units = m["units_per_minute"] if m["units_per_minute"] is not None else MAILBOX_PRESET_UNITS[m["limits"]]
+        units = m["units_per_minute"] if m["units_per_minute"] is not None else MAILBOX_PRESET_UNITS[_preset(m)]
         rate = (
             MAX_DISPATCHES_PER_SECOND
             if units is None
@@ -759,6 +794,10 @@ def render_mailboxes(doc: Mapping[str, Any], name_prefix: str) -> tuple[str, lis
         )
         queues.append(MailboxQueue(f"{name_prefix}-mbx-{mailbox_id}", rate, int(m["max_concurrent_dispatches"])))
     return tf_jsonencode(document), queues
+
+
+def _preset(m: Mapping[str, Any]) -> str:
+    return str(m["limits"] or MAILBOX_KIND_PRESET[m["kind"]])
 
 
 def write_mailbox_files(doc: Mapping[str, Any], name_prefix: str, out: Path) -> tuple[str, list[MailboxQueue]]:

@@ -4,6 +4,7 @@ monitoring.json and runbooks, as the files gcloud reads, plus the commands that 
 
     python3 infra/monitoring_render.py OUT_DIR [--prefix safesend] [--sweep-schedule "*/5 * * * *"]
         [--thresholds '{"overdue_minutes": 10}'] [--channel projects/P/notificationChannels/ID ...]
+        [--unknown-window 300]
 
 writes OUT_DIR/metrics/<name>.json (LogMetric), OUT_DIR/policies/<alert>.json (AlertPolicy),
 OUT_DIR/dashboard.json and OUT_DIR/apply.sh (gcloud logging metrics create --config-from-file,
@@ -33,7 +34,10 @@ def sweep_interval_seconds(schedule: str) -> int:
     return 60 * int(match.group(1))
 
 
-def render(prefix: str, schedule: str, thresholds: dict[str, float], channels: list[str]) -> dict[str, Any]:
+def render(
+    prefix: str, schedule: str, thresholds: dict[str, float], channels: list[str], unknown_window_s: float = 300.0
+) -> dict[str, Any]:
+    """`unknown_window_s`: the deployment's SAFESEND_UNKNOWN_WINDOW_S (the index-lag alert is a share of it)."""
     spec = json.loads((MODULE / "monitoring.json").read_text(encoding="utf-8"))
     limits = {**spec["thresholds"], **thresholds}
     every = sweep_interval_seconds(schedule)
@@ -58,7 +62,7 @@ def render(prefix: str, schedule: str, thresholds: dict[str, float], channels: l
         metrics[name] = metric
     policies = {}
     for name, a in spec["alerts"].items():
-        policies[name] = _policy(name, a, spec, prefix, every, limits, channels)
+        policies[name] = _policy(name, a, spec, prefix, every, limits, channels, unknown_window_s)
     return {"metrics": metrics, "policies": policies, "dashboard": _dashboard(spec, prefix)}
 
 
@@ -74,7 +78,14 @@ def chart_filter(alert: dict[str, Any], prefix: str) -> str:
 
 
 def _policy(
-    name: str, a: dict[str, Any], spec: dict[str, Any], prefix: str, every: int, limits: dict[str, float], ch: list[str]
+    name: str,
+    a: dict[str, Any],
+    spec: dict[str, Any],
+    prefix: str,
+    every: int,
+    limits: dict[str, float],
+    ch: list[str],
+    window_s: float,
 ) -> dict[str, Any]:
     condition: dict[str, Any] = {"displayName": a["title"]}
     if a["type"] == "absent":
@@ -90,7 +101,7 @@ def _policy(
         condition["conditionThreshold"] = {
             "filter": chart_filter(a, prefix),
             "comparison": "COMPARISON_GT",
-            "thresholdValue": limits[a["threshold"]] * a["scale"],
+            "thresholdValue": limits[a["threshold"]] * (window_s if a.get("per_unknown_window") else a["scale"]),
             "duration": "0s",
             "aggregations": [
                 {
@@ -168,8 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep-schedule", default="*/5 * * * *")
     parser.add_argument("--thresholds", default="{}", help="JSON object over monitoring.json's thresholds")
     parser.add_argument("--channel", action="append", default=[], help="notification channel name (repeatable)")
+    parser.add_argument(
+        "--unknown-window", type=float, default=300.0, help="the deployment's SAFESEND_UNKNOWN_WINDOW_S"
+    )
     args = parser.parse_args(argv)
-    rendered = render(args.prefix, args.sweep_schedule, json.loads(args.thresholds), args.channel)
+    rendered = render(args.prefix, args.sweep_schedule, json.loads(args.thresholds), args.channel, args.unknown_window)
     print(write(args.out, rendered))
     return 0
 

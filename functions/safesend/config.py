@@ -18,8 +18,10 @@ from typing import Any
 
 from .core.api_keys import ApiKeyRing
 from .core.errors import ConfigurationError
+from .core.graph_hosts import refuse_non_microsoft_endpoints
 from .core.keys import is_valid_hostname
 from .core.lifecycle import Timing
+from .core.mailboxes import MailboxDirectory
 from .core.notify import ReviewerTargets
 from .logs import LOG_LEVEL_ENV, LOG_LEVELS, log_level_from
 
@@ -436,6 +438,9 @@ class Settings:
                 values[spec.name] = spec.metadata["parse"](spec.metadata["env"], raw)
         settings = cls(**values)
         settings._check()
+        if on_google_cloud(env):  # a Graph mailbox's simulator endpoints are local-only switches too
+            directory = MailboxDirectory.load(settings)
+            refuse_non_microsoft_endpoints((m.id, m.graph) for m in directory)
         return settings
 
     def _check(self) -> None:

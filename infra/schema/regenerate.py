@@ -31,7 +31,7 @@ Only the types infra/**/*.tf uses are kept, so the snapshots stay small and revi
 
 Run it with the repository's .venv python (it reads googleapiclient from there). After bumping a
 wheel below, pin the same provider version (printed, and recorded in the snapshot as
-provider.version) in infra/envs/*/versions.tf; tests/infra checks that they agree.
+provider.version) in infra/modules/safesend/versions.tf; tests/infra checks that they agree.
 """
 
 from __future__ import annotations

@@ -171,14 +171,16 @@ def test_approved_prod_build_with_a_committed_lock_applies_the_saved_plan(tmp_pa
     assert not any("providers" in c for c in sim.calls()), "a committed lock is used as is"
 
 
-@pytest.mark.parametrize("output, enabled", [('"safesend-review"', True), ("null", False)])
+@pytest.mark.parametrize(
+    "output, enabled", [('{"review_service": "safesend-review"}', True), ('{"review_service": null}', False)]
+)
 def test_an_applied_review_console_is_put_behind_iap(tmp_path, output, enabled):
     """reviewers_enabled: after the apply, IAP is switched on for the console's service (the provider
     cannot); without a console, or without an apply, nothing is touched."""
     sim, results = run_pipeline(tmp_path, {"_AUTO_APPLY": "true"}, lock=True)
-    (sim.workdir / ".cloudbuild" / "review-service.json").write_text(output + "\n")
+    (sim.workdir / ".cloudbuild" / "outputs.json").write_text(output + "\n")  # the environment's one output
     assert all(p.returncode == 0 for p in results.values()) and applied(sim)
-    assert any(c[:2] == ["terraform", "-chdir=infra/envs/dev"] and c[2:4] == ["output", "-json"] for c in sim.calls())
+    assert ["terraform", "-chdir=infra/envs/dev", "output", "-json", "safesend"] in sim.calls()
     proc = sim.run("review-iap")
     assert proc.returncode == 0, proc.stderr
     updates = [c for c in sim.calls() if c[:5] == ["gcloud", "beta", "run", "services", "update"]]

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from . import hcl_eval as H  # noqa: N812 - H reads like the HCL it evaluates
-from .support import FUNCTIONS, HCL2_LIB, INFRA, MODULE, TOOL, infra_bin, locals_of, run_tool
+from .support import FUNCTIONS, HCL2_LIB, MODULE, TOOL, infra_bin, locals_of, run_tool
 from .test_env_parity import env_spec
 from .tfmodel import ModuleModel
 
@@ -23,8 +24,8 @@ def safesend_mailboxes():
     return mailboxes
 
 
-def example_tfvars(env: str) -> dict:
-    path = INFRA / "envs" / env / "terraform.tfvars.example"
+def example_tfvars() -> dict:
+    path = Path(__file__).with_name("fixtures") / "mailboxes.tfvars"
     proc = run_tool([str(infra_bin("python")), "-I", str(TOOL), "hcl", str(HCL2_LIB), str(path)])
     assert proc.returncode == 0, proc.stderr
     parsed = json.loads(proc.stdout)[str(path)]
@@ -33,7 +34,7 @@ def example_tfvars(env: str) -> dict:
 
 
 def test_the_dev_example_renders_a_document_mailboxes_py_accepts():
-    tfvars = example_tfvars("dev")
+    tfvars = example_tfvars()
     model = ModuleModel({"mailboxes": tfvars["mailboxes"], "mailbox_pools": tfvars["mailbox_pools"]})
     rendered = model.local("function_env")["send"]["SAFESEND_MAILBOXES_JSON"]
     directory = safesend_mailboxes().MailboxDirectory.from_mapping(json.loads(rendered))
@@ -109,3 +110,72 @@ def test_without_mailboxes_nothing_is_rendered():
     assert env_spec().render_mailboxes({}, "safesend") == ("", [])
     model = ModuleModel()
     assert model.local("mailboxes_json") == "" and model.instances("google_cloud_tasks_queue", "mailbox") == []
+
+
+GRAPH_POOL = {
+    "mailboxes": {
+        "shop": {"address": "shop@example.com", "delegated_user": "shop@example.com"},
+        "m365": {
+            "address": "m365@contoso.com",
+            "kind": "graph",
+            "tenant_id": "00000000-0000-0000-0000-000000000000",
+            "client_id": "11111111-1111-1111-1111-111111111111",
+            "federated": True,
+        },
+        "certs": {
+            "address": "certs@contoso.com",
+            "kind": "graph",
+            "tenant_id": "contoso.onmicrosoft.com",
+            "client_id": "11111111-1111-1111-1111-111111111111",
+            "certificate_secret": "graph-cert-certs",
+        },
+    },
+    "mailbox_pools": {"default": ["shop", "m365", "certs"]},
+}
+
+
+def test_a_pool_of_gmail_and_graph_mailboxes_renders_what_mailboxes_py_accepts_on_both_paths():
+    model = ModuleModel(GRAPH_POOL)
+    rendered = model.local("mailboxes_json")
+    directory = safesend_mailboxes().MailboxDirectory.from_mapping(json.loads(rendered))
+    m365, certs, shop = directory.get("m365"), directory.get("certs"), directory.get("shop")
+    assert (m365.kind, certs.kind, shop.kind) == ("graph", "graph", "gmail")
+    assert m365.graph is not None and m365.graph.federated and m365.graph.certificate_secret is None
+    assert certs.graph is not None and certs.graph.certificate_secret == "graph-cert-certs"
+    assert m365.user_id == "m365@contoso.com" and m365.graph.api_endpoint is None  # no simulator switch
+    assert m365.limits == safesend_mailboxes().PRESETS["exchange_online"]
+    rates = {
+        q.key: q["rate_limits"][0]["max_dispatches_per_second"]
+        for q in model.instances("google_cloud_tasks_queue", "mailbox")
+    }
+    assert rates["m365"] == pytest.approx(0.475) and rates["shop"] == pytest.approx(0.95)
+    # the certificate's secret is readable by the sending functions, on that secret only
+    assert [s.key for s in model.instances("google_secret_manager_secret", "graph_certificate")] == ["certs"]
+    grants = model.instances("google_secret_manager_secret_iam_member", "graph_certificate")
+    assert sorted(g.key for g in grants) == ["reconcile/certs", "send/certs", "sweep/certs"]
+    assert model.instances("google_secret_manager_secret", "mailbox_token") == []
+    # the gcloud path renders the very same bytes and rates
+    document, queues = env_spec().render_mailboxes(GRAPH_POOL, "safesend")
+    assert document == rendered
+    assert {q.name: q.max_dispatches_per_second for q in queues}["safesend-mbx-m365"] == pytest.approx(0.475)
+
+
+@pytest.mark.parametrize(
+    ("mailbox", "problem"),
+    [
+        (
+            {"kind": "graph", "tenant_id": "t", "client_id": "c", "federated": True, "certificate_secret": "x"},
+            "exactly one",
+        ),
+        ({"kind": "graph", "federated": True}, "tenant_id and client_id"),
+        (
+            {"kind": "graph", "tenant_id": "t", "client_id": "c", "federated": True, "token_secret": "x"},
+            "Gmail settings",
+        ),
+        ({"kind": "exchange", "tenant_id": "t", "client_id": "c", "federated": True}, "kind must be"),
+        ({"delegated_user": "s@example.com", "tenant_id": "t"}, "Graph settings"),
+    ],
+)
+def test_the_gcloud_path_refuses_a_graph_mailbox_terraform_refuses(mailbox, problem):
+    with pytest.raises(env_spec().SpecError, match=problem):
+        env_spec().render_mailboxes({"mailboxes": {"m": {"address": "m@contoso.com", **mailbox}}}, "safesend")

@@ -98,11 +98,9 @@ def test_every_alert_watches_a_declared_metric_and_has_its_runbook(name):
 
 def _schedules() -> list[str]:
     schedules = {ModuleModel().variables["sweep_schedule"], "* * * * *", "*/2 * * * *"}
-    for env in ENVS:
-        for name in ("variables.tf", "terraform.tfvars.example"):
-            text = (INFRA / "envs" / env / name).read_text(encoding="utf-8")
-            schedules.update(re.findall(r'sweep_schedule\s*=\s*"([^"]+)"', text))
-            schedules.update(re.findall(r'variable "sweep_schedule"[^}]*default\s*=\s*"([^"]+)"', text))
+    for env in ENVS:  # a schedule an environment sets in its module block
+        text = (INFRA / "envs" / env / "main.tf").read_text(encoding="utf-8")
+        schedules.update(re.findall(r'sweep_schedule\s*=\s*"([^"]+)"', text))
     return sorted(schedules)
 
 
@@ -156,3 +154,27 @@ def test_the_gcloud_files_say_what_terraform_says(tmp_path):
     script = monitoring_render.write(tmp_path, rendered).read_text()
     assert script.count("gcloud logging metrics create") == len(SPEC["metrics"])
     assert script.count("gcloud alpha monitoring policies create --policy-from-file=") == len(SPEC["alerts"])
+
+
+@pytest.mark.parametrize("window", [300, 60])
+def test_the_index_lag_alert_fires_past_half_the_unknown_window_per_mailbox(window):
+    """Issue 20.3: p99 of the search lag (index_lag_observed, kind search) over half the deployment's
+    unknown window, one series per mailbox; the gcloud path renders the same threshold."""
+    model = ModuleModel({"unknown_window_seconds": window})
+    [instance] = [i for i in model.instances("google_monitoring_alert_policy", "alert") if i.key == "index_lag_high"]
+    [condition] = instance["conditions"][0]["condition_threshold"]
+    assert condition["threshold_value"] == pytest.approx(window / 2)
+    assert 'metric.labels.kind="search"' in condition["filter"] and '_index_lag"' in condition["filter"]
+    [aggregation] = condition["aggregations"]
+    assert aggregation["per_series_aligner"] == "ALIGN_PERCENTILE_99"
+    assert aggregation["group_by_fields"] == ["metric.label.mailbox"]
+    rendered = monitoring_render.render("safesend", "*/5 * * * *", {}, [], unknown_window_s=window)
+    threshold = rendered["policies"]["index_lag_high"]["conditions"][0]["conditionThreshold"]
+    assert threshold["thresholdValue"] == pytest.approx(window / 2)
+    [metric] = [i for i in model.instances("google_logging_metric", "signal") if i.key == "index_lag"]
+    assert metric["value_extractor"] == "EXTRACT(jsonPayload.lag_s)" and set(metric["label_extractors"]) == {
+        "mailbox",
+        "kind",
+    }
+    widgets = json.loads(model.instances("google_monitoring_dashboard", "safesend")[0]["dashboard_json"])
+    assert any(w["title"] == SPEC["alerts"]["index_lag_high"]["title"] for w in widgets["gridLayout"]["widgets"])

@@ -48,6 +48,7 @@ DOCS_TESTS = ("tests/infra/test_postgres_docs.py",)
 TERRAFORM_TESTS = ("tests/infra/test_terraform.py",)
 GCLOUD_CLI_TESTS = ("tests/infra/test_gcloud_cli.py",)
 MONITORING_TESTS = ("tests/infra/test_monitoring.py",)
+ENV_SETTINGS_TESTS = ("tests/infra/test_env_settings.py",)
 SPEC = f"{M}/env_spec.json"
 TAIL = '"pg_dsn_tail": " sslmode=verify-ca sslrootcert=/etc/secrets/cloudsql/server-ca.pem options=\'-c search_path=safesend -c role=safesend_owner\'"'
 
@@ -324,12 +325,49 @@ MUTATIONS = [
     ),
     Mutation(
         "module-output-typo",
-        "module outputs referenced by the environments exist",
-        "infra/envs/prod/outputs.tf",
-        "value       = module.safesend.send_url",
-        "value       = module.safesend.send_ur",
-        ("test_every_reference_resolves_against_declarations_and_the_schema[infra/envs/prod/outputs.tf]",),
+        "the module call the environments' output passes on exists",
+        "infra/envs/prod/main.tf",
+        "  value       = module.safesend\n",
+        "  value       = module.safesen\n",
+        ("test_every_reference_resolves_against_declarations_and_the_schema[infra/envs/prod/main.tf]",),
         SCHEMA_TESTS,
+    ),
+    # ---- issue 21: thin environments in step with the module and its docs
+    Mutation(
+        "env-setting-typo",
+        "every argument an environment gives is a module variable",
+        "infra/envs/dev/main.tf",
+        "  send_max_instances               = 5\n",
+        "  send_max_instance                = 5\n",
+        ("test_the_environments_the_module_and_its_docs_are_in_step",),
+        ENV_SETTINGS_TESTS,
+    ),
+    Mutation(
+        "env-setting-wrong-value",
+        "an environment's literal passes the module variable's validation",
+        "infra/envs/dev/main.tf",
+        '  log_level                        = "DEBUG"\n',
+        '  log_level                        = "VERBOSE"\n',
+        ("test_the_environments_the_module_and_its_docs_are_in_step",),
+        ENV_SETTINGS_TESTS,
+    ),
+    Mutation(
+        "env-parity-drift",
+        "dev and prod differ only in the listed choices",
+        "infra/envs/prod/main.tf",
+        "  send_min_instances           = 1\n",
+        "  send_min_instances           = 1\n  public_callers               = true\n",
+        ("test_the_environments_the_module_and_its_docs_are_in_step",),
+        ENV_SETTINGS_TESTS,
+    ),
+    Mutation(
+        "variables-doc-drift",
+        "infra/README.md's Variables list names every module variable",
+        "infra/README.md",
+        "`source_bucket_force_destroy` (false), `artifact_keep_count` (10);",
+        "`source_bucket_force_destroy` (false);",
+        ("test_the_environments_the_module_and_its_docs_are_in_step",),
+        ENV_SETTINGS_TESTS,
     ),
     # ---- issue 10: the reviewer side (notify, review behind IAP)
     Mutation(
@@ -628,9 +666,9 @@ MUTATIONS = [
     Mutation(
         "prod-deletion-protection-unpinned",
         "prod refuses to turn the job store's deletion protection off",
-        "infra/envs/prod/variables.tf",
-        "    condition     = var.postgres_deletion_protection\n",
-        "    condition     = true\n",
+        "infra/envs/prod/main.tf",
+        "  postgres_deletion_protection = true\n",
+        "  postgres_deletion_protection = false\n",
         ("test_deletion_protection_is_on_by_default_and_pinned_in_prod",),
         POLICY_TESTS,
     ),
@@ -822,11 +860,15 @@ MUTATIONS = [
     # ---- issue 23: what only real Terraform (or the real gcloud) refuses
     Mutation(
         "invalid-escape",
-        "terraform parses the environments (python-hcl2 accepted \\s, Terraform does not)",
-        "infra/envs/dev/variables.tf",
+        "terraform parses the module (python-hcl2 accepted \\s, Terraform does not)",
+        f"{M}/variables.tf",
         'can(regex("^[^@\\\\s]+@[^@\\\\s]+\\\\.[^@\\\\s]+$", var.gmail_delegated_user))',
         'can(regex("^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$", var.gmail_delegated_user))',
-        ("test_terraform_fmt_finds_nothing_to_change", "test_terraform_validate[dev]"),
+        (
+            "test_terraform_fmt_finds_nothing_to_change",
+            "test_terraform_validate[module]",
+            "test_terraform_validate[dev]",
+        ),
         TERRAFORM_TESTS,
     ),
     Mutation(
@@ -914,6 +956,24 @@ MUTATIONS = [
         '"type": "absent", "metric": "sweep_completed", "sweeps": 3',
         '"type": "absent", "metric": "sweep_completed", "sweeps": 2',
         ("test_the_dead_man_s_switch_waits_three_sweep_intervals",),
+        MONITORING_TESTS,
+    ),
+    Mutation(
+        "index-lag-alert-fixed-threshold",
+        "the index-lag alert fires past half the deployment's unknown window, not at a fixed 0.5 s",
+        f"{M}/monitoring.json",
+        '"scale": 1, "per_unknown_window": true',
+        '"scale": 1, "per_unknown_window": false',
+        ("test_the_index_lag_alert_fires_past_half_the_unknown_window_per_mailbox[300]",),
+        MONITORING_TESTS,
+    ),
+    Mutation(
+        "index-lag-field-renamed",
+        "the index_lag metric reads a field its signal carries",
+        "functions/safesend/core/signals.py",
+        '("mailbox", "kind", "lag_s", "beyond_horizon")',
+        '("mailbox", "kind", "lag", "beyond_horizon")',
+        ("test_every_metric_counts_a_signal_and_reads_only_its_fields[index_lag]",),
         MONITORING_TESTS,
     ),
 ]
@@ -1030,7 +1090,7 @@ def outcomes(tmp_path_factory) -> dict[str, tuple[set[str], str]]:
         return {**broken, **{name: future.result() for name, future in futures.items()}}
 
 
-# The first test pays for the module fixture: ~84 pytest runs in scratch copies (83 mutations + the baseline), 4 at a time.
+# The first test pays for the module fixture: ~92 pytest runs in scratch copies (91 mutations + the baseline), 4 at a time.
 @pytest.mark.timeout(1800)
 def test_the_unmutated_copy_passes_every_check_the_mutations_use(outcomes):
     failed, output = outcomes["baseline"]
@@ -1101,6 +1161,11 @@ def test_the_issue_23_mutations_are_all_here():
         "precondition-never-holds",
         "gcloud-flag-typo",
     } <= names
+
+
+def test_the_issue_21_mutations_are_all_here():
+    names = {m.name for m in MUTATIONS}
+    assert {"env-setting-typo", "env-setting-wrong-value", "env-parity-drift", "variables-doc-drift"} <= names
 
 
 def test_the_issue_11_mutations_are_all_here():

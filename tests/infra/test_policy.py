@@ -845,11 +845,11 @@ def test_the_dsn_check_refuses_passwords_unverified_tls_and_other_users():
 def test_firestore_is_the_default_and_creates_nothing_of_the_postgres_store():
     """Off by default everywhere: the module's, both roots' and the gcloud path's default is Firestore,
     and with it no Cloud SQL, network, secret, grant, API, setting or file of the PostgreSQL store."""
-    for path in (MODULE, INFRA / "envs" / "dev", INFRA / "envs" / "prod"):
-        assert top_level("variable", path)["job_store"]["default"] == "firestore", path
-    for env in ENVS:
+    assert top_level("variable", MODULE)["job_store"]["default"] == "firestore"
+    for env in ENVS:  # the environments leave it to the module's default
+        assert "job_store" not in top_level("module", INFRA / "envs" / env)["safesend"], env
         example = (INFRA / "envs" / env / "terraform.tfvars.example").read_text()
-        assert re.search(r'(?m)^job_store\s*=\s*"firestore"', example), env
+        assert not re.search(r"(?m)^job_store\s*=", example), env
     assert parsed_yaml(*CLOUDBUILD_FILES)["cloudbuild-gcloud.yaml"]["substitutions"]["_JOB_STORE"] == "firestore"
     model = ModuleModel()
     check_job_store(
@@ -946,19 +946,18 @@ def test_every_function_logs_in_as_itself_on_this_instance_only():
 
 def test_deletion_protection_is_on_by_default_and_pinned_in_prod():
     """Terraform's deletion_protection and Cloud SQL's deletion_protection_enabled both follow
-    postgres_deletion_protection: true by default in the module and both roots, and prod's
-    validation refuses false (removing the job store there is a deliberate code change)."""
+    postgres_deletion_protection: true by default in the module, dev leaves it at that, and prod
+    sets true in its module block, not as a variable (removing the job store there is a deliberate
+    code change)."""
     _, instance = postgres_instance()
     assert instance["deletion_protection"] is True and instance["settings"][0]["deletion_protection_enabled"] is True
     _, off = postgres_instance({"postgres_deletion_protection": False})
     assert off["deletion_protection"] is False and off["settings"][0]["deletion_protection_enabled"] is False
-    for path in (MODULE, INFRA / "envs" / "dev", INFRA / "envs" / "prod"):
-        assert top_level("variable", path)["postgres_deletion_protection"]["default"] is True, path
-    (validation,) = top_level("variable", INFRA / "envs" / "prod")["postgres_deletion_protection"]["validation"]
-    for value in (True, False):
-        scope = H.Scope(variables={"postgres_deletion_protection": value})
-        assert H.evaluate_value(validation["condition"], scope) is value, f"prod's validation of {value}"
-    assert "validation" not in top_level("variable", INFRA / "envs" / "dev")["postgres_deletion_protection"]
+    assert top_level("variable", MODULE)["postgres_deletion_protection"]["default"] is True
+    for env in ENVS:
+        assert "postgres_deletion_protection" not in top_level("variable", INFRA / "envs" / env), env
+    assert "postgres_deletion_protection" not in top_level("module", INFRA / "envs" / "dev")["safesend"]
+    assert top_level("module", INFRA / "envs" / "prod")["safesend"]["postgres_deletion_protection"] is True
 
 
 def test_every_pool_fits_the_instance_and_the_plan_refuses_otherwise():
@@ -984,10 +983,11 @@ def test_every_pool_fits_the_instance_and_the_plan_refuses_otherwise():
         maxima = model.local("postgres_max_instances")
         for fn in deployed(model):
             assert maxima[fn] == model.instances(FUNCTION, fn)[0]["service_config"][0]["max_instance_count"], fn
-    for env in ENVS:  # each root's defaults fit, with the reviewer side too
-        variables = {k: v["default"] for k, v in top_level("variable", INFRA / "envs" / env).items() if "default" in v}
+    for env in ENVS:  # each environment's settings fit, with the reviewer side too
+        call = top_level("module", INFRA / "envs" / env)["safesend"]
+        defaults = {k: v["default"] for k, v in top_level("variable", MODULE).items() if "default" in v}
         keep = {
-            k: variables[k]
+            k: call.get(k, defaults[k])
             for k in (
                 "send_max_instances",
                 "status_max_instances",

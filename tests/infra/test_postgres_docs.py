@@ -79,11 +79,12 @@ def test_the_documented_sql_is_the_modules_for_the_defaults(model):
 
 def test_the_documented_grants_step_uses_outputs_that_exist():
     (block,) = [b for b in blocks("sh") if "postgres_setup_sql" in b]
-    used = set(re.findall(r"terraform output -raw (\w+)", block))
+    used = set(re.findall(r"terraform output -json safesend \| jq -r \.(\w+)", block))
     assert used >= {"postgres_setup_sql", "postgres_instance", "postgres_connection_name"}
-    for env in ENVS:
-        outputs = top_level("output", INFRA / "envs" / env)
-        assert used <= set(outputs), f"{env}: missing outputs {used - set(outputs)}"
+    outputs = top_level("output", MODULE)
+    assert used <= set(outputs), f"missing module outputs {used - set(outputs)}"
+    for env in ENVS:  # each environment passes the module's outputs on as one
+        assert top_level("output", INFRA / "envs" / env)["safesend"]["value"] == "${module.safesend}", env
     assert "user=postgres" in block and "dbname=safesend" in block and "-f setup.sql" in block
 
 

@@ -2,8 +2,9 @@
 offline plugin directory, `validate` and `test` (the .tftest.hcl files beside each configuration,
 mock_provider against the pinned providers' real schemas) for both environments and the module.
 
-The environments are tested with `-var-file=terraform.tfvars.example`: the configuration the
-README's deploy walk-through starts from is parsed and planned by Terraform itself. Without
+The environments share one test directory, infra/envs/tests, run in each with
+`-var-file=terraform.tfvars.example`: the configuration the README's deploy walk-through starts
+from is parsed and planned by Terraform itself. Without
 `terraform` these tests fail and say how to install it (terraform_run.INSTALL_TERRAFORM)."""
 
 from __future__ import annotations

@@ -367,3 +367,38 @@ def test_a_cross_site_post_is_refused(page, stack):
     )
     assert forged.status == 403 and re.search("Decision refused", forged.text())
     assert status(stack, view["job_id"])["state"] == "review" and effects(stack, view["message_id"]) == 0
+
+
+def test_the_health_page_answers_what_get_health_does(page, stack, shots):
+    """Issue 20.4: GET /review/health, reached from the nav, shows /health's answers: the sweep, the
+    notices, each mailbox's measured index lag (a sampled send's, found by the search)."""
+    from devstack.stack import fetch_health
+
+    response = requests.post(f"{stack.url}/sweep", json={}, headers=stack.internal_headers(), timeout=60)
+    assert response.status_code == 200, response.text
+    sent = requests.post(f"{stack.url}/send", json=_plain_job(), headers=stack.caller_headers(), timeout=30)
+    assert sent.status_code == 200, sent.text
+    deadline = time.monotonic() + 30
+    while not fetch_health(stack.url, stack.internal_headers())["index_lag"] and time.monotonic() < deadline:
+        time.sleep(0.25)
+    health = fetch_health(stack.url, stack.internal_headers())
+    [(mailbox, lag)] = health["index_lag"].items()
+    page.goto("/review")
+    page.locator("nav.nav a", has_text="Health").click()
+    expect(page.locator("h1")).to_contain_text(f"Health: {health['status']}")
+    text = page.locator("main").inner_text()
+    assert mailbox in text and f"{lag['search']['max_s']} s" in text and "Last callback given up" in text
+    assert f"{lag['window_s']:g}" in text
+    page.screenshot(path=str(shots / "console-health.png"), full_page=True)
+
+
+def _plain_job() -> dict[str, Any]:
+    return {
+        "customer_id": f"cust-{uuid.uuid4().hex[:10]}",
+        "event_type": "order_paid",
+        "order_id": "1001",
+        "channel": "transactional",
+        "to": ["ann@example.com"],
+        "subject": "Your receipt",
+        "text": "Thanks for your order.",
+    }

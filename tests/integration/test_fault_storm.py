@@ -119,6 +119,32 @@ PACED_POOL = {
 }
 
 
+# Issue 22: a pool that mixes a Gmail mailbox and a Microsoft 365 one (Graph simulator behind its own
+# fault relay, cycled through every fault too): the same invariants, whichever provider took the job.
+# Each mailbox's budget stays above its half of the arrival rate even halved by a 429 (AIMD): faults,
+# not pacing, are under test here (the paced-pool phase tests pacing).
+GRAPH_UNITS_PER_MINUTE = 24_000
+GRAPH_POOL = {
+    "defaults": {"limits": {"units_per_minute": GRAPH_UNITS_PER_MINUTE, "messages_per_day": 2000}},
+    "mailboxes": {
+        "shop": {
+            "address": "shop@safesend.localhost",
+            "delegated_user": "shop@safesend.localhost",
+            "send_as": ["sender@safesend.localhost"],
+        },
+        "m365": {
+            "kind": "graph",
+            "address": "m365@safesend.localhost",
+            "tenant_id": "storm-tenant",
+            "client_id": "storm-app",
+            "federated": True,
+            "send_as": ["sender@safesend.localhost"],
+            "limits": {"preset": "exchange_online", "units_per_minute": GRAPH_UNITS_PER_MINUTE},
+        },
+    },
+}
+
+
 PHASES = [
     Phase("inside-window", 0.5, {"SAFESEND_UNKNOWN_WINDOW_S": "3"}, beyond_window=False),
     # SAFESEND_RETRY_HORIZON_S is left at its default (3600 s).
@@ -141,6 +167,16 @@ PHASES = [
         jobs=int(os.environ.get("SAFESEND_STORM_PACED_JOBS", "100")),
         mailboxes=PACED_POOL,
         units_per_minute=PACED_UNITS_PER_MINUTE,
+    ),
+    Phase(
+        "graph-pool",
+        0.5,
+        {"SAFESEND_UNKNOWN_WINDOW_S": "3"},
+        beyond_window=False,
+        # Each relay sees half the sends: twice the traffic, so every fault is applied on both.
+        jobs=int(os.environ.get("SAFESEND_STORM_GRAPH_JOBS", "200")),
+        mailboxes=GRAPH_POOL,
+        units_per_minute=GRAPH_UNITS_PER_MINUTE,
     ),
 ]
 REVIEWER_TAIL_S = 8.0  # the reviewer keeps deciding this long after the traffic, then leaves
@@ -299,6 +335,8 @@ class Storm:
         self.timings: dict[str, float] = {}
         self.ticker: RecordingSweepTicker | None = None
         self.cycler: RelayCycler | None = None
+        self.graph_cycler: RelayCycler | None = None  # the Graph simulator's relay (graph-pool phase)
+        self.graph_relay_stats: dict[str, Any] = {}
         self.chaos: ChaosRunner | None = None
         self.reviewer: ScriptedReviewer | None = None
         self.seeded: dict[str, str] = {}  # message id -> job id: review items by construction (reviewers' phase)
@@ -331,6 +369,10 @@ class Storm:
             self._seed_review_items()
         self.ticker = RecordingSweepTicker(stack.url, SWEEP_INTERVAL_S, headers=stack.internal_headers()).start()
         self.cycler = RelayCycler(stack.relay, relay_module.MODES, random.Random(f"{self.seed}/relay")).start()
+        if stack.graph_relay is not None:
+            self.graph_cycler = RelayCycler(
+                stack.graph_relay, relay_module.MODES, random.Random(f"{self.seed}/graph-relay")
+            ).start()
         self.chaos = ChaosRunner(
             self.chaos_actions(traffic_s),
             groups={
@@ -352,6 +394,8 @@ class Storm:
             time.sleep(REVIEWER_TAIL_S)
             self.reviewer.stop()
         self.cycler.stop()  # the relay is back to forward-and-respond
+        if self.graph_cycler is not None:
+            self.graph_cycler.stop()
         self.chaos.join(timeout_s=30.0)  # the last Pub/Sub freeze runs into the settling
         self.chaos.stop()
         t1 = time.monotonic()
@@ -363,6 +407,12 @@ class Storm:
         self.ticker.stop()
         self.relay_stats = stack.relay.stats()
         self.effects = stack.sim.effects()
+        if stack.graph_sim is not None and stack.graph_relay is not None:  # Graph's acceptance log, same keys
+            self.graph_relay_stats = stack.graph_relay.stats()
+            self.effects += [
+                {"message_id": e["internetMessageId"], "gmail_id": e["id"], "mailbox": e["user"]}
+                for e in stack.graph_sim.effects()
+            ]
         self.claimed_traces = self._claims_from_log()
         self.seeded_views = {
             job_id: get_status(stack.url, job_id, stack.caller_headers()) for job_id in self.seeded.values()
@@ -387,7 +437,7 @@ class Storm:
 
     def stop_background(self) -> None:
         """Idempotent; called in a finally before the stack stops: nothing may stay frozen."""
-        for part in (self.reviewer, self.chaos, self.cycler, self.ticker):
+        for part in (self.reviewer, self.chaos, self.cycler, self.graph_cycler, self.ticker):
             if part is not None:
                 try:
                     part.stop()
@@ -564,10 +614,13 @@ class Storm:
             failures['harness: no "job claimed" log lines, a 503 cannot be placed before/after a claim'].append(
                 str(self.stack.functions.log_path if self.stack.functions else None)
             )
-        faulted = self.relay_stats.get("faulted", {})
-        for mode in relay_module.MODES:
-            if mode != "forward-and-respond" and not faulted.get(mode):
-                failures["harness: relay mode never applied"].append(mode)
+        if self.graph_cycler is not None and not self.graph_relay_stats.get("forwarded"):
+            failures["harness: no job went through the Graph mailbox"].append("graph relay forwarded nothing")
+        for name, stats in (("", self.relay_stats), ("graph ", self.graph_relay_stats if self.graph_cycler else None)):
+            faulted = (stats or {}).get("faulted", {})
+            for mode in relay_module.MODES if stats is not None else ():
+                if mode != "forward-and-respond" and not faulted.get(mode):
+                    failures[f"harness: {name}relay mode never applied"].append(mode)
         if self.reviewer is not None:
             for kind in DECISION_KINDS:
                 if not self.reviewer.made[kind]:
@@ -619,11 +672,13 @@ class Storm:
             f"/send statuses  {dict(sorted(statuses.items()))}",
             f"/send answers   {dict(sorted(answers.items()))}",
             f"copies per job  {dict(sorted((('3+' if k == 3 else str(k)), v) for k, v in copies_hist.items()))}"
-            f"  (acceptance log: {len(self.effects)} messages)",
+            f"  (acceptance log: {len(self.effects)} messages, by mailbox "
+            f"{dict(Counter(str(e.get('mailbox')) for e in self.effects))})",
             f"final states    {dict(sorted(states.items()))}",
             f"by channel      {dict(sorted(by_channel.items()))}",
             f"review items    {sum(len(v) for v in self.review_items.values())} {dict(review_reasons)}",
             f"relay faults    {self.relay_stats.get('faulted')}  (modes set: {modes_set})",
+            *([f"graph relay     {self.graph_relay_stats.get('faulted')}"] if self.graph_cycler else []),
             f"process chaos   {dict(chaos)}, crash points {dict(crash_points)}; freezes "
             + ", ".join(f"{e['action'][7:]}@{e['t']}s for {e.get('frozen_s')}s" for e in frozen),
             f"claims traced   {len(self.claimed_traces)} (from the functions log; places a 503 before/after a claim)",
@@ -693,6 +748,7 @@ class Storm:
             "chaos": self.chaos.log if self.chaos else [],
             "relay": self.cycler.log if self.cycler else [],
             "relay_stats": self.relay_stats,
+            "graph_relay_stats": self.graph_relay_stats,
             "reviewer": {"decisions": self.reviewer.decisions, "errors": self.reviewer.errors}
             if self.reviewer
             else None,
@@ -728,6 +784,8 @@ def limit_mailboxes(stack: LocalStack, phase: Phase) -> None:
         return
     for user in stack.mailbox_users().values():
         stack.sim.set_limits(user, units_per_window=phase.units_per_minute)
+    if stack.graph_sim is not None:  # Graph counts messages only: a send is 100 of the service's units
+        stack.graph_sim.configure(messages_per_minute=phase.units_per_minute // 100)
 
 
 @pytest.fixture

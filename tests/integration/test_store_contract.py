@@ -891,3 +891,73 @@ def test_an_unreachable_store_cannot_say_when_the_last_sweep_was(remote_harness)
         cut_off.last_sweep()
     with pytest.raises(StoreUnavailableError):
         cut_off.record_sweep({"at": NOW})
+
+
+# --------------------------------------------------------------------- the mailboxes' index lag
+
+
+def test_a_mailbox_lag_record_is_written_by_compare_and_set_and_read_by_every_instance(harness):
+    """Issue 20.3: one record per sender mailbox (index_lag.py), written only over the version read."""
+    store, other = harness.store, harness.another()
+    mailbox = "sender/1@shop.example"  # any id: an address may hold characters a document id may not
+    assert store.read_mailbox_lag(mailbox) == (None, None) and store.mailbox_lags() == {}
+    first = {"search_s": [0.5, 4.25], "history_s": [], "window_s": 8.5, "raised_at": NOW, "updated_at": NOW}
+    assert store.write_mailbox_lag(mailbox, first, None) is True
+    assert other.write_mailbox_lag(mailbox, {"search_s": [9.0]}, None) is False  # it exists now
+    record, token = other.read_mailbox_lag(mailbox)
+    assert record == first and record["raised_at"].tzinfo is not None
+    second = {**first, "search_s": [0.5, 4.25, 1.0]}
+    assert other.write_mailbox_lag(mailbox, second, token) is True
+    assert store.write_mailbox_lag(mailbox, {"search_s": []}, token) is False  # a stale token loses
+    assert store.write_mailbox_lag("b@shop.example", {"search_s": [2.0]}, None) is True
+    for reader in (store, other):
+        assert reader.mailbox_lags() == {mailbox: second, "b@shop.example": {"search_s": [2.0]}}
+    assert store.find_open_reviews(10) == [] and store.last_sweep() is None  # records, not jobs
+
+
+def test_concurrent_lag_observations_over_two_instances_are_all_kept(harness):
+    from safesend.core.index_lag import observe
+
+    stores = [harness.store, harness.another()]
+
+    def add(n: int) -> None:
+        store = stores[n % 2]
+        for _ in range(50):
+            record, token = store.read_mailbox_lag("m@shop.example")
+            changed, _ = observe(record, "m@shop.example", "search", float(n), NOW, 3.0, 10.0)
+            if store.write_mailbox_lag("m@shop.example", changed, token):
+                return
+        raise AssertionError("an observation lost every race")
+
+    threads = [threading.Thread(target=add, args=(n,)) for n in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    record, _ = harness.store.read_mailbox_lag("m@shop.example")
+    assert record is not None and sorted(record["search_s"]) == [float(n) for n in range(10)]
+
+
+def test_an_unreachable_store_cannot_read_or_write_lag_records(remote_harness):
+    cut_off = remote_harness.unreachable()
+    with pytest.raises(StoreUnavailableError):
+        cut_off.mailbox_lags()
+    with pytest.raises(StoreUnavailableError):
+        cut_off.read_mailbox_lag("m@shop.example")
+    with pytest.raises(StoreUnavailableError):
+        cut_off.write_mailbox_lag("m@shop.example", {"search_s": [1.0]}, None)
+
+
+def test_named_ops_records_round_trip_and_the_newest_wins(harness):
+    """Issue 20.4: the last notice given up / overdue, for /health (notice_watch.py)."""
+    store = harness.store
+    assert store.read_op("callback_given_up") is None
+    store.record_op("callback_given_up", {"at": NOW, "job_id": "a" * 32, "kind": "callback"})
+    store.record_op("callback_given_up", {"at": NOW + timedelta(minutes=1), "job_id": "b" * 32, "kind": None})
+    store.record_sweep({"at": NOW, "due": 0})
+    for reader in (store, harness.another()):
+        record = reader.read_op("callback_given_up")
+        assert record == {"at": NOW + timedelta(minutes=1), "job_id": "b" * 32, "kind": None}
+        assert record["at"].tzinfo is not None and reader.read_op("reviewer_notice_overdue") is None
+        assert reader.last_sweep() == {"at": NOW, "due": 0}  # a separate record
+    assert store.find_open_reviews(10) == []

@@ -112,3 +112,67 @@ def _wait(condition: Any, timeout_s: float = 5.0) -> bool:
             return True
         threading.Event().wait(0.02)
     return bool(condition())
+
+
+def test_health_shows_the_last_notice_given_up_and_the_last_reviewer_notice_overdue():
+    """Issue 20.4: what the alerts callback_given_up and reviewer_notice_overdue ask, from the store."""
+    from safesend.core.lifecycle import current_review_id
+    from safesend.core.model import Delivery
+    from tests.unit.test_messengers import FlakyReceiver
+    from tests.unit.test_reviewers import in_review
+
+    world = make_world()
+    assert world.service.health(INTERVAL_S)["notices"] == {"callback_given_up": None, "reviewer_notice_overdue": None}
+    world.notifier.script = [Delivery(False, 500)] * 200
+    job, _ = world.service.submit(world.request(callback_url="https://n8n.example.com/webhook-waiting/77"))
+    world.run_until_settled(job.id, max_steps=200)
+    given_up = world.service.health(INTERVAL_S)["notices"]["callback_given_up"]
+    assert (given_up["job_id"], given_up["kind"]) == (job.id, "callback") and given_up["age_s"] >= 0
+
+    world, job = in_review()
+    world.service.notifier = FlakyReceiver(lambda n: n["kind"] == "chat")
+    world.service.notify(job.id, current_review_id(job))
+    for _ in range(60):
+        world.clock.advance(120)
+        world.service.sweep()
+    overdue = world.service.health(INTERVAL_S)["notices"]["reviewer_notice_overdue"]
+    assert (overdue["job_id"], overdue["kind"]) == (job.id, "chat")
+
+
+def test_get_health_shows_each_mailbox_s_index_lag():
+    from tests.unit.test_lag_watch import run_tasks
+
+    world = make_world(index_lag_s=40.0)
+    api = open_api(world)
+    world.service.submit(world.request())
+    run_tasks(world, 2000)
+    status, body, _ = call(api.health, method="GET")
+    lag = body["index_lag"]["default"]
+    assert status == 200 and lag["search"]["count"] == 1 and lag["search"]["p99_s"] >= 40.0
+    assert (lag["window_s"], lag["configured_window_s"], lag["alert"]) == (300.0, 300.0, None)
+
+
+def test_the_console_health_page_shows_what_get_health_answers():
+    """Issue 20.4: GET /review/health (Jinja, as the other pages), linked from every page's nav."""
+    import flask
+
+    from safesend.entrypoints.console import ReviewConsole
+    from tests.unit.test_console import dev_auth
+    from tests.unit.test_lag_watch import run_tasks
+
+    world = make_world(index_lag_s=400.0)
+    world.service.submit(world.request())
+    run_tasks(world, 2000)
+    world.service.sweep()
+    health = world.service.health(world.service.sweep_interval_s)
+    lag = health["index_lag"]["default"]
+    app, auth = flask.Flask(__name__), dev_auth()
+    with app.test_request_context("/review/health", method="GET", environ_base={"REMOTE_ADDR": "127.0.0.1"}):
+        page, code, _ = ReviewConsole(lambda: world.service, lambda: auth).handle(flask.request)
+    assert code == 200 and "Health: " in page and health["status"] in page
+    assert f"{lag['search']['p50_s']} / {lag['search']['p99_s']} / {lag['search']['max_s']} s" in page
+    assert f"{lag['window_s']} s ({lag['configured_window_s']} s)" in page and "p99_over_half_window" in page
+    assert '<a href="/review/health">Health</a>' in page
+    with app.test_request_context("/review", method="GET", environ_base={"REMOTE_ADDR": "127.0.0.1"}):
+        index, code, _ = ReviewConsole(lambda: world.service, lambda: auth).handle(flask.request)
+    assert code == 200 and '<a href="/review/health">Health</a>' in index

@@ -31,7 +31,7 @@ RAW = b"Message-ID: <lazy-1@mail.example.com>\r\nFrom: a@example.com\r\nTo: b@ex
 # library, and the Cloud Tasks client; nor, for a job store read, gRPC and google-cloud-firestore
 # (the store speaks REST with the standard library) or google-auth's requests/cryptography stack.
 GMAIL_MODULES = ("googleapiclient", "httplib2", "google.cloud.tasks", "google.cloud.tasks_v2")
-NOT_AT_IMPORT = ("grpc", *GMAIL_MODULES)
+NOT_AT_IMPORT = ("grpc", "msal", *GMAIL_MODULES)
 NOT_FOR_A_STORE_READ = (
     "grpc",
     "google.cloud.firestore",
@@ -245,6 +245,27 @@ def test_importing_main_imports_no_google_client() -> None:
     no gRPC, no Cloud Tasks client. A module-level import of any of them costs every cold start."""
     seen = loaded_after("import main\nreport('main')", NOT_AT_IMPORT)
     assert seen == {"main": []}
+
+
+def test_a_graph_mailer_imports_msal_only_for_its_first_token() -> None:
+    """A Graph mailbox's adapter and its token source are built without MSAL (Gmail-only deployments
+    never load it); MSAL comes with the first token."""
+    seen = loaded_after(
+        """
+        from safesend.adapters.graph_auth import BoundedLoginHttp, GraphTokens, federated_credential
+        from safesend.adapters.graph_mailer import GraphMailer
+        tokens = GraphTokens("t", "c", federated_credential(lambda: "x.y.z"), BoundedLoginHttp(1.0))
+        GraphMailer("shop@example.com", tokens)
+        report('built')
+        try:
+            tokens.token(0.0)  # a deadline already passed: MSAL is built, no request is made
+        except Exception:
+            pass
+        report('token')
+        """,
+        ("msal",),
+    )
+    assert seen == {"built": [], "token": ["msal"]}
 
 
 def test_a_built_runtime_imports_no_gmail_client() -> None:

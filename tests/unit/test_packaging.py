@@ -161,6 +161,7 @@ def test_every_third_party_import_is_a_declared_requirement():
         "markupsafe": "markupsafe",
         "requests": "requests",
         "cryptography": "cryptography",
+        "msal": "msal",
         "psycopg": "psycopg",
         "psycopg_pool": "psycopg-pool",
     }

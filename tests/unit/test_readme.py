@@ -53,3 +53,24 @@ def test_where_things_live_maps_every_layer_folder_and_names_real_modules():
     assert {"core/policy.py", "usecases/send.py"} <= set(named)  # where a resend decision happens
     for path in named:
         assert (package / path).is_file(), path
+
+
+def test_the_guarantee_says_per_provider_what_holds_and_what_it_rests_on():
+    """Issue 22: both kinds of mailbox side by side, each assumption named, every proof a real test."""
+    text = README.read_text()
+    section = text[text.index("## What is guaranteed") : text.index("\n## ", text.index("## What is guaranteed") + 3)]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    assert rows and 'Gmail (`kind = "gmail"`)' in rows[0] and 'Microsoft 365 (`kind = "graph"`)' in rows[0]
+    labels = [row.split("|")[1].strip() for row in rows[2:]]
+    for needed in (
+        "assumption 1: our Message-ID is kept",
+        "assumption 2: the copy is saved",
+        "assumption 3: index lag",
+    ):
+        assert any(label.startswith(needed) for label in labels), needed
+    assert all(len(row.split("|")) == 5 for row in rows), "each row: what, Gmail, Microsoft 365"
+    proofs = next(row for row in rows if row.split("|")[1].strip() == "proven by")
+    tests = Path(__file__).resolve().parents[1]
+    for name in re.findall(r"`(test_\w+\.py)`", proofs):
+        assert list(tests.rglob(name)), f"{name} named as a proof does not exist"
+    assert "A pool that mixes both" in section

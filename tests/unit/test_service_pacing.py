@@ -24,6 +24,7 @@ from safesend.entrypoints.views import http_status_for, retry_after_s
 from safesend.usecases.senders import SenderMailboxes
 from tests.fakes import FakeMailbox, FakeMailer
 from tests.unit.conftest import TIMING, World, make_world
+from tests.unit.test_signals import events, lines  # noqa: F401 - the fixture
 
 RATE_429 = classify_http(429, "rateLimitExceeded", "User-rate limit exceeded")
 DAILY_429 = classify_http(
@@ -373,3 +374,18 @@ def test_a_job_searched_after_its_turn_is_sent_in_that_turn_not_requeued_behind_
     pool.run_queue()
     final = pool.world.store.get(job.id)
     assert final.state is State.SENT and [e["kind"] for e in final.events].count("queued") == 1
+
+
+def test_a_mailbox_incident_that_cannot_be_published_still_alerts_and_shows_on_health(lines):
+    """Never silent: the incident has no job and no outbox, so a failed publish is the alert
+    "reviewers are not being told" (reviewer_notice_overdue) and /health's record, not a lone log line."""
+    pool = PoolWorld(pool_config(per_minute=60_000, ids=("shop",)))
+    pool.mailers["shop"].script = [DAILY_429]
+    pool.world.publisher.fail_next = 1
+    job, _ = pool.service.submit(pool.world.request())
+    assert job.state is State.QUEUED and pool.world.publisher.items == []
+    told = events(lines, "reviewer_notice_overdue")
+    assert len(told) == 1 and told[0]["kind"] == "mailbox_exhausted" and told[0]["severity"] == "ERROR"
+    record = pool.world.store.read_op("reviewer_notice_overdue")
+    assert record is not None and record["kind"] == "mailbox_exhausted"
+    assert record["notice_id"] == told[0]["notice_id"] and record["notice_id"].startswith("shop:")

@@ -40,12 +40,15 @@ PINNED = {
     "job_needs_review": ("job_id", "state", "reason"),
     "duplicate_found": ("job_id", "reason", "copies"),
     "sweep_completed": ("due", "advanced", "overdue", "oldest_overdue_s", "oldest_review_s", "errors"),
-    "gmail_refused": ("job_id", "reason", "code", "status"),
+    "gmail_refused": ("job_id", "reason", "code", "status", "mailbox"),
     "store_unavailable": ("where", "error"),
     "index_missing": ("error",),
     "notify_delivery_failed": ("job_id", "kind", "notice_id", "status"),
     "callback_given_up": ("job_id", "kind", "notice_id", "error"),
     "reviewer_notice_overdue": ("job_id", "kind", "notice_id", "tries", "error"),
+    "index_lag_observed": ("mailbox", "kind", "lag_s", "beyond_horizon"),
+    "index_window_raised": ("mailbox", "window_s", "previous_s", "observed_s"),
+    "index_lag_beyond_horizon": ("mailbox", "lag_s", "horizon_s"),
 }
 
 
@@ -129,6 +132,7 @@ def test_gmail_refusals_are_signalled_by_reason(lines, failure, reason):
     world.service.submit(world.request())
     refused = one_line_with_fields(lines, "gmail_refused")
     assert refused["reason"] == reason and refused["status"] in (429, 403)
+    assert refused["mailbox"] == "default"  # the metric's mailbox label (issue 20.4)
 
 
 def test_the_sweep_signals_its_counts_and_the_oldest_overdue_and_review_ages(lines):

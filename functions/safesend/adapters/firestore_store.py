@@ -35,6 +35,8 @@ Document = dict[str, Any]  # Firestore's REST document: name, fields, createTime
 
 WRITE_ID_FIELD = "_write_id"
 OPS_SUFFIX = "_ops"  # <collection>_ops: the service's own records (the last sweep), not jobs
+LAG_SUFFIX = "_lag"  # <collection>_lag: one record per sender mailbox, its measured index lag
+MAX_LAG_RECORDS = 500  # mailboxes read by mailbox_lags (a pool has a few)
 MAX_WRITE_ATTEMPTS = 3  # and none started after the call's deadline; jittered backoff up to 0.1 s, then 0.2 s
 MAX_READ_ATTEMPTS = 5
 _BACKOFF_S = 0.1
@@ -173,6 +175,59 @@ class FirestoreJobStore:
         doc = self._reading(lambda timeout_s: self.client.get(self._collection + OPS_SUFFIX, "sweep", timeout_s))
         return decode_fields(doc.get("fields")) if doc is not None else None
 
+    def record_op(self, name: str, doc: Mapping[str, Any]) -> None:
+        """One unconditional write to `<collection>_ops/op-<name>`: last writer wins."""
+        path = self.client.document_name(self._collection + OPS_SUFFIX, f"op-{name}")
+        try:
+            self.client.commit([{"update": {"name": path, "fields": encode_fields(dict(doc))}}], self._timeout_s)
+        except (FirestoreApiError, FirestoreTransportError) as exc:
+            raise StoreUnavailableError(f"firestore: {name} record: {exc}") from exc
+
+    def read_op(self, name: str) -> dict[str, Any] | None:
+        ops = self._collection + OPS_SUFFIX
+        doc = self._reading(lambda timeout_s: self.client.get(ops, f"op-{name}", timeout_s))
+        return decode_fields(doc.get("fields")) if doc is not None else None
+
+    def read_mailbox_lag(self, mailbox: str) -> tuple[dict[str, Any] | None, Any]:
+        """The token is the document's update time (None: no document)."""
+        lags = self._collection + LAG_SUFFIX
+        doc = self._reading(lambda timeout_s: self.client.get(lags, _lag_id(mailbox), timeout_s))
+        if doc is None:
+            return None, None
+        record = decode_fields(doc.get("fields"))
+        record.pop("mailbox", None)
+        return record, str(doc["updateTime"])
+
+    def write_mailbox_lag(self, mailbox: str, record: Mapping[str, Any], token: Any) -> bool:
+        """One commit conditioned on the update time read (or on no document): a lost race is False.
+        An answer lost after the commit is StoreUnavailableError (the caller keeps nothing)."""
+        name = self.client.document_name(self._collection + LAG_SUFFIX, _lag_id(mailbox))
+        precondition = {"exists": False} if token is None else {"updateTime": token}
+        write = {
+            "update": {"name": name, "fields": encode_fields({**record, "mailbox": mailbox})},
+            "currentDocument": precondition,
+        }
+        try:
+            self.client.commit([write], self._timeout_s)
+        except FirestoreApiError as exc:
+            if exc.status in ("FAILED_PRECONDITION", "ALREADY_EXISTS", "NOT_FOUND"):
+                return False
+            raise StoreUnavailableError(f"firestore: lag record of {mailbox}: {exc}") from exc
+        except FirestoreTransportError as exc:
+            raise StoreUnavailableError(f"firestore: lag record of {mailbox}: {exc}") from exc
+        return True
+
+    def mailbox_lags(self) -> dict[str, dict[str, Any]]:
+        query = {"from": [{"collectionId": self._collection + LAG_SUFFIX}], "limit": MAX_LAG_RECORDS}
+        docs = self._reading(lambda timeout_s: self.client.run_query(query, timeout_s))
+        found: dict[str, dict[str, Any]] = {}
+        for doc in docs:
+            record = decode_fields(doc.get("fields"))
+            mailbox = record.pop("mailbox", None)
+            if isinstance(mailbox, str):
+                found[mailbox] = record
+        return found
+
     def _document(self, job: Job, write_id: str) -> Document:
         """The stored document: the job's fields plus the id of the write that put them there."""
         fields = encode_fields({**job.to_dict(), WRITE_ID_FIELD: write_id})
@@ -290,6 +345,11 @@ def _field(path: str, op: str, value: Any) -> dict[str, Any]:
 
 def _all_of(*filters: dict[str, Any]) -> dict[str, Any]:
     return {"compositeFilter": {"op": "AND", "filters": list(filters)}}
+
+
+def _lag_id(mailbox: str) -> str:
+    """A document id for any mailbox id (an address may hold characters ids may not)."""
+    return "m" + mailbox.encode("utf-8").hex()
 
 
 def _new_write_id() -> str:

@@ -145,6 +145,11 @@ class GmailMailer:
                 )
             return self._service
 
+    def warm(self) -> None:
+        """Build the discovery client now, from the bundled static document: the start-up's
+        warm-up (safesend/warmup.py) does it so that the first send does not."""
+        _ = self.service
+
     def _http(self, transport: OneShotHttp) -> Any:
         if self._credentials is None:
             return transport

@@ -84,6 +84,16 @@ class _Sql:
         "ON CONFLICT (name) DO UPDATE SET doc = EXCLUDED.doc, updated_at = EXCLUDED.updated_at"
     )
     read_ops = "SELECT doc::text FROM ops WHERE name = %(name)s"
+    read_lag = "SELECT doc::text, version FROM safesend_mailbox_lag WHERE mailbox = %(mailbox)s"
+    create_lag = (
+        "INSERT INTO safesend_mailbox_lag (mailbox, doc, version) VALUES (%(mailbox)s, %(doc)s::jsonb, 1) "
+        "ON CONFLICT (mailbox) DO NOTHING RETURNING version"
+    )
+    update_lag = (
+        "UPDATE safesend_mailbox_lag SET doc = %(doc)s::jsonb, version = version + 1, updated_at = now() "
+        "WHERE mailbox = %(mailbox)s AND version = %(version)s RETURNING version"
+    )
+    all_lags = "SELECT mailbox, doc::text FROM safesend_mailbox_lag ORDER BY mailbox LIMIT 500"
 
     _select = (
         "SELECT id, message_id, state, payload::text, attempts, claimed_at, provider_ref::text, "
@@ -399,6 +409,28 @@ class PostgresJobStore:
     def last_sweep(self) -> dict[str, Any] | None:
         rows = self._read(_Sql.read_ops, {"name": "sweep"})
         return dict(loads(rows[0][0])) if rows else None
+
+    def record_op(self, name: str, doc: Mapping[str, Any]) -> None:
+        """An upsert of the row `op:<name>` of the ops table (apart from `sweep`)."""
+        self._read(_Sql.record_ops, {"name": f"op:{name}", "doc": dumps(dict(doc))})
+
+    def read_op(self, name: str) -> dict[str, Any] | None:
+        rows = self._read(_Sql.read_ops, {"name": f"op:{name}"})
+        return dict(loads(rows[0][0])) if rows else None
+
+    def read_mailbox_lag(self, mailbox: str) -> tuple[dict[str, Any] | None, Any]:
+        """The token is the row's version (None: no row)."""
+        rows = self._read(_Sql.read_lag, {"mailbox": mailbox})
+        return (dict(loads(rows[0][0])), int(rows[0][1])) if rows else (None, None)
+
+    def write_mailbox_lag(self, mailbox: str, record: Mapping[str, Any], token: Any) -> bool:
+        """One conditional statement (insert if absent, else update at the version read). A retry after
+        a lost answer meets its own write and reports a lost race: the caller reads again."""
+        params = {"mailbox": mailbox, "doc": dumps(dict(record)), "version": token}
+        return bool(self._read(_Sql.create_lag if token is None else _Sql.update_lag, params))
+
+    def mailbox_lags(self) -> dict[str, dict[str, Any]]:
+        return {str(mailbox): dict(loads(doc)) for mailbox, doc in self._read(_Sql.all_lags, {})}
 
     # -- schema
 

@@ -142,8 +142,11 @@ class LazyMailer:
             return self._mailer
 
     def warm(self) -> None:
-        """Build now, off the request path (safesend/bootstrap/warmup.py); raises what the build raised."""
-        self._get()
+        """Build now, off the request path (safesend/bootstrap/warmup.py), the adapter's own client
+        included when it has a warm() (the Gmail discovery client); raises what the build raised."""
+        warm_adapter = getattr(self._get(), "warm", None)
+        if callable(warm_adapter):
+            warm_adapter()
 
     def _for_read(self) -> Mailer:
         try:
@@ -199,6 +202,11 @@ def build_mailbox_mailer(settings: Settings, mailbox: Mailbox) -> Mailer:
     """A configured mailbox's Gmail client, built on its first call (LazyMailer), once per instance:
     keyless delegation as its delegated user, or its own OAuth token read from Secret Manager; none
     against a local simulator (SAFESEND_GMAIL_API_ENDPOINT without credentials), as for the default."""
+
+    if mailbox.kind == "graph":  # a Microsoft 365 mailbox: adapters/graph_build.py
+        from ..adapters.graph_build import build_graph_mailer
+
+        return LazyMailer(lambda: build_graph_mailer(settings, mailbox))
 
     def build() -> Mailer:
         from ..adapters.gmail_auth import load_gmail_credentials

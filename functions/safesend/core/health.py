@@ -12,9 +12,16 @@ LATE_AFTER_SWEEPS = 3  # the dead man's switch: as the alert, late after 3 inter
 
 
 def health_view(
-    last_sweep: dict[str, Any] | None, oldest_review: Job | None, now: datetime, interval_s: float
+    last_sweep: dict[str, Any] | None,
+    oldest_review: Job | None,
+    now: datetime,
+    interval_s: float,
+    index_lag: dict[str, Any] | None = None,
+    notices: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`status` is "ok", or "sweep_late" when no sweep completed for 3 intervals (or ever)."""
+    """`status` is "ok", or "sweep_late" when no sweep completed for 3 intervals (or ever).
+    `index_lag`: per sender mailbox, its measured lags and effective window (lag_watch.lag_view);
+    `notices`: the last notice given up and the last reviewer notice overdue (notice_watch)."""
     sweep: dict[str, Any] | None = None
     late = True
     if last_sweep is not None:
@@ -38,4 +45,6 @@ def health_view(
         "overdue_jobs": None if last_sweep is None else last_sweep.get("overdue"),
         "oldest_overdue_s": None if last_sweep is None else last_sweep.get("oldest_overdue_s"),
         "oldest_review": review,
+        "index_lag": index_lag or {},
+        "notices": notices or {},
     }

@@ -39,6 +39,7 @@ from email.utils import parseaddr
 from typing import Any
 
 from .errors import ConfigurationError, RequestValidationError
+from .graph_mailbox import GRAPH_KEYS, GraphSettings, graph_settings, mailbox_kind
 
 MAX_RECIPIENTS_PER_MESSAGE = 100  # Gmail API, per message (Workspace Admin Help, sending limits)
 DEFAULT_SAFETY_SHARE = 0.95
@@ -82,7 +83,13 @@ PRESETS: dict[str, MailboxLimits] = {
     "trial": MailboxLimits(6000, 500, 10_000),
     "consumer": MailboxLimits(6000, 500, 500),
     "unlimited": MailboxLimits(),
+    # Exchange Online (service description, sending limits): 10,000 recipients per rolling day and 30
+    # messages per minute, as 30 sends' units (a read's units count too: a little under 30 sends then).
+    # No daily message count; 100 recipients per message is kept (Exchange allows 500).
+    "exchange_online": MailboxLimits(30 * 100, None, 10_000),
 }
+# A mailbox of this kind with no limits of its own gets these ([defaults] limits are Gmail's).
+KIND_DEFAULT_LIMITS = {"graph": "exchange_online"}
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,8 @@ class Mailbox:
     limits: MailboxLimits = field(default_factory=MailboxLimits)
     safety_share: float = DEFAULT_SAFETY_SHARE
     any_sender: bool = False
+    kind: str = "gmail"  # or "graph": a Microsoft 365 mailbox (graph_mailbox.py), with `graph` set
+    graph: GraphSettings | None = None
 
     def may_send_as(self, address: str) -> bool:
         """True if `address` (a bare address, any case) is this mailbox's or one of its aliases."""
@@ -272,18 +281,21 @@ def bare_address(text: str) -> str:
 
 
 _MAILBOX_KEYS = {"address", "delegated_user", "token_secret", "send_as", "limits", "safety_share", "user_id"}
+_GRAPH_MAILBOX_KEYS = (_MAILBOX_KEYS - {"delegated_user", "token_secret"}) | GRAPH_KEYS
 
 
 def _mailbox(name: str, values: Mapping[str, Any], defaults: Mapping[str, Any]) -> Mailbox:
     where = f"mailboxes.{name}"
     if not _MAILBOX_ID.match(name):
         raise ConfigurationError(f"{where}: an id is 1-40 of a-z, 0-9 and '-', starting with a letter")
-    _only(values, _MAILBOX_KEYS, where)
+    kind = mailbox_kind(values, where)
+    _only(values, _GRAPH_MAILBOX_KEYS if kind == "graph" else _MAILBOX_KEYS | {"kind"}, where)
     address = bare_address(str(values.get("address") or ""))
     if not address:
         raise ConfigurationError(f"{where}: address is required (an email address)")
     delegated, token = values.get("delegated_user"), values.get("token_secret")
-    if bool(delegated) == bool(token):
+    graph = graph_settings(values, where) if kind == "graph" else None
+    if graph is None and bool(delegated) == bool(token):
         raise ConfigurationError(f"{where}: set exactly one of delegated_user and token_secret")
     if delegated and not bare_address(str(delegated)):
         raise ConfigurationError(f"{where}: delegated_user must be an email address")
@@ -296,13 +308,24 @@ def _mailbox(name: str, values: Mapping[str, Any], defaults: Mapping[str, Any]) 
     return Mailbox(
         id=name,
         address=address,
-        user_id=str(values.get("user_id") or (bare_address(str(delegated)) if delegated else "me")),
+        user_id=str(
+            values.get("user_id")
+            or (bare_address(str(delegated)) if delegated else None)
+            or _default_user(kind, address)
+        ),
         delegated_user=bare_address(str(delegated)) if delegated else None,
         token_secret=str(token) if token else None,
         send_as=frozenset(bare_address(a) for a in aliases),
-        limits=_limits(values.get("limits", defaults.get("limits")), where),
+        limits=_limits(values.get("limits", KIND_DEFAULT_LIMITS.get(kind) or defaults.get("limits")), where),
         safety_share=float(share),
+        kind=kind,
+        graph=graph,
     )
+
+
+def _default_user(kind: str, address: str) -> str:
+    """Gmail's "me" (its own token), or the Graph user principal name: the mailbox's address."""
+    return address if kind == "graph" else "me"
 
 
 def _limits(spec: Any, where: str) -> MailboxLimits:

@@ -53,6 +53,24 @@ class JobStore(Protocol):
     def last_sweep(self) -> dict[str, Any] | None:
         """The record record_sweep kept, or None if no sweep completed yet."""
 
+    def record_op(self, name: str, doc: Mapping[str, Any]) -> None:
+        """Keep one small named record of the service's own (e.g. the last notice given up): last
+        writer wins. Raises StoreUnavailableError."""
+
+    def read_op(self, name: str) -> dict[str, Any] | None:
+        """The record record_op kept under `name`, or None."""
+
+    def read_mailbox_lag(self, mailbox: str) -> tuple[dict[str, Any] | None, Any]:
+        """A sender mailbox's index-lag record (index_lag.py) and a token for write_mailbox_lag;
+        (None, None) when it has none. Raises StoreUnavailableError."""
+
+    def write_mailbox_lag(self, mailbox: str, record: Mapping[str, Any], token: Any) -> bool:
+        """Store the record if it is unchanged since the read that gave `token` (None: only if it
+        has none). False: another writer came first (read again). Raises StoreUnavailableError."""
+
+    def mailbox_lags(self) -> dict[str, dict[str, Any]]:
+        """Every mailbox's index-lag record, by mailbox id (a few small records: /health reads them)."""
+
 
 class Mailer(Protocol):
     """The Gmail account we send from (or the local simulator)."""

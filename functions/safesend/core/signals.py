@@ -31,6 +31,9 @@ INDEX_MISSING = "index_missing"
 NOTIFY_DELIVERY_FAILED = "notify_delivery_failed"
 CALLBACK_GIVEN_UP = "callback_given_up"
 REVIEWER_NOTICE_OVERDUE = "reviewer_notice_overdue"
+INDEX_LAG_OBSERVED = "index_lag_observed"
+INDEX_WINDOW_RAISED = "index_window_raised"
+INDEX_LAG_BEYOND_HORIZON = "index_lag_beyond_horizon"
 
 SIGNALS: dict[str, Signal] = {
     s.event: s
@@ -42,7 +45,11 @@ SIGNALS: dict[str, Signal] = {
             ("due", "advanced", "overdue", "oldest_overdue_s", "oldest_review_s", "errors"),
             "a sweep ran to its end (the dead man's switch counts these)",
         ),
-        Signal(GMAIL_REFUSED, ("job_id", "reason", "code", "status"), "Gmail refused a send (rate, daily limit...)"),
+        Signal(
+            GMAIL_REFUSED,
+            ("job_id", "reason", "code", "status", "mailbox"),
+            "Gmail refused a send (rate, daily limit...), from this sender mailbox",
+        ),
         Signal(STORE_UNAVAILABLE, ("where", "error"), "the job store could not be reached"),
         Signal(INDEX_MISSING, ("error",), "a Firestore composite index is missing: no due job can be found"),
         Signal(NOTIFY_DELIVERY_FAILED, ("job_id", "kind", "notice_id", "status"), "a notice POST failed"),
@@ -51,6 +58,22 @@ SIGNALS: dict[str, Signal] = {
             REVIEWER_NOTICE_OVERDUE,
             ("job_id", "kind", "notice_id", "tries", "error"),
             "a reviewer notice still fails past the callback horizon",
+        ),
+        Signal(
+            INDEX_LAG_OBSERVED,
+            ("mailbox", "kind", "lag_s", "beyond_horizon"),
+            "a sampled send was found by the search (kind search) or in the change log (history) this long "
+            "after its accept",
+        ),
+        Signal(
+            INDEX_WINDOW_RAISED,
+            ("mailbox", "window_s", "previous_s", "observed_s"),
+            "a mailbox's index lag passed its unknown window: the window was raised (lag_watch.py)",
+        ),
+        Signal(
+            INDEX_LAG_BEYOND_HORIZON,
+            ("mailbox", "lag_s", "horizon_s"),
+            "a sampled send was still not found by the search at the verification horizon",
         ),
     )
 }

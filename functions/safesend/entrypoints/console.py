@@ -5,6 +5,7 @@ usable on a phone. One method per route, each taking a Flask request and returni
 (body, status, headers), like http_api.HttpApi:
 
     GET  /review                              open items, oldest first; ?channel=&reason= filter
+    GET  /review/health                       what GET /health answers: sweep, overdue, notices, index lag
     GET  /review/items/<job_id>               one item's evidence and the decision form
     POST /review/items/<job_id>/decision      a decision (form post), then 303 back to the item
     GET  /review/assets/console.css|.js|icon.svg   the page's only assets (no external ones)
@@ -169,6 +170,8 @@ class ReviewConsole:
             return self.asset(request)
         if path.rstrip("/") == f"{BASE}/mailboxes":
             return self.mailboxes(request)
+        if path.rstrip("/") == f"{BASE}/health":
+            return self.health(request)
         match = _DECISION.fullmatch(path)
         if match:
             return self.decision(request, match.group(1))
@@ -236,6 +239,26 @@ class ReviewConsole:
             log(logging.ERROR, "review console could not read the mailboxes", error=str(exc))
             return self._unavailable(reviewer)
         return self._page("mailboxes.html", "Sender mailboxes", reviewer, report=report)
+
+    # ------------------------------------------------------------------ GET /review/health
+    def health(self, request: Request) -> Response:
+        """What GET /health answers (the questions the alerts ask), for a person: the last sweep,
+        overdue jobs, the oldest review item, notices nobody heard, each mailbox's index lag."""
+        refused = self._only(request, ("GET", "HEAD"))
+        if refused:
+            return refused
+        _auth, reviewer, failure = self._identify(request)
+        if failure:
+            return failure
+        service = self._service()
+        if isinstance(service, tuple):
+            return service
+        try:
+            view = service.health(service.sweep_interval_s)
+        except StoreUnavailableError as exc:
+            log(logging.ERROR, "review console could not read the health", error=str(exc))
+            return self._unavailable(reviewer)
+        return self._page("health.html", "Health", reviewer, health=view)
 
     # ------------------------------------------------------------------ GET /review/items/<id>
     def item(self, request: Request, job_id: str) -> Response:
@@ -550,7 +573,17 @@ def _ago(value: datetime, now: datetime) -> str:
     return f"{int(seconds)} s ago"
 
 
-_TEMPLATES.globals.update(ago=_ago, paths={"base": BASE, "css": CSS_PATH, "js": JS_PATH, "icon": ICON_PATH})
+_TEMPLATES.globals.update(
+    ago=_ago,
+    paths={
+        "base": BASE,
+        "mailboxes": f"{BASE}/mailboxes",
+        "health": f"{BASE}/health",
+        "css": CSS_PATH,
+        "js": JS_PATH,
+        "icon": ICON_PATH,
+    },
+)
 
 
 def _recipients(job: Job) -> list[tuple[str, list[str]]]:

@@ -24,10 +24,12 @@ from ..core.errors import (
     StaleReviewError,
     StoreUnavailableError,
 )
+from ..core.index_lag import is_probe_step
 from ..core.keys import is_job_id, job_id_for
 from ..core.signals import INDEX_MISSING, STORE_UNAVAILABLE, SWEEP_COMPLETED, emit
 from ..core.validation import dedup_key_from_query, parse_send_request
 from ..logs import log, mask_emails, set_trace_from_headers
+from ..usecases.lag_watch import incident_text_from
 from .api_decisions import allowed_decider, parse_decision_request, recorded_reviewer
 from .request_body import detach_body, discard_rest, read_capped
 from .views import http_status_for, job_view, retry_after_s
@@ -275,8 +277,12 @@ class HttpApi:
                 "job_id must be a job id (32 hex digits)",
                 fields={"job_id": "32 lowercase hex digits"},
             )
+        step = body.get("step") if isinstance(body, dict) else None
         try:
-            job, action = runtime.service.advance(job_id)
+            if is_probe_step(step):  # an index-lag look (lag_watch.py), not a check of the job
+                job, action = None, runtime.service.lag.probe(job_id, str(step))
+            else:
+                job, action = runtime.service.advance(job_id)
         except (MailboxUnavailableError, StoreUnavailableError, PublishError) as exc:
             log(logging.WARNING, "reconcile deferred", job_id=job_id, error=str(exc))
             return _error(503, "try_again", "a dependency is unavailable; Cloud Tasks will retry")
@@ -312,7 +318,8 @@ class HttpApi:
         attributes = _push_attributes(body)
         if attributes.get("kind") == "mailbox_incident" and isinstance(attributes.get("incident"), str):
             try:
-                action = runtime.service.notify_incident(str(attributes.get("mailbox")), attributes["incident"])
+                text = incident_text_from(attributes, runtime.settings.verify_horizon_s)
+                action = runtime.service.notify_incident(str(attributes.get("mailbox")), attributes["incident"], text)
             except PublishError as exc:
                 log(logging.WARNING, "mailbox incident notice deferred", error=str(exc))
                 return _error(503, "try_again", "a reviewers' chat is unavailable; Pub/Sub will redeliver")

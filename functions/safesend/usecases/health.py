@@ -10,6 +10,7 @@ from ..core.health import health_view
 from ..core.model import Job
 from ..core.states import State
 from .jobs import MAX_PLACE_SCAN, JobRecords
+from .notice_watch import notices_view
 
 
 class HealthViews(JobRecords):
@@ -65,4 +66,6 @@ class HealthViews(JobRecords):
     def health(self, sweep_interval_s: float) -> dict[str, Any]:
         """/health: what the alerts ask, from the store. Raises StoreUnavailableError."""
         oldest = self.store.find_open_reviews(1)
-        return health_view(self.store.last_sweep(), oldest[0] if oldest else None, self.clock(), sweep_interval_s)
+        last, review = self.store.last_sweep(), oldest[0] if oldest else None
+        now = self.clock()
+        return health_view(last, review, now, sweep_interval_s, self.lag.report(), notices_view(self.store, now))

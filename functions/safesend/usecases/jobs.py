@@ -34,6 +34,7 @@ from ..core.signals import emit
 from ..core.states import State
 from ..logs import log
 from .history import CheckpointCache
+from .lag_watch import LagWatch
 from .senders import SenderMailboxes
 
 MAX_RECORD_TRIES = 8  # compare-and-set retries when recording an outcome we must not lose
@@ -90,6 +91,7 @@ class JobRecords:
         self.read_timeout_s = settings.read_timeout_s
         self.verify_message_id_every = settings.verify_message_id_every
         self.callback_horizon_s = settings.callback_horizon_s
+        self.sweep_interval_s = settings.sweep_interval_s  # /health's "late" (the console asks it too)
         self.reviewers: ReviewerTargets = settings.reviewer_targets()
         # The sender mailboxes (issue 24); unconfigured: today's one mailbox, `mailer`, unpaced.
         self.senders = senders or SenderMailboxes(
@@ -111,6 +113,7 @@ class JobRecords:
         self.sleep = sleep
         self.uniform = uniform
         self.new_owner = new_owner
+        self.lag = LagWatch(store, self.senders, scheduler, publisher, self.timing, clock, monotonic)
 
     def _mailer_of(self, job: Job) -> Mailer:
         return self.senders.mailer(self.senders.current(job))

@@ -22,19 +22,20 @@ from ..core.signals import emit
 from ..core.validation import parse_send_request
 from ..logs import log
 from .jobs import HOLD_MARGIN_S, MAX_NOTICES_PER_ADVANCE, MAX_RECORD_TRIES
+from .notice_watch import note
 from .send import SendJobs
 
 
 class ReviewerNotices(SendJobs):
     """The notify use case: deliver a job's notices, tell the reviewers of a review item."""
 
-    def notify_incident(self, mailbox_id: str, incident: str) -> str:
+    def notify_incident(self, mailbox_id: str, incident: str, text: str | None = None) -> str:
         """A mailbox incident's review item arrived from Pub/Sub: post it to the reviewers' chats, one
         message per incident (threaded by mailbox). PublishError when a post failed: Pub/Sub delivers
         the item again (at least once; a chat that already has it may see it twice)."""
         until = incident.rsplit(":", 1)[-1]
         when = datetime.fromtimestamp(int(until), UTC).isoformat() if until.isdigit() else "up to 24 h"
-        text = (
+        text = text or (
             f"safesend: mailbox {mailbox_id} reached Gmail's daily sending limit. Its jobs wait (queued) "
             f"until {when} or move to another mailbox of its pool; none is failed for it. See GET /mailboxes."
         )
@@ -140,6 +141,7 @@ class ReviewerNotices(SendJobs):
                 notice_id=notice["id"],
                 error=reason,
             )
+            note(self.store, signals.CALLBACK_GIVEN_UP, self.clock(), job_id=job.id, kind=notice.get("kind"))
         return stored
 
     def _log_unanswered(self, stored: Job, results: dict[str, Delivery]) -> None:
@@ -158,6 +160,7 @@ class ReviewerNotices(SendJobs):
                     notice_id=notice["id"],
                     error=notice.get("last_error"),
                 )
+                note(self.store, signals.CALLBACK_GIVEN_UP, self.clock(), job_id=stored.id, kind=notice.get("kind"))
             elif notice.get("overdue_at") is not None:
                 emit(
                     signals.REVIEWER_NOTICE_OVERDUE,
@@ -168,6 +171,9 @@ class ReviewerNotices(SendJobs):
                     notice_id=notice["id"],
                     tries=notice.get("tries"),
                     error=notice.get("last_error"),
+                )
+                note(
+                    self.store, signals.REVIEWER_NOTICE_OVERDUE, self.clock(), job_id=stored.id, kind=notice.get("kind")
                 )
 
     def notify(self, job_id: str, review_id: str) -> tuple[Job | None, str]:

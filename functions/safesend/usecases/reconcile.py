@@ -71,6 +71,7 @@ class Reconciler(ReviewerNotices):
 
     def _check_mailbox_and_act(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
         owner = self.new_owner()
+        policy = self.lag.policy_for(job, policy)  # the mailbox's effective unknown window (lag_watch)
         if lifecycle.uses_history(job, self.clock(), policy, self.timing):
             return self._check_history(job, policy)
         if job.state is State.RETRY_WAIT and job.maybe_landed == 0 and not job.known_copies:

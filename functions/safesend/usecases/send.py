@@ -31,6 +31,7 @@ from ..core.states import State
 from ..core.validation import SendRequest, message_from_payload
 from ..logs import log
 from .jobs import BUDGET_RETRY, MAX_RECORD_TRIES, JobRecords
+from .notice_watch import incident_untold
 
 
 class SendJobs(JobRecords):
@@ -226,7 +227,7 @@ class SendJobs(JobRecords):
         try:
             self.publisher.publish(item, {"kind": "mailbox_incident", "mailbox": mailbox.id, "incident": incident})
         except PublishError as exc:
-            log(logging.ERROR, "mailbox incident not published", mailbox=mailbox.id, error=str(exc))
+            incident_untold(self.store, self.clock(), "mailbox_exhausted", incident, str(exc))
 
     def _take_turn(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
         """A queued job's turn (its mailbox's paced queue, or the sweeper): send it now if the budget
@@ -264,6 +265,7 @@ class SendJobs(JobRecords):
                 "send attempt failed",
                 reason=refusal_reason(outcome.code, outcome.status),
                 job_id=job.id,
+                mailbox=self.senders.current(job).id,
                 attempt=job.attempts,
                 bucket=outcome.bucket.value,
                 code=outcome.code,
@@ -275,7 +277,8 @@ class SendJobs(JobRecords):
         """Persist what Gmail told us, in one write. A lost race is re-read and re-applied: the fact
         must survive. For an accepted send, the Message-ID Gmail stored is read first so it lands
         in the same write."""
-        stored_message_id = self._stored_message_id(job, outcome)
+        sampled = self._sampled(outcome)
+        stored_message_id = self._stored_message_id(job, outcome) if sampled else None
         slot = self._paced_refusal(job, outcome) if isinstance(outcome, Failure) else None
         current = job
         for _ in range(MAX_RECORD_TRIES):
@@ -304,6 +307,8 @@ class SendJobs(JobRecords):
                 )
                 return current
             self._log_recorded(stored, outcome, stored_message_id)
+            if sampled:
+                self.lag.start(stored)  # its index lag, measured off the request path (lag_watch)
             return stored
         log(logging.ERROR, "outcome not recorded after repeated conflicts", job_id=job.id)
         return current
@@ -335,17 +340,20 @@ class SendJobs(JobRecords):
                 copies=len(stored.known_copies),
             )
 
+    def _sampled(self, outcome: Accepted | Failure) -> bool:
+        """1 in N accepted sends (each instance's first): Message-ID read back, index lag measured."""
+        every = self.verify_message_id_every
+        return isinstance(outcome, Accepted) and every > 0 and next(self._accepted_sends) % every == 0
+
     def _stored_message_id(self, job: Job, outcome: Accepted | Failure) -> str | None:
-        """Read back what Gmail stored, for the first accepted send of this instance and then 1 in N.
+        """Read back what Gmail stored, for a sampled accepted send (_sampled).
 
         Every Message-ID has the same strictly valid shape, so a rewrite by Gmail would be
         systematic: sampling finds it without a second Gmail round trip on every send (bench/:
         the read-back doubled happy-path latency). Skipped when it could outlast our lease,
         because recording the outcome matters more than this check.
         """
-        if not isinstance(outcome, Accepted) or self.verify_message_id_every <= 0:
-            return None
-        if next(self._accepted_sends) % self.verify_message_id_every:
+        if not isinstance(outcome, Accepted):
             return None
         if job.lease_until is not None:
             left_s = (job.lease_until - self.clock()).total_seconds()

@@ -12,21 +12,29 @@ locals {
     trial                 = 6000
     consumer              = 6000
     unlimited             = null
+    exchange_online       = 3000 # Graph: 30 messages a minute, counted as 100 units each
   }
+  # A mailbox's preset: its own, else its kind's default (mailboxes.py's KIND_DEFAULT_LIMITS).
+  mailbox_presets = { for id, m in var.mailboxes : id => coalesce(m.limits, m.kind == "graph" ? "exchange_online" : "workspace") }
 
   # The document mailboxes.py parses, unset attributes left out (it refuses a null limit).
   mailboxes_document = {
     mailboxes = {
       for id, m in var.mailboxes : id => {
         for key, value in {
-          address        = m.address
-          delegated_user = m.delegated_user
-          token_secret   = m.token_secret
-          send_as        = m.send_as
-          safety_share   = m.safety_share
+          address            = m.address
+          kind               = m.kind == "gmail" ? null : m.kind
+          delegated_user     = m.delegated_user
+          token_secret       = m.token_secret
+          tenant_id          = m.tenant_id
+          client_id          = m.client_id
+          federated          = m.kind == "graph" ? coalesce(m.federated, false) : null
+          certificate_secret = m.certificate_secret
+          send_as            = m.send_as
+          safety_share       = m.safety_share
           limits = {
             for key, value in {
-              preset             = m.limits
+              preset             = local.mailbox_presets[id]
               units_per_minute   = m.units_per_minute
               messages_per_day   = m.messages_per_day
               recipients_per_day = m.recipients_per_day
@@ -46,7 +54,7 @@ locals {
     for id, m in var.mailboxes : id => {
       name = "${var.name_prefix}-mbx-${id}"
       units_per_minute = (m.units_per_minute != null ? m.units_per_minute
-      : local.mailbox_preset_units[m.limits])
+      : local.mailbox_preset_units[local.mailbox_presets[id]])
       safety_share              = m.safety_share
       max_concurrent_dispatches = m.max_concurrent_dispatches
     }
@@ -68,6 +76,10 @@ locals {
     for fn, email in local.gmail_accounts : [for id in keys(var.mailboxes) : { key = "${fn}/${id}", fn = fn, id = id, email = email }]
   ]) : pair.key => pair }
   mailbox_token_grants = { for key, pair in local.mailbox_grants : key => pair if contains(keys(local.mailbox_token_secrets), pair.id) }
+  # Graph mailboxes with a certificate (not federated): its secret, read by the same functions.
+  graph_certificate_secrets = { for id, m in var.mailboxes : id => m.certificate_secret if m.certificate_secret != null }
+  graph_certificate_grants  = { for key, pair in local.mailbox_grants : key => pair if contains(keys(local.graph_certificate_secrets), pair.id) }
+  graph_federated           = length([for m in values(var.mailboxes) : m if m.kind == "graph" && coalesce(m.federated, false)]) > 0
 }
 
 # One queue per mailbox: its dispatch rate is the mailbox's send budget, shared by every instance of
@@ -129,6 +141,32 @@ resource "google_secret_manager_secret_iam_member" "mailbox_token" {
 
   project   = var.project_id
   secret_id = google_secret_manager_secret.mailbox_token[each.value.id].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${each.value.email}"
+}
+
+# A Graph mailbox with a certificate (docs/graph-provider.md): the secret that must hold
+# {"private_key": PEM, "thumbprint": hex} (added with `gcloud secrets versions add`), readable by the
+# functions that send and on that secret only. A federated mailbox needs nothing here: the functions'
+# own Google ID token is the credential (output graph_federation_subjects).
+resource "google_secret_manager_secret" "graph_certificate" {
+  for_each = local.graph_certificate_secrets
+
+  project   = var.project_id
+  secret_id = each.value
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_secret_manager_secret_iam_member" "graph_certificate" {
+  for_each = local.graph_certificate_grants
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.graph_certificate[each.value.id].secret_id
   role      = "roles/secretmanager.secretAccessor"
   member    = "serviceAccount:${each.value.email}"
 }

@@ -160,9 +160,10 @@ resource "google_monitoring_alert_policy" "alert" {
     dynamic "condition_threshold" {
       for_each = each.value.type == "threshold" ? [1] : []
       content {
+        # per_unknown_window: the threshold is a share of the deployment's unknown window (index lag)
         filter          = local.chart_filters[each.key]
         comparison      = "COMPARISON_GT"
-        threshold_value = local.monitoring_thresholds[each.value.threshold] * each.value.scale
+        threshold_value = local.monitoring_thresholds[each.value.threshold] * (lookup(each.value, "per_unknown_window", false) ? var.unknown_window_seconds : each.value.scale)
         duration        = "0s"
         aggregations {
           alignment_period     = "300s"

@@ -134,6 +134,18 @@ output "gmail_delegation_client_ids" {
   } : {}) : {}
 }
 
+output "graph_federation_subjects" {
+  description = "Federated Graph mailboxes (kind = graph, federated = true): the subject of each federated identity credential to add to the mailboxes' Entra app registration (issuer https://accounts.google.com, audience api://AzureADTokenExchange), one per function that sends: its service account's unique ID (the sub of its Google ID token); empty without a federated Graph mailbox."
+  value = local.graph_federated ? merge({
+    send      = google_service_account.send.unique_id
+    reconcile = google_service_account.reconcile.unique_id
+    sweep     = google_service_account.sweep.unique_id
+    }, local.reviewers_enabled ? {
+    notify = google_service_account.notify[0].unique_id
+    review = google_service_account.review[0].unique_id
+  } : {}) : {}
+}
+
 output "api_keys_secret" {
   description = "Secret that must hold the callers' API key entries (key_id:sha256hex, comma-separated); null unless public_callers."
   value       = one(google_secret_manager_secret.api_keys[*].id)

@@ -540,13 +540,18 @@ variable "artifact_keep_count" {
 # ------------------------------------------------------ mailboxes and pools
 
 variable "mailboxes" {
-  description = "Sender mailboxes (issue 24), keyed by id (1-40 of a-z, 0-9, '-', starting with a letter; the id names its Cloud Tasks queue <name_prefix>-mbx-<id>). Each: address; exactly one of delegated_user (keyless domain-wide delegation, the same client IDs for every delegated mailbox) and token_secret (Secret Manager secret id of its own OAuth token, created here, value never in Terraform); send_as aliases; limits = a preset (workspace, workspace_legacy_rate, trial, consumer, unlimited) with optional explicit units_per_minute / messages_per_day / recipients_per_day over it; safety_share of the daily limits safesend uses (0.95); max_concurrent_dispatches of its queue (4). Rendered as SAFESEND_MAILBOXES_JSON (functions/safesend/core/mailboxes.py). Empty: today's single mailbox (gmail_user / gmail_delegated_user), no mailbox queues."
+  description = "Sender mailboxes (issue 24), keyed by id (1-40 of a-z, 0-9, '-', starting with a letter; the id names its Cloud Tasks queue <name_prefix>-mbx-<id>). Each: address; kind gmail (default) or graph (Microsoft 365 through Microsoft Graph, docs/graph-provider.md); a gmail mailbox: exactly one of delegated_user (keyless domain-wide delegation, the same client IDs for every delegated mailbox) and token_secret (Secret Manager secret id of its own OAuth token, created here, value never in Terraform); a graph mailbox: tenant_id and client_id of its Entra app registration and exactly one of federated = true (the functions' Google identity, no secret) and certificate_secret (Secret Manager secret id of {\"private_key\": PEM, \"thumbprint\": hex}, created here, value never in Terraform); send_as aliases; limits = a preset (workspace, workspace_legacy_rate, trial, consumer, unlimited, exchange_online; default workspace for gmail, exchange_online for graph) with optional explicit units_per_minute / messages_per_day / recipients_per_day over it; safety_share of the daily limits safesend uses (0.95); max_concurrent_dispatches of its queue (4). Rendered as SAFESEND_MAILBOXES_JSON (functions/safesend/core/mailboxes.py). Empty: today's single mailbox (gmail_user / gmail_delegated_user), no mailbox queues."
   type = map(object({
     address                   = string
+    kind                      = optional(string, "gmail")
     delegated_user            = optional(string)
     token_secret              = optional(string)
+    tenant_id                 = optional(string)
+    client_id                 = optional(string)
+    federated                 = optional(bool)
+    certificate_secret        = optional(string)
     send_as                   = optional(list(string), [])
-    limits                    = optional(string, "workspace")
+    limits                    = optional(string)
     units_per_minute          = optional(number)
     messages_per_day          = optional(number)
     recipients_per_day        = optional(number)
@@ -561,13 +566,30 @@ variable "mailboxes" {
   }
 
   validation {
-    condition     = alltrue([for m in values(var.mailboxes) : contains(["workspace", "workspace_legacy_rate", "trial", "consumer", "unlimited"], m.limits)])
-    error_message = "limits must be a preset: workspace, workspace_legacy_rate, trial, consumer or unlimited (explicit limits go in units_per_minute, messages_per_day, recipients_per_day)."
+    condition     = alltrue([for m in values(var.mailboxes) : m.limits == null || contains(["workspace", "workspace_legacy_rate", "trial", "consumer", "unlimited", "exchange_online"], coalesce(m.limits, "workspace"))])
+    error_message = "limits must be a preset: workspace, workspace_legacy_rate, trial, consumer, unlimited or exchange_online (explicit limits go in units_per_minute, messages_per_day, recipients_per_day)."
   }
 
   validation {
-    condition     = alltrue([for m in values(var.mailboxes) : (m.delegated_user == null) != (m.token_secret == null)])
-    error_message = "Each mailbox sets exactly one of delegated_user (keyless delegation) and token_secret (its own OAuth token)."
+    condition     = alltrue([for m in values(var.mailboxes) : contains(["gmail", "graph"], m.kind)])
+    error_message = "kind must be gmail or graph."
+  }
+
+  validation {
+    condition     = alltrue([for m in values(var.mailboxes) : m.kind != "gmail" || ((m.delegated_user == null) != (m.token_secret == null) && m.tenant_id == null && m.client_id == null && m.federated == null && m.certificate_secret == null)])
+    error_message = "Each gmail mailbox sets exactly one of delegated_user (keyless delegation) and token_secret (its own OAuth token), and no Graph setting (tenant_id, client_id, federated, certificate_secret)."
+  }
+
+  validation {
+    condition     = alltrue([for m in values(var.mailboxes) : m.kind != "graph" || (m.delegated_user == null && m.token_secret == null && (coalesce(m.federated, false) != (m.certificate_secret != null)))])
+    error_message = "Each graph mailbox sets exactly one of federated = true (the functions' Google identity, no secret) and certificate_secret, and no Gmail setting (delegated_user, token_secret)."
+  }
+
+  validation {
+    condition = alltrue([for m in values(var.mailboxes) : m.kind != "graph" || alltrue([
+      for value in [m.tenant_id, m.client_id] : can(regex("^[A-Za-z0-9][A-Za-z0-9.-]{0,99}$", value))
+    ])])
+    error_message = "A graph mailbox needs tenant_id and client_id, its Entra app registration's (GUIDs; a tenant may be its domain name)."
   }
 
   validation {
@@ -579,8 +601,10 @@ variable "mailboxes" {
   }
 
   validation {
-    condition     = alltrue([for m in values(var.mailboxes) : m.token_secret == null || can(regex("^[A-Za-z0-9_-]{1,255}$", m.token_secret))])
-    error_message = "token_secret must be a Secret Manager secret id (letters, digits, '_' and '-')."
+    condition = alltrue([for m in values(var.mailboxes) : alltrue([
+      for secret in [m.token_secret, m.certificate_secret] : secret == null || can(regex("^[A-Za-z0-9_-]{1,255}$", secret))
+    ])])
+    error_message = "token_secret and certificate_secret must be Secret Manager secret ids (letters, digits, '_' and '-')."
   }
 
   validation {

@@ -1,78 +1,30 @@
 # The prod environment as the README's deploy walk-through starts it: tests/infra runs
 #   terraform test -var-file=terraform.tfvars.example
-# so the example configuration is parsed, validated and planned by real Terraform against the
-# pinned providers' real schemas (tools/tf_schema_provider; mock_provider for the values).
+# so prod's module call and its example inputs are parsed, validated and planned by real Terraform
+# against the pinned providers' real schemas (tools/tf_schema_provider; mock_provider for the
+# values, the project number overridden). The module's own behaviour is tested beside it
+# (modules/safesend/tests); which settings each environment may set, by
+# tests/infra/test_env_settings.py.
 
-mock_provider "google" {
-  mock_data "google_project" {
-    defaults = {
-      number = "123456789012"
-    }
-  }
-}
+mock_provider "google" {}
 mock_provider "google-beta" {}
 mock_provider "archive" {}
 mock_provider "time" {}
 
-run "the_example_plans" {
+override_data {
+  target = module.safesend.data.google_project.this
+  values = { number = "210987654321" }
+}
+
+run "the_example_plans_with_the_default_region" {
   command = plan
 
   assert {
-    condition     = output.send_url == "https://safesend-send-123456789012.${var.region}.run.app"
-    error_message = "send_url is the deterministic run.app URL of the example's project and region."
+    condition     = output.safesend.send_url == "https://safesend-send-210987654321.us-central1.run.app"
+    error_message = "send_url is the deterministic run.app URL of the example's project, in us-central1."
   }
   assert {
-    condition     = output.review_url == null && output.postgres_instance == null
-    error_message = "The example starts without reviewers and with Firestore."
+    condition     = output.safesend.postgres_instance == null && output.safesend.review_url == null
+    error_message = "The example starts with Firestore and without reviewers."
   }
-}
-
-run "keyless_delegation_plans" {
-  command = plan
-
-  variables {
-    gmail_delegated_user = "support@example.com"
-  }
-
-  assert {
-    condition     = output.gmail_credentials_secret == null
-    error_message = "Keyless delegation needs no credentials secret."
-  }
-}
-
-run "a_delegated_user_with_a_space_is_refused" {
-  command = plan
-
-  variables {
-    gmail_delegated_user = "support team@example.com"
-  }
-
-  expect_failures = [var.gmail_delegated_user]
-}
-
-run "reviewers_and_postgres_plan" {
-  command = plan
-
-  variables {
-    reviewers_enabled      = true
-    review_iap_members     = ["group:mail-reviewers@example.com"]
-    review_allowed_domains = ["example.com"]
-    job_store              = "postgres"
-  }
-
-  assert {
-    condition     = output.review_url == "https://safesend-review-123456789012.${var.region}.run.app"
-    error_message = "reviewers_enabled: review_url is the console's run.app URL."
-  }
-}
-
-run "prod_keeps_cloud_sql_deletion_protection" {
-  command = plan
-
-  variables {
-    job_store                    = "postgres"
-    postgres_deletion_protection = false
-  }
-
-  expect_failures = [var.postgres_deletion_protection]
 }

@@ -28,7 +28,7 @@ run "on_by_default_every_alert_has_a_runbook" {
   }
 
   assert {
-    condition     = length(google_logging_metric.signal) == 11 && length(google_monitoring_alert_policy.alert) == 15
+    condition     = length(google_logging_metric.signal) == 14 && length(google_monitoring_alert_policy.alert) == 18
     error_message = "One log-based metric per signal and every alert of monitoring.json."
   }
   assert {
@@ -51,14 +51,19 @@ run "on_by_default_every_alert_has_a_runbook" {
     condition     = length(google_monitoring_dashboard.safesend) == 1
     error_message = "A dashboard."
   }
+  assert {
+    condition     = google_monitoring_alert_policy.alert["index_lag_high"].conditions[0].condition_threshold[0].threshold_value == 150
+    error_message = "The index-lag alert fires past half the unknown window (300 s by default)."
+  }
 }
 
 run "thresholds_and_sweep_interval_follow_the_environment" {
   command = plan
 
   variables {
-    sweep_schedule        = "*/2 * * * *"
-    monitoring_thresholds = { overdue_minutes = 10 }
+    sweep_schedule         = "*/2 * * * *"
+    monitoring_thresholds  = { overdue_minutes = 10 }
+    unknown_window_seconds = 60
   }
 
   assert {
@@ -72,6 +77,10 @@ run "thresholds_and_sweep_interval_follow_the_environment" {
   assert {
     condition     = google_monitoring_alert_policy.alert["oldest_review"].conditions[0].condition_threshold[0].threshold_value == 86400
     error_message = "Thresholds not overridden keep monitoring.json's defaults."
+  }
+  assert {
+    condition     = google_monitoring_alert_policy.alert["index_lag_high"].conditions[0].condition_threshold[0].threshold_value == 30
+    error_message = "The index-lag alert follows the environment's unknown window (half of it)."
   }
 }
 

@@ -1,0 +1,234 @@
+"""The Graph simulator must answer like Microsoft Graph where safesend relies on it (real sockets, no mocks)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from devstack.graph_sim import FEDERATED_AUDIENCE, GraphSimulator
+from devstack.relay import FaultRelay
+
+USER = "shop@contoso.example"
+TIMEOUT_S = 5.0
+
+
+@pytest.fixture
+def sim() -> Iterator[GraphSimulator]:
+    simulator = GraphSimulator().start()
+    try:
+        yield simulator
+    finally:
+        simulator.stop()
+
+
+def make_raw(message_id: str, to: str = "rcpt@example.com") -> bytes:
+    return (
+        f"From: {USER}\r\nTo: {to}\r\nSubject: hello\r\nMessage-ID: {message_id}\r\n"
+        "MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nbody\r\n"
+    ).encode()
+
+
+def send(base: str, raw: bytes, user: str = USER, timeout: float = TIMEOUT_S) -> requests.Response:
+    return requests.post(
+        f"{base}/v1.0/users/{user}/sendMail",
+        data=base64.b64encode(raw),
+        headers={"Content-Type": "text/plain"},
+        timeout=timeout,
+    )
+
+
+def search(base: str, message_id: str, user: str = USER) -> list[dict[str, Any]]:
+    answer = requests.get(
+        f"{base}/v1.0/users/{user}/mailFolders/SentItems/messages",
+        params={"$filter": f"internetMessageId eq '{message_id}'", "$select": "id,internetMessageId"},
+        timeout=TIMEOUT_S,
+    )
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["value"])
+
+
+def test_send_mail_answers_202_with_no_body_and_keeps_the_message_id(sim: GraphSimulator) -> None:
+    answer = send(sim.url, make_raw("<a1@safesend.test>"))
+    assert answer.status_code == 202
+    assert answer.content == b""
+    hits = search(sim.url, "<a1@safesend.test>")
+    assert [h["internetMessageId"] for h in hits] == ["<a1@safesend.test>"]
+    assert set(hits[0]) == {"id", "internetMessageId"}  # $select honoured
+    assert search(sim.url, "<other@safesend.test>") == []
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b"%%% not base64 %%%", "ErrorMimeContentInvalidBase64String"),
+        (b"", "ErrorMimeContentInvalidBase64String"),
+        (base64.b64encode(b"no header section at all"), "ErrorMimeContentInvalid"),
+    ],
+)
+def test_bad_base64_or_mime_is_400_and_nothing_is_sent(sim: GraphSimulator, body: bytes, code: str) -> None:
+    answer = requests.post(
+        f"{sim.url}/v1.0/users/{USER}/sendMail", data=body, headers={"Content-Type": "text/plain"}, timeout=TIMEOUT_S
+    )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == code
+    assert sim.effects() == []
+
+
+def test_sent_items_lag_hides_a_copy_until_it_is_old_enough(sim: GraphSimulator) -> None:
+    sim.configure(index_lag_s=30)
+    assert send(sim.url, make_raw("<lag@safesend.test>")).status_code == 202
+    assert search(sim.url, "<lag@safesend.test>") == []
+    assert len(sim.effects()) == 1  # accepted all the same
+    sim.advance_clock(31)
+    assert len(search(sim.url, "<lag@safesend.test>")) == 1
+
+
+def test_save_to_sent_items_off_accepts_without_a_copy_to_find(sim: GraphSimulator) -> None:
+    sim.configure(save_to_sent_items=False)
+    assert send(sim.url, make_raw("<nosave@safesend.test>")).status_code == 202
+    assert search(sim.url, "<nosave@safesend.test>") == []
+    assert [e["saved"] for e in sim.effects()] == [False]
+
+
+def delta(url: str, prefer: str | None = None, **params: str) -> requests.Response:
+    headers = {"Prefer": prefer} if prefer else {}
+    return requests.get(url, params=params or None, headers=headers, timeout=TIMEOUT_S)
+
+
+def test_delta_rounds_page_with_next_links_and_resume_from_the_delta_link(sim: GraphSimulator) -> None:
+    base = f"{sim.url}/v1.0/users/{USER}/mailFolders/SentItems/messages/delta"
+    for n in range(3):
+        send(sim.url, make_raw(f"<d{n}@safesend.test>"))
+    first = delta(base, "odata.maxpagesize=2", **{"$select": "internetMessageId"}).json()
+    assert len(first["value"]) == 2 and "@odata.nextLink" in first and "@odata.deltaLink" not in first
+    second = delta(first["@odata.nextLink"], "odata.maxpagesize=2").json()
+    assert [v["internetMessageId"] for v in second["value"]] == ["<d2@safesend.test>"]
+    link = second["@odata.deltaLink"]
+    assert delta(link).json()["value"] == []  # nothing new
+    send(sim.url, make_raw("<d3@safesend.test>"))
+    again = delta(link).json()
+    assert [v["internetMessageId"] for v in again["value"]] == ["<d3@safesend.test>"]
+
+
+def test_delta_filter_on_received_date_time_starts_a_round_at_a_moment(sim: GraphSimulator) -> None:
+    base = f"{sim.url}/v1.0/users/{USER}/mailFolders/SentItems/messages/delta"
+    send(sim.url, make_raw("<old@safesend.test>"))
+    sim.advance_clock(120)
+    moment = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(sim.now() - 1))
+    send(sim.url, make_raw("<new@safesend.test>"))
+    page = delta(base, **{"$filter": f"receivedDateTime ge {moment}", "$select": "internetMessageId"}).json()
+    assert [v["internetMessageId"] for v in page["value"]] == ["<new@safesend.test>"]
+    bad = delta(base, **{"$filter": "subject eq 'x'"})
+    assert bad.status_code == 400
+
+
+def test_an_expired_delta_token_is_410_sync_state_not_found(sim: GraphSimulator) -> None:
+    sim.configure(sync_state_ttl_s=60)
+    base = f"{sim.url}/v1.0/users/{USER}/mailFolders/SentItems/messages/delta"
+    link = delta(base).json()["@odata.deltaLink"]
+    sim.advance_clock(61)
+    expired = delta(link)
+    assert expired.status_code == 410
+    assert expired.json()["error"]["code"] == "SyncStateNotFound"
+    forged = delta(f"{base}?$deltatoken=never-issued")
+    assert forged.status_code == 410
+
+
+def test_messages_per_minute_throttle_is_429_with_retry_after_and_accepts_nothing(sim: GraphSimulator) -> None:
+    sim.configure(messages_per_minute=2)
+    assert [send(sim.url, make_raw(f"<t{n}@safesend.test>")).status_code for n in range(2)] == [202, 202]
+    refused = send(sim.url, make_raw("<t2@safesend.test>"))
+    assert refused.status_code == 429
+    assert int(refused.headers["Retry-After"]) > 0
+    assert len(sim.effects()) == 2
+    sim.advance_clock(61)
+    assert send(sim.url, make_raw("<t3@safesend.test>")).status_code == 202
+
+
+def test_recipients_per_day_throttle_counts_every_recipient(sim: GraphSimulator) -> None:
+    sim.configure(recipients_per_day=3)
+    assert send(sim.url, make_raw("<r1@safesend.test>", to="a@x.example, b@x.example")).status_code == 202
+    assert send(sim.url, make_raw("<r2@safesend.test>", to="c@x.example, d@x.example")).status_code == 429
+    sim.advance_clock(86_401)
+    assert send(sim.url, make_raw("<r3@safesend.test>", to="c@x.example, d@x.example")).status_code == 202
+
+
+def test_injected_503_with_retry_after_may_or_may_not_have_accepted(sim: GraphSimulator) -> None:
+    sim.inject_errors(503, retry_after_s=7)
+    sim.inject_errors(503, accept=True)
+    first = send(sim.url, make_raw("<i1@safesend.test>"))
+    assert (first.status_code, first.headers["Retry-After"]) == (503, "7")
+    assert sim.effects() == []
+    assert send(sim.url, make_raw("<i2@safesend.test>")).status_code == 503
+    assert [e["internetMessageId"] for e in sim.effects()] == ["<i2@safesend.test>"]
+
+
+def _jwt(header: dict[str, Any], claims: dict[str, Any]) -> str:
+    def part(obj: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+    return f"{part(header)}.{part(claims)}.c2lnbmF0dXJl"
+
+
+def test_token_endpoint_parses_federated_and_certificate_assertions(sim: GraphSimulator) -> None:
+    sim.configure(require_auth=True)
+    assert send(sim.url, make_raw("<auth@safesend.test>")).status_code == 401
+    url = f"{sim.url}/tenant-1/oauth2/v2.0/token"
+    form = {
+        "grant_type": "client_credentials",
+        "client_id": "app-1",
+        "scope": "https://graph.microsoft.com/.default",
+        "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+    }
+    exp = int(sim.now()) + 600
+    federated = _jwt(
+        {"alg": "RS256"}, {"iss": "https://accounts.google.com", "sub": "1234", "aud": FEDERATED_AUDIENCE, "exp": exp}
+    )
+    answer = requests.post(url, data={**form, "client_assertion": federated}, timeout=TIMEOUT_S)
+    assert answer.status_code == 200, answer.text
+    token = answer.json()["access_token"]
+    sent = requests.post(
+        f"{sim.url}/v1.0/users/{USER}/sendMail",
+        data=base64.b64encode(make_raw("<auth@safesend.test>")),
+        headers={"Content-Type": "text/plain", "Authorization": f"Bearer {token}"},
+        timeout=TIMEOUT_S,
+    )
+    assert sent.status_code == 202
+    no_thumbprint = _jwt({"alg": "RS256"}, {"iss": "app-1", "sub": "app-1", "aud": url, "exp": exp})
+    refused = requests.post(url, data={**form, "client_assertion": no_thumbprint}, timeout=TIMEOUT_S)
+    assert refused.status_code == 401 and refused.json()["error"] == "invalid_client"
+    expired = _jwt({"alg": "RS256", "x5t": "abc"}, {"iss": "app-1", "sub": "app-1", "aud": url, "exp": exp - 3600})
+    assert requests.post(url, data={**form, "client_assertion": expired}, timeout=TIMEOUT_S).status_code == 401
+    garbage = requests.post(url, data={**form, "client_assertion": "not.a-jwt"}, timeout=TIMEOUT_S)
+    assert garbage.status_code == 401
+    assert [a["claims"]["sub"] for a in sim.assertions()] == ["1234"]
+
+
+def test_control_endpoints_configure_and_move_the_clock(sim: GraphSimulator) -> None:
+    assert requests.post(f"{sim.url}/_sim/config", json={"index_lag_s": 5}, timeout=TIMEOUT_S).status_code == 200
+    send(sim.url, make_raw("<c@safesend.test>"))
+    assert search(sim.url, "<c@safesend.test>") == []
+    moved = requests.post(f"{sim.url}/_sim/clock", json={"advance_s": 6}, timeout=TIMEOUT_S).json()
+    assert moved["now"] >= sim.now() - 1
+    assert len(search(sim.url, "<c@safesend.test>")) == 1
+    bad = requests.post(f"{sim.url}/_sim/config", json={"no_such": 1}, timeout=TIMEOUT_S)
+    assert bad.status_code == 400
+
+
+def test_behind_the_fault_relay_a_dropped_202_still_sent_the_message(sim: GraphSimulator) -> None:
+    with FaultRelay(sim.url) as relay:
+        relay.set_mode("forward-then-drop-response", count=1, mailbox=USER)
+        with pytest.raises((requests.ConnectionError, requests.Timeout)):  # the 202 never comes back
+            send(relay.url.rstrip("/"), make_raw("<drop@safesend.test>"), timeout=1.0)
+        assert [e["internetMessageId"] for e in sim.effects()] == ["<drop@safesend.test>"]
+        assert len(search(relay.url.rstrip("/"), "<drop@safesend.test>")) == 1  # reads pass: mode is "send" only
+        relay.set_mode("fail-before-forward", count=1)
+        with pytest.raises(requests.ConnectionError):
+            send(relay.url.rstrip("/"), make_raw("<never@safesend.test>"))
+        assert len(sim.effects()) == 1
