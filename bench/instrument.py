@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +37,13 @@ GMAIL_CALLS = (  # simulator method -> label
     ("get_message", "get"),
     ("list_history", "history"),
     ("get_profile", "profile"),
+)
+GRAPH_CALLS = (  # GraphSimulator method -> label: what reached "Graph" (the token endpoint apart)
+    ("send_mail", "sendMail"),
+    ("list_sent", "search"),
+    ("get_message", "message"),
+    ("delta", "delta"),
+    ("issue_token", "token"),
 )
 # The REST method of a POST, from the end of its path (`.../documents:commit`).
 _POST_OPERATIONS = {
@@ -191,20 +198,34 @@ class CountingStore:
         self._note("find_notices_due")
         return self.inner.find_notices_due(now, limit)
 
+    # The change log's lag records (usecases/lag_watch.py): the service reads them on the reconcile path.
+    def read_mailbox_lag(self, mailbox: str) -> tuple[dict[str, Any] | None, Any]:
+        self._note("read_mailbox_lag")
+        return self.inner.read_mailbox_lag(mailbox)
+
+    def write_mailbox_lag(self, mailbox: str, record: Mapping[str, Any], token: Any) -> bool:
+        self._note("write_mailbox_lag")
+        return self.inner.write_mailbox_lag(mailbox, record, token)
+
+    def mailbox_lags(self) -> dict[str, dict[str, Any]]:
+        self._note("mailbox_lags")
+        return self.inner.mailbox_lags()
+
 
 class GmailCallCounter:
     """Counts the Gmail calls that reached a GmailSimulator (messages.send / list / get, history.list,
     getProfile) by wrapping its instance methods, until restore()."""
 
-    def __init__(self, sim: Any):
+    def __init__(self, sim: Any, calls: tuple[tuple[str, str], ...] = GMAIL_CALLS):
         self._sim = sim
-        self._lock = threading.Lock()
+        self._calls = calls  # the simulator's methods and their labels (GRAPH_CALLS for a GraphSimulator)
+        self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
-        for name, label in GMAIL_CALLS:
+        for name, label in calls:
             original = getattr(sim, name)
 
             def wrapper(*args: Any, _original: Any = original, _label: str = label, **kwargs: Any) -> Any:
-                with self._lock:
+                with self.lock:
                     self.counts[_label] += 1
                 return _original(*args, **kwargs)
 
@@ -212,11 +233,11 @@ class GmailCallCounter:
 
     def restore(self) -> None:
         """The simulator's own methods again (the wrappers are instance attributes over the class's)."""
-        for name, _ in GMAIL_CALLS:
+        for name, _ in self._calls:
             self._sim.__dict__.pop(name, None)
 
     def snapshot(self) -> Counter[str]:
-        with self._lock:
+        with self.lock:
             return Counter(self.counts)
 
 

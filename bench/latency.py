@@ -31,6 +31,7 @@ from devstack.emulators import ManagedProcess, free_port
 from safesend.core.mime import encode_raw
 
 from .common import REPO_ROOT, Budget, direct_gmail_client, progress, raw_for
+from .graph_column import GraphLatencySide, check_graph_effects, graph_ratios
 from .report import Bench, Row, fmt_s
 from .stackctl import STACK_THREADS, LocalStack, functions_process, send_body, wait_http
 
@@ -65,9 +66,12 @@ def _postgres_instance(stack: LocalStack, postgres: Any) -> tuple[ManagedProcess
 class _Callers:
     """The two sides of a latency sample, and what each call left behind for the checks."""
 
-    def __init__(self, stack: LocalStack, pg_url: str):
+    def __init__(self, stack: LocalStack, pg_url: str, graph: GraphLatencySide | None = None):
         assert stack.relay is not None
+        self.graph = graph  # the Graph column's simulator, app instance and direct sendMail
         self.stack_url, self.pg_url = stack.url, pg_url
+        assert stack.sim is not None
+        self.sim = stack.sim
         self.gmail, self.http = direct_gmail_client(stack.relay.url, 30)
         self.session = requests.Session()
         self.tag = uuid.uuid4().hex[:8]
@@ -81,6 +85,13 @@ class _Callers:
     def start(self, bench_key: str) -> None:
         self.bench_key = bench_key
         self.told[bench_key], self.safesend_ids[bench_key] = [], []
+        self.told[f"graph:{bench_key}"], self.safesend_ids[f"graph:{bench_key}"] = [], []
+
+    def set_latency(self, seconds: float, read_seconds: float | None = None) -> None:
+        """Both providers' simulators answer after the same latency."""
+        self.sim.set_latency(seconds, read_seconds)
+        if self.graph is not None:
+            self.graph.set_latency(seconds, read_seconds)
 
     def direct(self) -> float:
         raw, message_id = raw_for(f"bench-lat-direct:{self.tag}:{next(self.counter)}")
@@ -97,7 +108,21 @@ class _Callers:
     def safesend_pg(self) -> float:
         return self._post(self.pg_url, "bench-lat-pg")
 
-    def _post(self, url: str, prefix: str) -> float:
+    def direct_graph(self) -> float:
+        assert self.graph is not None
+        raw, message_id = raw_for(f"bench-lat-graph-direct:{self.tag}:{next(self.counter)}")
+        elapsed, accepted = self.graph.direct(raw)
+        if accepted:
+            self.told[f"graph:{self.bench_key}"].append(message_id)
+        else:
+            self.problems["direct sendMail not answered 202"] += 1
+        return elapsed
+
+    def safesend_graph(self) -> float:
+        assert self.graph is not None
+        return self._post(self.graph.url, "bench-lat-graph", ids_key=f"graph:{self.bench_key}")
+
+    def _post(self, url: str, prefix: str, ids_key: str = "") -> float:
         key = f"{prefix}:{self.tag}:{next(self.counter)}"
         if url == self.pg_url:
             self.pg_keys.append(key)
@@ -109,12 +134,14 @@ class _Callers:
         if response.status_code != 200 or view.get("state") != "sent" or view.get("replayed"):
             self.problems[f"/send answered {response.status_code} {view.get('state')}"] += 1
         if view.get("message_id"):
-            self.safesend_ids[self.bench_key].append(view["message_id"])
+            self.safesend_ids[ids_key or self.bench_key].append(view["message_id"])
         return elapsed
 
     def close(self) -> None:
         self.session.close()
         self.http.close()
+        if self.graph is not None:
+            self.graph.close()
 
 
 @dataclass
@@ -123,30 +150,55 @@ class _LatencyRows:
     full: Row
     reads0: Row | None
     on_pg: Row | None
+    graph_base: Row | None = None  # the Graph column: direct sendMail, its own baseline
+    on_graph: Row | None = None
 
 
-def run(stack: LocalStack, n: int, latencies: tuple[float, ...], budget_s: float, postgres: Any = None) -> list[Bench]:
-    """`postgres`: a running devstack.postgres.PostgresServer; None measures the Firestore stack only."""
+def run(
+    stack: LocalStack,
+    n: int,
+    latencies: tuple[float, ...],
+    budget_s: float,
+    postgres: Any = None,
+    graph: bool = True,
+) -> list[Bench]:
+    """`postgres`: a running devstack.postgres.PostgresServer; None measures the Firestore stack only.
+    `graph`: the Graph column too (a Microsoft 365 mailbox on the Graph simulator)."""
     sim = stack.sim
     assert sim is not None
     pg_proc, pg_url = _postgres_instance(stack, postgres) if postgres is not None else (None, "")
-    callers = _Callers(stack, pg_url)
     benches: list[Bench] = []
     budget = Budget(budget_s)
+    callers: _Callers | None = None
     try:
+        callers = _Callers(stack, pg_url, _graph_side(stack, graph))
         for latency in latencies:
             bench, rows = _measure(sim, callers, latency, n, budget, with_pg=pg_proc is not None)
             _judge(bench, rows, latency)
             benches.append(bench)
     finally:
         sim.set_latency(0.0)
-        callers.close()
+        if callers is not None:
+            callers.close()
         if pg_proc is not None:
             pg_proc.stop()
     _check_effects(benches, callers, sim, both_stores=pg_proc is not None)
+    if callers.graph is not None:
+        graph_effects = callers.graph.effects()
+        for bench in benches:
+            check_graph_effects(
+                bench, callers.told[f"graph:{bench.key}"], callers.safesend_ids[f"graph:{bench.key}"], graph_effects
+            )
     if postgres is not None and benches and callers.pg_keys:
         _check_postgres_rows(benches[-1], postgres, callers.pg_keys)
     return benches
+
+
+def _graph_side(stack: LocalStack, wanted: bool) -> GraphLatencySide | None:
+    if not wanted:
+        return None
+    progress("latency: starting the Graph column (Graph simulator, functions instance with a graph mailbox)")
+    return GraphLatencySide(stack)
 
 
 def _measure(
@@ -164,6 +216,9 @@ def _measure(
         reads0=bench.add(Row("  same, list/get at 0 ms", show_p95=True)) if latency >= 0.2 else None,
         on_pg=bench.add(Row("safesend /send, new job, PostgreSQL", show_p95=True)) if with_pg else None,
     )
+    if callers.graph is not None:
+        rows.graph_base = bench.add(Row("Graph: direct sendMail", show_p95=True))
+        rows.on_graph = bench.add(Row("Graph: safesend /send, new job", show_p95=True))
     sides: list[tuple[Row, Callable[[], float], float | None]] = [
         (rows.base, callers.direct, None),
         (rows.full, callers.safesend, None),
@@ -172,10 +227,16 @@ def _measure(
         sides.append((rows.reads0, callers.safesend, 0.0))
     if rows.on_pg is not None:
         sides.append((rows.on_pg, callers.safesend_pg, None))
+    if rows.graph_base is not None and rows.on_graph is not None:
+        sides += [(rows.graph_base, callers.direct_graph, None), (rows.on_graph, callers.safesend_graph, None)]
+    base_of = {id(r): rows.base for r, _, _ in sides[1:]}
+    if rows.graph_base is not None and rows.on_graph is not None:  # the Graph rows pair with a direct sendMail
+        base_of[id(rows.on_graph)] = rows.graph_base
+        del base_of[id(rows.graph_base)]
     progress(f"latency {ms} ms: {n} calls per variant")
     for _ in range(WARMUP):
         for _, fn, read in sides:
-            sim.set_latency(latency, read)
+            callers.set_latency(latency, read)
             fn()
     for i in range(n):
         if i >= 5 and budget.exhausted:
@@ -184,12 +245,15 @@ def _measure(
         k = i % len(sides)
         results: dict[int, float] = {}
         for row, fn, read in sides[k:] + sides[:k]:
-            sim.set_latency(latency, read)
+            callers.set_latency(latency, read)
             results[id(row)] = fn()
             row.samples.append(results[id(row)])
         for row, _, _ in sides[1:]:
-            row.pairs.append(results[id(row)] / results[id(rows.base)])
-    sim.set_latency(0.0)
+            if id(row) in base_of:
+                row.pairs.append(results[id(row)] / results[id(base_of[id(row)])])
+    callers.set_latency(0.0)
+    if rows.graph_base is not None and rows.on_graph is not None:
+        graph_ratios(rows.graph_base, rows.on_graph)
     bench.finish(p95=True)
     return bench, rows
 
@@ -198,7 +262,7 @@ def _judge(bench: Bench, rows: _LatencyRows, latency: float) -> None:
     """Targets (at 300 ms), checks, and the notes and findings that explain a miss."""
     base, full, on_pg = rows.base, rows.full, rows.on_pg
     if latency >= 0.2:
-        for row in (full, on_pg) if on_pg is not None else (full,):
+        for row in [r for r in (full, on_pg, rows.on_graph) if r is not None]:
             row.target = f"p50 <= x{TARGET_300:.2f}"
             row.verdict = "ok" if row.ratio is not None and row.ratio <= TARGET_300 else "MISS"
     base.check = "stock httplib2 keep-alive, via the relay"

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devstack.gmail_sim import GmailSimulator
+from devstack.graph_sim import GraphSimulator
 from devstack.relay import FaultRelay
 from safesend.adapters.firestore_rest import FirestoreRestClient
 from safesend.adapters.firestore_store import FirestoreJobStore
@@ -55,7 +56,9 @@ from safesend.usecases.service import SafeSendService
 from tests.fakes import FakeClock
 
 from .common import DOMAIN, SENDER, Budget, progress
+from .graph_column import GRAPH_BENCH_WHAT, count_checkpoint_apart, graph_mailer, graph_rows
 from .instrument import (
+    GRAPH_CALLS,
     CountingPublisher,
     CountingStore,
     GmailCallCounter,
@@ -112,6 +115,17 @@ def _compact(sequence: list[str]) -> str:
 
 
 @dataclass
+class _Driver:
+    """What every counted path uses: the relay (faults), the fake clock, the simulator and its counter."""
+
+    relay: FaultRelay
+    clock: FakeClock
+    sim: GmailSimulator | GraphSimulator
+    gmail_counter: GmailCallCounter
+    effect_key: str = "message_id"  # the simulator's name for an accepted message's Message-ID
+
+
+@dataclass
 class _Variant:
     """One job store under the same service, mailer, simulator and fake clock."""
 
@@ -124,6 +138,7 @@ class _Variant:
     summary: Callable[[Counter[str]], dict[str, int]]
     prefix: str
     publisher: CountingPublisher = field(default_factory=CountingPublisher)
+    driver: _Driver | None = None  # its own mailer's simulator, relay and counter (the Graph column)
 
 
 def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Bench]:
@@ -142,6 +157,7 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
         "3. Gmail units / job",
         "per job: send 100, list 5, get 5, history.list 2, counted at the simulator",
     )
+    graph_bench = Bench("graph_calls", "3g. Graph calls / job", GRAPH_BENCH_WHAT)
     clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
     sim = GmailSimulator(index_lag_s=GMAIL_INDEX_LAG_S, clock=lambda: clock().timestamp()).start()
     relay = None
@@ -154,14 +170,17 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
         variants = [_firestore_variant(tag, service_on, closers)]
         if postgres is not None:
             variants.append(_postgres_variant(postgres, tag, service_on, closers))
+        variants.append(_graph_variant(tag, clock, closers))
+        driver = _Driver(relay, clock, sim, gmail_counter)
         for variant in variants:  # warm-up, not counted: channels, discovery document, and on PostgreSQL
             # the schema check and every statement prepared once on its one pooled connection
             for p_index, path in enumerate(PATHS):
-                _one(variant, path, f"{variant.prefix}-warmup:{p_index}", relay, clock)
-        driver = _Driver(relay, clock, sim, gmail_counter)
+                _one(variant, path, f"{variant.prefix}-warmup:{p_index}", (variant.driver or driver).relay, clock)
         results, problems = _measure(driver, variants, runs, Budget(budget_s), store_bench)
         _firestore_rows(store_bench, quota_bench, results["firestore"])
         store_bench.failures += problems["firestore"][:5]
+        graph_rows(graph_bench, results["graph"], results["firestore"])
+        graph_bench.failures += problems["graph"][:5]
         if postgres is not None:
             _postgres_rows(pg_bench, results["postgres"], results["firestore"])
             pg_bench.failures += problems["postgres"][:5]
@@ -171,16 +190,17 @@ def run(stack: Any, runs: int, budget_s: float, postgres: Any = None) -> list[Be
         sim.stop()
         for close in closers:
             close()
-    return [store_bench, *([pg_bench] if postgres is not None else []), quota_bench]
+    return [store_bench, *([pg_bench] if postgres is not None else []), quota_bench, graph_bench]
 
 
-def _service_factory(gmail_url: str, clock: FakeClock) -> Callable[..., SafeSendService]:
+def _service_factory(gmail_url: str, clock: FakeClock, mailer: Any = None) -> Callable[..., SafeSendService]:
     """service_on(store, publisher, history): a SafeSendService on the production channel policies
     and timings, the fake clock, and one GmailMailer (through the relay) shared by every service;
     `history` False turns the change log off (SAFESEND_HISTORY_CHECK_S=0). The checkpoint is read
     synchronously when stale (deterministic counts), never in a background thread."""
     policies = ChannelPolicies.load(DEFAULT_CHANNELS_FILE)
-    mailer = GmailMailer(api_endpoint=gmail_url, send_timeout_s=1.0, read_timeout_s=10.0)
+    if mailer is None:  # `mailer`: another provider's (the Graph column), with the same timeouts
+        mailer = GmailMailer(api_endpoint=gmail_url, send_timeout_s=1.0, read_timeout_s=10.0)
 
     def service_on(store: Any, publisher: CountingPublisher, history: bool) -> SafeSendService:
         change_log_off: dict[str, Any] = {} if history else {"history_check_s": 0.0}
@@ -208,16 +228,6 @@ def _service_factory(gmail_url: str, clock: FakeClock) -> Callable[..., SafeSend
     return service_on
 
 
-@dataclass
-class _Driver:
-    """What every counted path uses: the relay (faults), the fake clock, the simulator and its counter."""
-
-    relay: FaultRelay
-    clock: FakeClock
-    sim: GmailSimulator
-    gmail_counter: GmailCallCounter
-
-
 def _measure(
     driver: _Driver, variants: list[_Variant], runs: int, budget: Budget, store_bench: Bench
 ) -> tuple[dict[str, dict[str, list[dict[str, Any]]]], dict[str, list[str]]]:
@@ -231,7 +241,7 @@ def _measure(
             break
         for variant in variants[r % len(variants) :] + variants[: r % len(variants)]:
             for p_index, path in enumerate(PATHS):
-                record, wrong = _counted(driver, variant, path, f"{variant.prefix}:{p_index}:{r}")
+                record, wrong = _counted(variant.driver or driver, variant, path, f"{variant.prefix}:{p_index}:{r}")
                 results[variant.kind][path.name].append(record)
                 if wrong:
                     problems[variant.kind].append(f"{variant.kind}, {path.name} run {r + 1}: {wrong}")
@@ -251,7 +261,7 @@ def _counted(driver: _Driver, variant: _Variant, path: _Path, key: str) -> tuple
     job, replayed = _one(variant, path, key, driver.relay, driver.clock, counted=start_counting)
     wire = variant.summary(variant.snapshot() - base["wire"])
     gmail = driver.gmail_counter.snapshot() - base["gmail"]
-    effects = sum(1 for e in driver.sim.effects() if e["message_id"] == job.message_id)
+    effects = sum(1 for e in driver.sim.effects() if e[driver.effect_key] == job.message_id)
     record = {
         "wire": wire,
         "gmail": dict(gmail),
@@ -272,9 +282,9 @@ def _job_units(gmail: Counter[str]) -> int:
 
 
 def _firestore_variant(
-    tag: str, service_on: Callable[..., SafeSendService], closers: list[Callable[[], Any]]
+    tag: str, service_on: Callable[..., SafeSendService], closers: list[Callable[[], Any]], kind: str = "firestore"
 ) -> _Variant:
-    collection = f"bench_paths_{tag}"
+    collection = f"bench_paths_{tag}" if kind == "firestore" else f"bench_paths_{kind}_{tag}"
     counted_client = FirestoreRestClient(PROJECT)  # the emulator in FIRESTORE_EMULATOR_HOST (stackctl.firestore_env)
     observer_client = FirestoreRestClient(PROJECT)
     closers += [counted_client.close, observer_client.close]
@@ -282,7 +292,7 @@ def _firestore_variant(
     store = CountingStore(FirestoreJobStore(PROJECT, collection=collection, client=counted_client))
     publisher = CountingPublisher()
     return _Variant(
-        "firestore",
+        kind,
         service_on(store, publisher, True),
         service_on(store, publisher, False),
         store,
@@ -292,6 +302,21 @@ def _firestore_variant(
         f"bench-paths:{collection}",
         publisher,
     )
+
+
+def _graph_variant(tag: str, clock: FakeClock, closers: list[Callable[[], Any]]) -> _Variant:
+    """The same paths with a Microsoft 365 mailbox: GraphMailer -> a relay -> a Graph simulator of its
+    own on the same fake clock, Sent Items lagging as Gmail's index does; the job store is Firestore's
+    (a collection of its own), so only the mailer differs from the Gmail rows."""
+    sim = GraphSimulator(index_lag_s=GMAIL_INDEX_LAG_S, clock=lambda: clock().timestamp()).start()
+    relay = FaultRelay(sim.url).start()
+    closers += [relay.stop, sim.stop]
+    mailer = graph_mailer(relay.url, clock)
+    counter = GmailCallCounter(sim, GRAPH_CALLS)
+    count_checkpoint_apart(mailer, counter)  # before the services take the checkpoint reader
+    variant = _firestore_variant(tag, _service_factory(relay.url, clock, mailer), closers, kind="graph")
+    variant.driver = _Driver(relay, clock, sim, counter, effect_key="internetMessageId")
+    return variant
 
 
 def _postgres_variant(

@@ -51,6 +51,7 @@ from devstack.gmail_sim import (
     LOOPBACK,
     MAX_CLOCK_ADVANCE_S,
     MAX_INDEX_LAG_S,
+    MAX_LATENCY_S,
     SimError,
     _header_value,
     _parse,
@@ -171,6 +172,8 @@ class GraphSimulator:
         self._assertions: list[dict[str, Any]] = []  # parsed assertions the token endpoint accepted
         self._effects: list[dict[str, Any]] = []
         self._errors: list[tuple[int, int | None, bool]] = []  # (status, retry_after_s, accept first)
+        self._latency_s = 0.0  # held before answering sendMail (set_latency)
+        self._read_latency_s: float | None = None  # held before answering a read; None: _latency_s
         self._server: _SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -229,8 +232,23 @@ class GraphSimulator:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    def set_latency(self, seconds: float, read_seconds: float | None = None) -> None:
+        """Model Graph's response time, as GmailSimulator.set_latency does: sendMail's 202 waits ``seconds``
+        (the message is already accepted), reads (Sent Items, a message, delta) ``read_seconds``, or
+        ``seconds`` when it is None. The token endpoint and /_sim/* controls never wait."""
+        values = [float(seconds)] + ([] if read_seconds is None else [float(read_seconds)])
+        if any(not 0.0 <= value <= MAX_LATENCY_S for value in values):
+            raise ValueError(f"latency must be within [0, {MAX_LATENCY_S}] seconds")
+        with self._lock:
+            self._latency_s = values[0]
+            self._read_latency_s = None if read_seconds is None else values[1]
+
     def pause(self, kind: str) -> None:
-        """No latency model (the Gmail handler's hook)."""
+        """Hold an answer for the configured latency ("send" or "read"); stop() cuts it short."""
+        with self._lock:
+            delay = self._latency_s if kind == "send" or self._read_latency_s is None else self._read_latency_s
+        if delay > 0:
+            self._stopping.wait(delay)
 
     # ---------------------------------------------------------------- controls
     def now(self) -> float:
@@ -649,6 +667,7 @@ class _GraphHandler(_SimHandler):
     def _dispatch(self, method: str) -> None:
         sim: GraphSimulator = self.server.sim  # type: ignore[assignment]
         retry_after: int | None = None
+        self.latency_kind: str | None = None  # set by _graph_route for Graph API calls only
         try:
             body = self._read_body()
             status, obj = self._graph_route(sim, method, body)
@@ -658,6 +677,8 @@ class _GraphHandler(_SimHandler):
             status, obj = err.code, graph_error_body("BadRequest", str(err))
         except Exception as exc:  # noqa: BLE001 - a simulator bug must still answer like a server
             status, obj = 500, graph_error_body("ErrorInternalServerError", f"simulator error: {exc!r}")
+        if self.latency_kind is not None:
+            sim.pause(self.latency_kind)
         try:
             data = b"" if obj is None else json.dumps(obj).encode("utf-8")
             self.send_response(status)
@@ -693,8 +714,11 @@ class _GraphHandler(_SimHandler):
         sim.check_token(self.headers.get("Authorization"))
         user, rest = match["user"], match["rest"]
         if rest == "sendMail" and method == "POST":
+            self.latency_kind = "send"  # accepted now; the answer waits (_dispatch)
             sim.send_mail(user, self.headers.get("Content-Type") or "", body)
             return 202, None
+        if method == "GET":
+            self.latency_kind = "read"
         if method == "GET" and rest in _SENT_ITEMS:
             return 200, sim.list_sent(user, params, _wants_immutable_ids(self.headers.get("Prefer")))
         if method == "GET" and rest in tuple(f"{p}/delta" for p in _SENT_ITEMS):

@@ -5,8 +5,9 @@
 #   bash scripts/bootstrap.sh --for run     only what scripts/run-local.sh runs: .venv with the
 #                                           deployed runtime's lock (functions/requirements-postgres.txt,
 #                                           not the test tools), .venv-tasks, java and the emulators
-#                                           (no infra tools, Terraform, chromium or PostgreSQL
-#                                           server; n8n is never installed here)
+#                                           (no infra tools, Terraform or chromium; the PostgreSQL
+#                                           server only with SAFESEND_STORE=postgres; n8n is never
+#                                           installed here)
 #   bash scripts/bootstrap.sh --for fast    only .venv: lint and the unit tests (scripts/test.sh --fast)
 #   bash scripts/bootstrap.sh --for X --list   print the parts X installs, one a line, and do nothing
 #
@@ -66,7 +67,11 @@ while (($#)); do
 done
 case "$PURPOSE" in
     fast) PARTS=(venv) ;;
-    run) PARTS=(venv tasks emulators) ;;
+    run)
+        PARTS=(venv tasks emulators)
+        # devstack starts a throwaway PostgreSQL server (devstack/postgres.py) only for this store.
+        [[ "${SAFESEND_STORE:-firestore}" == postgres ]] && PARTS+=(postgres)
+        ;;
     test) PARTS=(venv tasks infra tfplugin emulators chromium postgres) ;;
     *) die "--for takes run, test or fast, not '$PURPOSE'" ;;
 esac
@@ -205,9 +210,12 @@ part_infra() {
     # are exactly what they produce): downloaded once into .venv-infra/schema-wheels.
     wheel_dir="$INFRA_VENV/schema-wheels"
     mkdir -p "$wheel_dir"
-    for requirement in $("$INFRA_VENV/bin/python" -c "
-    import sys; sys.path.insert(0, 'infra/schema'); import regenerate
-    print(' '.join(r for r, _, _ in regenerate.WHEELS))"); do
+    # The Python code stays at column 0: an indented `python -c` line is an IndentationError, and a
+    # failing command substitution in `for ... in` would silently download nothing.
+    wheels="$("$INFRA_VENV/bin/python" -c "
+import sys; sys.path.insert(0, 'infra/schema'); import regenerate
+print(' '.join(r for r, _, _ in regenerate.WHEELS))")" || die "infra/schema/regenerate.py lists no wheels"
+    for requirement in $wheels; do
         name="${requirement%%==*}"; version="${requirement##*==}"
         if ! compgen -G "$wheel_dir/${name//-/_}-$version-*.whl" >/dev/null; then
             log "downloading $requirement into .venv-infra/schema-wheels"

@@ -7,5 +7,5 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"
-bash scripts/bootstrap.sh --for run  # only what it runs: no infra tools, browser or PostgreSQL server
+bash scripts/bootstrap.sh --for run  # only what it runs: no infra tools, Terraform or browser
 exec .venv/bin/python -m devstack.stack "$@"

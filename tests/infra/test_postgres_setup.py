@@ -125,6 +125,7 @@ def test_the_setup_sql_lets_every_function_run_and_migrate_the_store_as_the_owne
             "ai_jobs": "safesend_owner",
             "safesend_mailbox_budgets": "safesend_owner",
             "ops": "safesend_owner",  # the last sweep's record (issue 20)
+            "safesend_mailbox_lag": "safesend_owner",  # index lag per mailbox (issue 20.3)
             "safesend_schema_migrations": "safesend_owner",
         }
         stores["sweep"].record_sweep({"at": NOW, "due": 0})

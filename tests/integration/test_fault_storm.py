@@ -78,7 +78,11 @@ WEBHOOK_TIMEOUT_S = 15.0  # per try; the service's request budget is 8 s (StackC
 SWEEP_INTERVAL_S = 1.0  # Cloud Scheduler stand-in
 TRAFFIC_TAIL_S = 90.0  # webhooks still running this long after the last one started: give up waiting
 MAX_PLANNED_FREEZE_S = 3.0  # each emulator freeze lasts 2-3 s
-SETTLE_TIMEOUT_S = 90.0
+SETTLE_TIMEOUT_S = 90.0  # a job that has not settled although nothing settled for this long is lost
+# A paced pool drains at its admitted rate, which refusals halve (AIMD): under a slow machine 100 jobs
+# take longer than 90 s to send (CI stop 27: the budget's minute window then 1 send a second). The
+# wait goes on while jobs keep settling, never past this cap: progress, not a stopwatch, is the test.
+SETTLE_CAP_S = 300.0
 REVIEW_PULL_TIMEOUT_S = 30.0
 RATE_LIMIT_MARKERS = ("http_429", "rateLimitExceeded", "userRateLimitExceeded")
 
@@ -471,12 +475,17 @@ class Storm:
 
     def _settle(self) -> None:
         pending = [j.job_id for j in self.jobs]
-        deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        for _ in range(int(SETTLE_TIMEOUT_S) * 2):
+        started = time.monotonic()
+        deadline = started + SETTLE_TIMEOUT_S
+        for _ in range(int(SETTLE_CAP_S) * 2):
             views = self._fetch_views(pending)
             self.views.update(views)
-            pending = [jid for jid, view in views.items() if not is_settled(view, self.phase)]
-            if not pending or time.monotonic() > deadline:
+            still = [jid for jid, view in views.items() if not is_settled(view, self.phase)]
+            now = time.monotonic()
+            if len(still) < len(pending):  # progress: the stall clock starts again
+                deadline = min(now + SETTLE_TIMEOUT_S, started + SETTLE_CAP_S)
+            pending = still
+            if not pending or now > deadline:
                 break
             time.sleep(1.0)
         self.unsettled_at_timeout = pending
@@ -576,10 +585,17 @@ class Storm:
             decided = last_decision(view)
             by_person = state == "sent" and decided is not None and decided.get("result") in PERSON_RESULTS
             if job.job_id in self.unsettled_at_timeout:
-                failures[f"lost: not settled after {SETTLE_TIMEOUT_S:.0f}s"].append(job.job_id)
+                failures[
+                    f"lost: not settled ({SETTLE_TIMEOUT_S:.0f}s without progress, or {SETTLE_CAP_S:.0f}s)"
+                ].append(job.job_id)
             if state == "sent" and n == 0 and not (by_person and decided and decided.get("result") == "marked_sent"):
                 failures["lost: sent but no copy in the acceptance log"].append(job.job_id)
-            if by_person and decided and not gmail_ids[job.message_id] <= set(decided.get("copies") or []):
+            # Guarantee 5: a person's `sent` covers the copies they saw; a copy beyond them must bring the
+            # job back to review. A job's only copy is no such copy: "mark sent" over a lagging index
+            # (copies: []) is the person's word confirmed, not a duplicate (gate run of 2026-12-01:
+            # one 503'd attempt, marked sent 0.5 s before its one copy became searchable).
+            unseen = gmail_ids[job.message_id] - set((decided or {}).get("copies") or [])
+            if by_person and unseen and n > 1:
                 failures["guarantee 5: a copy the reviewer did not see, not reported"].append(job.job_id)
             if state == "cancelled" and n > 0:
                 failures["guarantee 5: a copy of a cancelled job, not reported"].append(job.job_id)
@@ -824,8 +840,12 @@ def test_fault_storm(phase: Phase, storm_seed: int, capsys: pytest.CaptureFixtur
     summary = storm.summary(failures, time.monotonic() - started) + f"\nfull report: {report_path}"
     with capsys.disabled():
         print("\n" + summary, flush=True)
-    assert not failures, "storm assertions failed (summary and job histories printed above): " + "; ".join(
-        f"{kind}: {len(items)}" for kind, items in failures.items()
+    unsettled = Counter(str((storm.views.get(jid) or {}).get("state")) for jid in storm.unsettled_at_timeout)
+    assert not failures, (
+        "storm assertions failed (summary and job histories printed above): "
+        + "; ".join(f"{kind}: {len(items)}" for kind, items in failures.items())
+        + (f"; unsettled by state {dict(unsettled)}" if unsettled else "")
+        + f"; timings {storm.timings}"
     )
 
 

@@ -232,3 +232,20 @@ def test_behind_the_fault_relay_a_dropped_202_still_sent_the_message(sim: GraphS
         with pytest.raises(requests.ConnectionError):
             send(relay.url.rstrip("/"), make_raw("<never@safesend.test>"))
         assert len(sim.effects()) == 1
+
+
+def test_latency_holds_the_202_after_accepting_and_reads_wait_their_own_latency(sim: GraphSimulator) -> None:
+    """Benchmark 1's Graph column: the simulator answers after a set latency, like the Gmail one. A client
+    that gives up before the 202 has still sent the message (an ambiguous send)."""
+    sim.set_latency(0.5, read_seconds=0.0)
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        send(sim.url, make_raw("<slow@safesend.test>"), timeout=0.1)
+    assert [e["internetMessageId"] for e in sim.effects()] == ["<slow@safesend.test>"]
+    started = time.perf_counter()
+    search(sim.url, "<slow@safesend.test>")
+    read_s = time.perf_counter() - started
+    started = time.perf_counter()
+    assert send(sim.url, make_raw("<slow2@safesend.test>")).status_code == 202
+    assert time.perf_counter() - started >= 0.5 > read_s
+    with pytest.raises(ValueError, match="latency"):
+        sim.set_latency(-1.0)

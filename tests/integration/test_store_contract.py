@@ -915,6 +915,26 @@ def test_a_mailbox_lag_record_is_written_by_compare_and_set_and_read_by_every_in
     assert store.find_open_reviews(10) == [] and store.last_sweep() is None  # records, not jobs
 
 
+def test_an_untold_raise_survives_the_store_and_is_cleared_once_told(harness):
+    """A raise's notice not yet confirmed stays in the record (index_lag.untold) through every store,
+    so another instance can tell it; told() removes exactly its fields."""
+    from safesend.core.index_lag import claim_untold, observe, told, untold
+
+    store, other = harness.store, harness.another()
+    changed, raised = observe(None, "m@shop.example", "search", 7.5, NOW, 3.0, 10.0)
+    assert raised is not None and store.write_mailbox_lag("m@shop.example", changed, None) is True
+    record, token = other.read_mailbox_lag("m@shop.example")
+    assert untold(record, "m@shop.example") == (raised, NOW)
+    later = NOW + timedelta(minutes=5)
+    claimed, again = claim_untold(record, "m@shop.example", later)
+    assert again == raised and other.write_mailbox_lag("m@shop.example", claimed, token) is True
+    record, token = store.read_mailbox_lag("m@shop.example")
+    cleared = told(record, raised)
+    assert cleared is not None and store.write_mailbox_lag("m@shop.example", cleared, token) is True
+    record, _ = other.read_mailbox_lag("m@shop.example")
+    assert untold(record, "m@shop.example") is None and record["window_s"] == raised.window_s
+
+
 def test_concurrent_lag_observations_over_two_instances_are_all_kept(harness):
     from safesend.core.index_lag import observe
 

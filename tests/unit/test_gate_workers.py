@@ -61,7 +61,7 @@ def run_script(
         check=False,
     )
     assert done.returncode == status, done.stdout + done.stderr
-    return log.read_text().splitlines()
+    return log.read_text().splitlines() if log.exists() else []
 
 
 def bootstrap_parts(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -124,6 +124,23 @@ def test_fast_is_lint_then_the_unit_and_property_tests_without_emulators(tmp_pat
     ]
 
 
+def test_fasts_workers_can_be_set_and_nonsense_is_refused(tmp_path):
+    five, zero = tmp_path / "five", tmp_path / "zero"
+    for scratch in (five, zero):
+        scratch.mkdir()
+    calls = run_script(five, "test.sh", "--fast", env={"SAFESEND_TEST_WORKERS": "5"})
+    assert calls[-1] == "python -m pytest tests/unit -n 5 --dist loadgroup --no-loadscope-reorder"
+    assert run_script(zero, "test.sh", "--fast", env={"SAFESEND_TEST_WORKERS": "0"}, status=2) == []
+
+
+def test_the_full_gate_refuses_nonsense_workers_before_running_anything(tmp_path):
+    assert run_script(tmp_path, "test.sh", env={"SAFESEND_TEST_WORKERS": "three"}, status=2) == []
+
+
+def test_fast_takes_no_pytest_arguments(tmp_path):
+    assert run_script(tmp_path, "test.sh", "--fast", "-x", status=2) == []
+
+
 def test_arguments_are_just_pytest_after_the_test_bootstrap(tmp_path):
     assert run_script(tmp_path, "test.sh", "tests/unit", "-x") == [
         "bootstrap --for test",
@@ -154,6 +171,21 @@ def test_each_purpose_installs_its_parts(tmp_path, purpose, parts):
     done = bootstrap_parts(tmp_path, "--for", purpose)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == parts
+
+
+def test_run_adds_the_postgresql_server_only_for_the_postgres_store(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "bootstrap.sh", tmp_path / "scripts" / "bootstrap.sh")
+    done = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "bootstrap.sh"), "--for", "run", "--list"],
+        env={**clean_env(), "SAFESEND_STORE": "postgres"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["venv", "tasks", "emulators", "postgres"]
 
 
 def test_without_a_purpose_bootstrap_installs_everything_as_before(tmp_path):
@@ -360,57 +392,6 @@ def test_a_failure_on_a_worker_still_points_at_that_workers_emulator_logs(tmp_pa
     assert all(Path(path).is_dir() and "emulator-logs" in path for path in named)
 
 
-def test_the_mutation_suites_nested_runs_are_outside_the_coverage_measurement(monkeypatch, tmp_path):
-    """84 nested pytest runs in scratch copies measure nothing of functions/; the gate's coverage
-    (COVERAGE_PROCESS_CONFIG, inherited by every subprocess) made each ~1.7x slower."""
-    from tests.infra import test_mutations
-
-    seen: dict[str, str] = {}
-
-    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        seen.update(kwargs["env"])  # type: ignore[arg-type]
-        return subprocess.CompletedProcess(argv, 0, "FAILED tests/infra/test_policy.py::test_x - boom\n", "")
-
-    monkeypatch.setenv("COVERAGE_PROCESS_CONFIG", "{}")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr(test_mutations.subprocess, "run", fake_run)
-    failed, _ = test_mutations.run_checks(tmp_path, ("tests/infra/test_policy.py",), "test_x")
-    assert failed == {"tests/infra/test_policy.py::test_x"}
-    assert seen["HOME"] == str(tmp_path)
-    assert not [name for name in seen if name.startswith("COVERAGE_")]
-
-
-def test_the_mutation_suites_nested_runs_load_only_the_timeout_plugin(monkeypatch, tmp_path):
-    """Autoloading hypothesis and schemathesis cost each of the ~88 nested runs a second of imports."""
-    from tests.infra import test_mutations
-
-    calls: list[tuple[list[str], dict[str, str]]] = []
-
-    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        calls.append((argv, kwargs["env"]))  # type: ignore[arg-type]
-        return subprocess.CompletedProcess(argv, 0, "1 passed\n", "")
-
-    monkeypatch.setattr(test_mutations.subprocess, "run", fake_run)
-    test_mutations.run_checks(tmp_path, ("tests/infra/test_policy.py",), "test_x")
-    [(argv, env)] = calls
-    assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
-    assert argv[argv.index("-p") + 1] == "pytest_timeout"  # pytest.ini's timeout and the timeout marks
-
-
-def test_the_infra_checks_need_no_plugin_but_the_timeout_one():
-    """What the nested runs rely on: tests/infra collects with autoloading off and pytest_timeout on."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "pytest_timeout", "--collect-only", "-q", "-W", "error", "tests/infra"],
-        cwd=ROOT,
-        env={**clean_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-
-
 def test_the_unit_tests_have_the_same_ids_in_every_process():
     """xdist refuses to run when its workers collect different ids (a parameter minted per run)."""
     first, second = (collected_ids("tests/unit") for _ in range(2))
@@ -477,3 +458,17 @@ def test_no_module_waits_behind_a_long_test_while_another_worker_is_free(tmp_pat
     long_worker = ran_on.pop("test_a_long")
     assert sorted(ran_on) == ["test_b", "test_c", "test_d"]
     assert long_worker not in ran_on.values(), ran_on
+
+
+def test_bootstraps_list_of_provider_wheels_is_python_that_runs():
+    """A `python -c` line indented with the shell code is an IndentationError, and `for x in $(...)`
+    hides it: the fresh clone would download no provider wheel at all."""
+    code = re.search(
+        r'wheels="\$\("\$INFRA_VENV/bin/python" -c "(.*?)"\)"', (ROOT / "scripts" / "bootstrap.sh").read_text(), re.S
+    )
+    assert code is not None
+    done = subprocess.run(
+        [sys.executable, "-c", code.group(1)], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert all("==" in requirement for requirement in done.stdout.split()) and done.stdout.split()

@@ -176,3 +176,37 @@ def test_the_console_health_page_shows_what_get_health_answers():
     with app.test_request_context("/review", method="GET", environ_base={"REMOTE_ADDR": "127.0.0.1"}):
         index, code, _ = ReviewConsole(lambda: world.service, lambda: auth).handle(flask.request)
     assert code == 200 and '<a href="/review/health">Health</a>' in index
+
+
+def test_the_console_read_only_pages_answer_503_when_the_store_cannot_say_and_refuse_posts():
+    """/review/health and /review/mailboxes share one read-only path: a store outage is the console's
+    own 503 page (never a 500 nor a page that looks healthy), a POST is 405."""
+    import flask
+
+    from safesend.core.errors import StoreUnavailableError
+    from safesend.entrypoints.console import ReviewConsole
+    from tests.unit.test_console import dev_auth
+
+    world = make_world()
+    app = flask.Flask(__name__)
+    auth = dev_auth()
+    console = ReviewConsole(lambda: world.service, lambda: auth)
+    local = {"REMOTE_ADDR": "127.0.0.1"}
+
+    def page(path: str, method: str = "GET") -> tuple[str, int]:
+        with app.test_request_context(path, method=method, environ_base=local):
+            body, code, _ = console.handle(flask.request)
+        return str(body), code
+
+    assert page("/review/health")[1] == 200 and "Health" in page("/review/health")[0]
+    assert page("/review/mailboxes")[1] == 200
+
+    def down(*args: Any) -> Any:
+        raise StoreUnavailableError("down")
+
+    world.store.last_sweep = down  # type: ignore[method-assign]
+    world.service.mailboxes_report = down  # type: ignore[method-assign]
+    for path in ("/review/health", "/review/mailboxes"):
+        body, code = page(path)
+        assert code == 503 and "Traceback" not in body, path
+        assert page(path, "POST")[1] == 405, path

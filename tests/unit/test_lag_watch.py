@@ -132,18 +132,3 @@ def test_reconcile_runs_a_probe_step_and_notify_tells_the_incident_as_a_lag():
     texts = [post for kind, post in world.notifier.posts if kind in ("chat", "slack")]
     assert len(texts) == 2 and all(b"index lagged past the unknown window" in t for t in texts)
     assert not any(b"daily sending limit" in t for t in texts)
-
-
-def test_a_raised_window_whose_notice_cannot_be_published_still_alerts_and_shows_on_health(lines):
-    """Never silent: with Pub/Sub refusing the incident, the reviewers' alert fires instead
-    (reviewer_notice_overdue, "reviewers are not being told") and /health names the incident."""
-    world = make_world(index_lag_s=400.0)
-    world.publisher.fail_next = 1
-    world.service.submit(world.request())
-    run_tasks(world, HORIZON_S + 60)
-    assert world.service.health(300.0)["index_lag"]["default"]["window_s"] > WINDOW_S  # raised all the same
-    assert [a for _, a in world.publisher.items if a.get("incident_kind") == "index_lag"] == []
-    [told] = signals_of(lines, "reviewer_notice_overdue")
-    assert told["kind"] == "index_lag" and told["notice_id"].startswith("default:index_lag:")
-    record = world.service.store.read_op("reviewer_notice_overdue")
-    assert record is not None and record["notice_id"] == told["notice_id"]

@@ -35,7 +35,7 @@ from google_auth_httplib2 import Request as AuthRequest
 from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
-from ..core.classify import TransportErrorKind, classify_http, classify_transport
+from ..core.classify import TransportErrorKind, classify_http, classify_transport, retry_after_seconds
 from ..core.errors import HistoryExpiredError, MailboxUnavailableError
 from ..core.keys import bare_message_id
 from ..core.mime import encode_raw
@@ -541,13 +541,7 @@ def _oauth_error_code(data: Any) -> str | None:
 
 def _classify_http_error(exc: HttpError) -> Failure:
     reason, message = _error_reason(exc)
-    retry_after = None
-    header = exc.resp.get("retry-after") if exc.resp is not None else None
-    if header:
-        try:
-            retry_after = float(header)
-        except ValueError:
-            retry_after = None
+    retry_after = retry_after_seconds(exc.resp.get("retry-after") if exc.resp is not None else None)
     return classify_http(exc.status_code or exc.resp.status, reason, message, retry_after)
 
 

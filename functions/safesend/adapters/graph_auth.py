@@ -33,6 +33,8 @@ GRAPH_SCOPE = GLOBAL_GRAPH_SCOPE
 LOGIN_AUTHORITY = "https://login.microsoftonline.com"
 FEDERATED_AUDIENCE = "api://AzureADTokenExchange"
 ID_TOKEN_REUSE_S = 300.0  # an ID token is reused this long (it lives an hour; MSAL asks rarely anyway)
+MAX_LOGIN_BODY_BYTES = 64 * 1024  # Entra's token and discovery answers are a few kB
+LOGIN_READ_BYTES = 16 * 1024  # one socket read at most: the deadline is checked between reads
 
 
 class GraphAuthError(MailboxUnavailableError):
@@ -65,16 +67,50 @@ class BoundedLoginHttp:
             raise GraphAuthError("graph token: deadline passed")
         return min(left, self._timeout_s)
 
-    def post(self, url: str, **kwargs: Any) -> Any:
-        kwargs["timeout"] = self._timeout()
-        return self._session.post(self._url(url), allow_redirects=False, **kwargs)
+    def post(self, url: str, **kwargs: Any) -> LoginAnswer:
+        return self._call("POST", url, kwargs)
 
-    def get(self, url: str, **kwargs: Any) -> Any:
+    def get(self, url: str, **kwargs: Any) -> LoginAnswer:
+        return self._call("GET", url, kwargs)
+
+    def _call(self, method: str, url: str, kwargs: dict[str, Any]) -> LoginAnswer:
+        """One request, its answer read whole within the deadline and MAX_LOGIN_BODY_BYTES: requests'
+        timeout bounds each socket read, not the call (an answer dripped slowly would outlast it)."""
         kwargs["timeout"] = self._timeout()
-        return self._session.get(self._url(url), allow_redirects=False, **kwargs)
+        deadline = time.monotonic() + kwargs["timeout"]
+        kwargs["headers"] = {**(kwargs.get("headers") or {}), "Accept-Encoding": "identity"}
+        response = self._session.request(method, self._url(url), allow_redirects=False, stream=True, **kwargs)
+        try:
+            body = bytearray()
+            for _ in range(MAX_LOGIN_BODY_BYTES + 1):  # each read returns at least a byte, or the end
+                chunk = response.raw.read1(LOGIN_READ_BYTES, decode_content=False)
+                if not chunk:
+                    break
+                body += chunk
+                if len(body) > MAX_LOGIN_BODY_BYTES:
+                    raise GraphAuthError("graph login: answer too large")
+                if time.monotonic() > deadline:
+                    raise GraphAuthError("graph login: deadline passed while reading the answer")
+        finally:
+            response.close()
+        text = bytes(body).decode(response.encoding or "utf-8", "replace")
+        return LoginAnswer(response.status_code, text, dict(response.headers))
 
     def close(self) -> None:
         self._session.close()
+
+
+class LoginAnswer:
+    """What MSAL reads of an HTTP answer (the shape of its own NormalizedResponse), read whole."""
+
+    def __init__(self, status_code: int, text: str, headers: dict[str, str]):
+        self.status_code = status_code
+        self.text = text
+        self.headers = headers
+
+    def raise_for_status(self) -> None:
+        if self.status_code >= 400:
+            raise GraphAuthError(f"graph login: HTTP {self.status_code}")
 
 
 class GraphTokens:

@@ -36,6 +36,10 @@ DAILY_LIMIT_CODE = "daily_limit"
 # "can't send new messages for up to 24 hours" (Workspace Admin Help, Gmail sending limits): with no
 # better estimate, the mailbox is exhausted for the whole rolling window.
 DAILY_LIMIT_WAIT_S = 24 * 3600.0
+# Retry-After as delta-seconds (RFC 9110 10.2.3): ASCII digits only. str.isdigit() accepts "²" (a
+# latin-1 header byte) that float() refuses, and float() accepts "nan", "inf" and "-5".
+_DELTA_SECONDS = re.compile(r"[0-9]{1,6}")
+MAX_RETRY_AFTER_S = 24 * 3600.0
 
 
 class RefusalKind(str, Enum):
@@ -132,3 +136,12 @@ def crash_failure(detail: str = "instance stopped between claim and recorded out
 def unbuildable_failure(detail: str) -> Failure:
     """The stored job cannot be turned into MIME: nothing was sent, and retrying cannot help."""
     return Failure(Bucket.NOT_ACCEPTED, False, "unbuildable_message", detail)
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A Retry-After header's wait (Gmail and Graph send delta-seconds); an HTTP date, a negative,
+    fractional, non-ASCII or absurd value (past a day) is ignored: None, never an exception."""
+    if value is None or not _DELTA_SECONDS.fullmatch(value.strip()):
+        return None
+    seconds = float(value.strip())
+    return seconds if seconds <= MAX_RETRY_AFTER_S else None

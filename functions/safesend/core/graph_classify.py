@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import re
 
+from .classify import retry_after_seconds
 from .model import Bucket, Failure
+
+__all__ = ["classify_graph", "graph_error_code", "retry_after_seconds"]
 
 # Graph error codes ("ErrorInvalidRecipients", "ApplicationThrottled", ...): safe to put in a code.
 _ERROR_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_.]{0,59}")
@@ -44,11 +47,3 @@ def classify_graph(
         return Failure(Bucket.NOT_ACCEPTED, False, code, detail, status, retry_after_s)
     # 1xx/3xx (a redirect is never followed) or a 2xx other than 202: assume it may have landed.
     return Failure(Bucket.MAYBE_ACCEPTED, False, code, detail, status, retry_after_s)
-
-
-def retry_after_seconds(value: str | None) -> float | None:
-    """Graph's Retry-After is delta-seconds; anything else (or negative, or absurd) is ignored."""
-    if value is None or not value.strip().isdigit():
-        return None
-    seconds = float(value.strip())
-    return seconds if seconds <= 24 * 3600 else None

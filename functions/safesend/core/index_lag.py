@@ -15,18 +15,23 @@ mailbox's EFFECTIVE unknown window:
   cover (the verification can miss a second copy). Recorded once, for an alert and the reviewers.
 
 The record (a dict, as every store keeps it): {"search_s": [...], "history_s": [...], "window_s":
-raised window or None, "raised_at", "beyond_horizon_at", "updated_at"}; lags are seconds, newest last.
+raised window or None, "raised_at", "beyond_horizon_at", "updated_at", and "untold_*" while a raise's
+notice is not confirmed told}; lags are seconds, newest last. The raise and its notice cannot be one
+write: the raise stays untold in the record until its teller confirms, and one unconfirmed past
+TELL_LEASE_S is claimed and told again (at least once; once when all goes well).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .model import Job
 from .policy import ChannelPolicy
 
 KEEP = 200  # observations per mailbox and kind: the rolling window the percentiles read
@@ -34,8 +39,15 @@ KINDS = ("search", "history")  # the search index (rfc822msgid:), the change log
 HEADROOM = 2.0  # a raised window is this many times the largest lag seen
 PROBE_FIRST_S = 0.5  # the first look after the accept
 PROBE_GROWTH = 1.25  # each later look this much later (since the accept): a lag is measured within 25 %
+CLOCK_SKEW_S = 60.0  # the instance that created a job and the one that sent it may disagree this much
 MAX_PROBES = 64  # 0.5 s * 1.25^63 is far past any horizon: the horizon ends a probe first
 STEP_PREFIX = "lag"
+TELL_LEASE_S = 30.0  # a raise's teller confirms within this, else the next writer or the sweep tells it
+UNTOLD_KEYS = ("untold_previous_s", "untold_window_s", "untold_observed_s", "untold_beyond", "untold_at")
+# A step as Probe.step writes it, read from a request body: ASCII digits (str.isdigit() also says yes
+# to "²"), an instant before the year 2286 (13 digits of ms, within datetime's range), at most
+# MAX_PROBES looks, each kind once and in KINDS' order.
+_STEP = re.compile(rf"{STEP_PREFIX}-([0-9]{{1,13}})-([0-9]{{1,2}})-(sh|s|h)")
 
 
 def samples_key(kind: str) -> str:
@@ -86,6 +98,82 @@ class Raise:
 
 
 def observe(
+    record: Mapping[str, Any] | None,
+    mailbox: str,
+    kind: str,
+    lag_s: float,
+    now: datetime,
+    configured_s: float,
+    horizon_s: float,
+    beyond_horizon: bool = False,
+) -> tuple[dict[str, Any], Raise | None]:
+    """The record with one observation added, and the raise this writer must tell, if any: the one
+    its observation caused (merged with one still untold), or an untold one past its lease (claimed
+    by this write). The raise stays in the record as `untold` until its teller confirms (told())."""
+    changed, raised = _observe(record, mailbox, kind, lag_s, now, configured_s, horizon_s, beyond_horizon)
+    pending = untold(record, mailbox)
+    if raised is None:
+        return claim_untold(changed, mailbox, now)
+    if pending is not None:  # an earlier raise not yet confirmed: told together with this one
+        earlier = pending[0]
+        raised = Raise(
+            mailbox,
+            min(earlier.previous_s, raised.previous_s),
+            max(earlier.window_s, raised.window_s),
+            max(earlier.observed_s, raised.observed_s),
+            earlier.beyond_horizon or raised.beyond_horizon,
+        )
+    return _with_untold(changed, raised, now), raised
+
+
+def untold(record: Mapping[str, Any] | None, mailbox: str) -> tuple[Raise, datetime] | None:
+    """The raise the record holds as not yet told, and when it was last claimed (None: none)."""
+    if record is None or not isinstance(record.get("untold_at"), datetime):
+        return None
+    try:
+        raised = Raise(
+            mailbox,
+            float(record["untold_previous_s"]),
+            float(record["untold_window_s"]),
+            float(record["untold_observed_s"]),
+            bool(record["untold_beyond"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    return raised, record["untold_at"]
+
+
+def claim_untold(record: Mapping[str, Any] | None, mailbox: str, now: datetime) -> tuple[dict[str, Any], Raise | None]:
+    """The record claimed for telling its untold raise again, when its last claim is older than
+    TELL_LEASE_S (its teller's publish failed, its instance died, or its write's answer was lost)."""
+    changed = dict(record or {})
+    pending = untold(record, mailbox)
+    if pending is None or now - pending[1] < timedelta(seconds=TELL_LEASE_S):
+        return changed, None
+    return _with_untold(changed, pending[0], now), pending[0]
+
+
+def told(record: Mapping[str, Any] | None, raised: Raise) -> dict[str, Any] | None:
+    """The record without its untold raise now that `raised` was told; None when it holds another
+    (a later raise, its own writer tells it) or none."""
+    pending = untold(record, raised.mailbox)
+    if record is None or pending is None or pending[0] != raised:
+        return None
+    return {key: value for key, value in record.items() if key not in UNTOLD_KEYS}
+
+
+def _with_untold(changed: dict[str, Any], raised: Raise, now: datetime) -> dict[str, Any]:
+    changed.update(
+        untold_previous_s=raised.previous_s,
+        untold_window_s=raised.window_s,
+        untold_observed_s=raised.observed_s,
+        untold_beyond=raised.beyond_horizon,
+        untold_at=now,
+    )
+    return changed
+
+
+def _observe(
     record: Mapping[str, Any] | None,
     mailbox: str,
     kind: str,
@@ -150,16 +238,20 @@ def first_probe(accepted_at: datetime, history: bool) -> Probe:
 
 def parse_step(step: object) -> Probe | None:
     """The probe a task's step names (None: not a probe step, or malformed)."""
-    if not isinstance(step, str) or not step.startswith(STEP_PREFIX + "-"):
-        return None
-    parts = step.split("-")
-    if len(parts) != 4 or not parts[1].isdigit() or not parts[2].isdigit():
+    match = _STEP.fullmatch(step) if isinstance(step, str) else None
+    if match is None:
         return None
     by_code = {kind[0]: kind for kind in KINDS}
-    if not parts[3] or any(code not in by_code for code in parts[3]):
-        return None
-    accepted_at = datetime.fromtimestamp(int(parts[1]) / 1000, UTC)
-    return Probe(accepted_at, int(parts[2]), tuple(by_code[code] for code in parts[3]))
+    accepted_at = datetime.fromtimestamp(int(match[1]) / 1000, UTC)
+    return Probe(accepted_at, int(match[2]), tuple(by_code[code] for code in match[3]))
+
+
+def plausible_probe(probe: Probe, job: Job, now: datetime) -> bool:
+    """Whether a probe can be this job's: the job was accepted (it names a copy) and the step's accept
+    lies within its life, after its creation and not after now (give or take CLOCK_SKEW_S). A step
+    that fails this was not written by start(): measuring it would record a made-up lag."""
+    skew = timedelta(seconds=CLOCK_SKEW_S)
+    return job.provider_ref is not None and job.created_at - skew <= probe.accepted_at <= now + skew
 
 
 def is_probe_step(step: object) -> bool:

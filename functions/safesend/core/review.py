@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
-from .keys import bare_message_id
+from .mailbox_search import MailboxSearch, gmail_search_link, mailbox_search
 from .model import Job, event_as_json, iso
 
-GMAIL_SEARCH_URL = "https://mail.google.com/mail/u/0/#search/"
+__all__ = ["gmail_search_link", "not_sent_hits", "review_attributes", "review_item"]
+
 _ATTEMPT_EVENTS = frozenset(
     {
         "attempt_started",
@@ -27,25 +27,21 @@ _ATTEMPT_EVENTS = frozenset(
 )
 
 
-def gmail_search_link(message_id: str, sent_only: bool = False) -> str:
-    """Opens the sender's mailbox on a search for this Message-ID. Our Message-IDs are predictable,
-    so anyone can mail the mailbox a message carrying one: `sent_only` narrows to our sent mail."""
-    query = f"rfc822msgid:{bare_message_id(message_id)}" + (" in:sent" if sent_only else "")
-    return GMAIL_SEARCH_URL + quote(query, safe="")
-
-
 def not_sent_hits(hits: list[dict[str, Any]]) -> list[str]:
     """Gmail ids of search hits without the SENT label: received (or planted) messages carrying our
     Message-ID, never evidence that ours went out. Only SENT hits count as copies."""
     return [str(h.get("gmail_id")) for h in hits if "SENT" not in (h.get("label_ids") or [])]
 
 
-def review_item(job: Job, include_body: bool = False) -> dict[str, Any]:
+def review_item(job: Job, include_body: bool = False, search: MailboxSearch | None = None) -> dict[str, Any]:
     """JSON-ready review item. `review_id` is stable per entry into review: consumers dedupe on it.
 
-    The body stays out unless the channel's policy opts in (`review_includes_body`).
+    The body stays out unless the channel's policy opts in (`review_includes_body`). `search` is how
+    the job's mailbox is searched (mailbox_search.py; Gmail's when not given): a Graph job's item
+    carries instructions and no Gmail link, which would find nothing.
     """
     payload = job.payload
+    search = search or mailbox_search("gmail", job.message_id)
     item = {
         "review_id": f"{job.id}:{job.review_entries}",
         "job_id": job.id,
@@ -64,8 +60,12 @@ def review_item(job: Job, include_body: bool = False) -> dict[str, Any]:
         "not_sent_hits": not_sent_hits(job.mailbox_hits),  # found by the search, but not copies of ours
         "known_copies": list(job.known_copies),  # Gmail ids of every copy known to exist (SENT)
         "provider_ref": job.provider_ref,
-        "gmail_search_url": gmail_search_link(job.message_id),
-        "gmail_sent_search_url": gmail_search_link(job.message_id, sent_only=True),
+        "mailbox_kind": search.kind,
+        "search_label": search.label,
+        "gmail_search_url": search.url,  # None for a Graph mailbox: see search_instructions
+        "gmail_sent_search_url": search.sent_url,
+        "search_instructions": search.instructions,
+        "graph_query": search.graph_query,
         "created_at": iso(job.created_at),
         "entered_at": iso(job.updated_at),
     }

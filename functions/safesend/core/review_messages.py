@@ -65,17 +65,26 @@ def _not_sent_fact(item: dict[str, Any]) -> list[tuple[str, str]]:
     return [("NOT sent copies (received or planted: not proof)", _short(", ".join(others)))]
 
 
+def _how_to_find(item: dict[str, Any]) -> list[tuple[str, str]]:
+    """A mailbox without a search link (Graph): the instructions, as one more fact. Not shortened:
+    cut, the query would not run; its parts are the configured address and our Message-ID."""
+    instructions = item.get("search_instructions")
+    return [(str(item.get("search_label") or "Find it in the mailbox"), str(instructions))] if instructions else []
+
+
 def chat_card(item: dict[str, Any], console_url: str | None) -> dict[str, Any]:
     """Google Chat incoming-webhook message (cardsV2), one per review entry (cardId = review id)."""
-    buttons = [{"text": "Search the mailbox", "onClick": {"openLink": {"url": item["gmail_search_url"]}}}]
+    search_url = item.get("gmail_search_url")
+    buttons = [{"text": "Search the mailbox", "onClick": {"openLink": {"url": search_url}}}] if search_url else []
     link = console_link(console_url, item["job_id"])
     if link:
         buttons.insert(0, {"text": "Open in the console", "onClick": {"openLink": {"url": link}}})
     widgets: list[dict[str, Any]] = [
         {"decoratedText": {"topLabel": label, "text": _chat_html(value), "wrapText": True}}
-        for label, value in _facts(item)
+        for label, value in [*_facts(item), *_how_to_find(item)]
     ]
-    widgets.append({"buttonList": {"buttons": buttons}})
+    if buttons:
+        widgets.append({"buttonList": {"buttons": buttons}})
     return {
         "text": _chat_text(f"safesend: job {item['job_id']} needs a person ({item.get('reason')})"),
         "cardsV2": [
@@ -96,10 +105,16 @@ def chat_card(item: dict[str, Any], console_url: str | None) -> dict[str, Any]:
 def slack_message(item: dict[str, Any], console_url: str | None) -> dict[str, Any]:
     """Slack incoming-webhook message (Block Kit)."""
     link = console_link(console_url, item["job_id"])
+    search_url = item.get("gmail_search_url")
     fields = [{"type": "mrkdwn", "text": f"*{label}*\n{_slack_escape(value)}"} for label, value in _facts(item)]
+    how = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{label}*\n{_slack_escape(value)}"}}
+        for label, value in _how_to_find(item)
+    ]
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": f"safesend review: {_short(item.get('reason'))}"}},
         {"type": "section", "fields": fields[:10]},
+        *how,
         {
             "type": "actions",
             "elements": [
@@ -108,14 +123,22 @@ def slack_message(item: dict[str, Any], console_url: str | None) -> dict[str, An
                     if link
                     else []
                 ),
-                {
-                    "type": "button",
-                    "text": {"type": "plain_text", "text": "Search the mailbox"},
-                    "url": item["gmail_search_url"],
-                },
+                *(
+                    [
+                        {
+                            "type": "button",
+                            "text": {"type": "plain_text", "text": "Search the mailbox"},
+                            "url": search_url,
+                        }
+                    ]
+                    if search_url
+                    else []
+                ),
             ],
         },
     ]
+    if not blocks[-1]["elements"]:
+        blocks.pop()  # Slack refuses an actions block without elements
     return {"text": f"safesend: job {item['job_id']} needs a person ({item.get('reason')})", "blocks": blocks}
 
 
@@ -173,7 +196,9 @@ def reviewer_email(item: dict[str, Any], console_url: str | None) -> tuple[str, 
     """(subject, text) of the email to the reviewers' address, sent through safesend's own send path."""
     link = console_link(console_url, item["job_id"])
     lines = [f"{label}: {value}" for label, value in _facts(item)]
-    lines += [f"Search the mailbox: {item['gmail_search_url']}"] + ([f"Console: {link}"] if link else [])
+    search_url = item.get("gmail_search_url")
+    lines += [f"Search the mailbox: {search_url}"] if search_url else []
+    lines += [f"{label}: {value}" for label, value in _how_to_find(item)] + ([f"Console: {link}"] if link else [])
     return f"[safesend] review needed: {_short(item.get('reason'))} ({item['job_id'][:8]})", "\n".join(lines) + "\n"
 
 

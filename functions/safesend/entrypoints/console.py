@@ -51,8 +51,9 @@ from ..core.errors import (
     StoreUnavailableError,
 )
 from ..core.keys import is_job_id
+from ..core.mailbox_search import MailboxSearch
 from ..core.model import Job
-from ..core.review import gmail_search_link, not_sent_hits
+from ..core.review import not_sent_hits
 from ..core.states import HUMAN_STATES
 from ..logs import log, mask_emails
 from .request_body import detach_body, discard_rest, read_capped
@@ -224,26 +225,23 @@ class ReviewConsole:
     def mailboxes(self, request: Request) -> Response:
         """The sender mailboxes' budgets (GET /mailboxes' data): used and limit for the minute and
         the day, backlog, next free slot, state. Read-only."""
-        refused = self._only(request, ("GET", "HEAD"))
-        if refused:
-            return refused
-        _auth, reviewer, failure = self._identify(request)
-        if failure:
-            return failure
-        service = self._service()
-        if isinstance(service, tuple):
-            return service
-        try:
-            report = service.mailboxes_report()
-        except StoreUnavailableError as exc:
-            log(logging.ERROR, "review console could not read the mailboxes", error=str(exc))
-            return self._unavailable(reviewer)
-        return self._page("mailboxes.html", "Sender mailboxes", reviewer, report=report)
+        return self._read_only_page(
+            request, "mailboxes.html", "Sender mailboxes", "mailboxes", lambda s: {"report": s.mailboxes_report()}
+        )
 
     # ------------------------------------------------------------------ GET /review/health
     def health(self, request: Request) -> Response:
         """What GET /health answers (the questions the alerts ask), for a person: the last sweep,
         overdue jobs, the oldest review item, notices nobody heard, each mailbox's index lag."""
+        return self._read_only_page(
+            request, "health.html", "Health", "health", lambda s: {"health": s.health(s.sweep_interval_s)}
+        )
+
+    def _read_only_page(
+        self, request: Request, template: str, title: str, what: str, read: Callable[[Any], dict[str, Any]]
+    ) -> Response:
+        """A GET-only page of one store read: the same identity, refusal and outage answers as the
+        queue's, so a new read-only page cannot forget one of them."""
         refused = self._only(request, ("GET", "HEAD"))
         if refused:
             return refused
@@ -254,11 +252,11 @@ class ReviewConsole:
         if isinstance(service, tuple):
             return service
         try:
-            view = service.health(service.sweep_interval_s)
+            context = read(service)
         except StoreUnavailableError as exc:
-            log(logging.ERROR, "review console could not read the health", error=str(exc))
+            log(logging.ERROR, f"review console could not read the {what}", error=str(exc))
             return self._unavailable(reviewer)
-        return self._page("health.html", "Health", reviewer, health=view)
+        return self._page(template, title, reviewer, **context)
 
     # ------------------------------------------------------------------ GET /review/items/<id>
     def item(self, request: Request, job_id: str) -> Response:
@@ -286,7 +284,7 @@ class ReviewConsole:
             "item.html",
             job.payload.get("subject") or "Item",
             reviewer,
-            **_item_context(job, service.clock()),
+            **_item_context(job, service.clock(), service.senders.search_for(job)),
             subject=subject,
             flash=flash,
             form=self._form(job, auth, reviewer),
@@ -605,7 +603,7 @@ def _flash(results: list[str], copies: list[str]) -> dict[str, Any] | None:
     return {"tone": tone, "text": text, "result": results[0], "copies": shown}
 
 
-def _item_context(job: Job, now: datetime) -> dict[str, Any]:
+def _item_context(job: Job, now: datetime, search: MailboxSearch) -> dict[str, Any]:
     """What item.html shows of a job, computed here: masking, labels and the mailbox evidence."""
     reason = REASONS.get(job.review_reason or "", "") if job.state in HUMAN_STATES else ""
     return {
@@ -615,7 +613,7 @@ def _item_context(job: Job, now: datetime) -> dict[str, Any]:
         "recipients": [(kind, addresses) for kind, addresses in _recipients(job) if addresses or kind == "to"],
         "sender": mask_emails(job.payload.get("from") or ""),
         "error": _error_fact(job.last_error, "Last error" if job.state in HUMAN_STATES else "Earlier error"),
-        "mailbox": _mailbox(job),
+        "mailbox": _mailbox(job, search),
         "decisions": [_decision_row(d) for d in job.decisions],
         "events": [_event_row(event) for event in job.events],
     }
@@ -632,7 +630,7 @@ def _error_fact(error: Mapping[str, Any] | None, label: str) -> dict[str, str] |
     return {"label": label, "code": code, "detail": str(mask_emails(str(error.get("detail") or "")))}
 
 
-def _mailbox(job: Job) -> dict[str, Any]:
+def _mailbox(job: Job, search: MailboxSearch) -> dict[str, Any]:
     """The mailbox evidence. A search hit without the SENT label is somebody else's message that
     carries our (predictable) Message-ID: marked as such, so a planted message cannot pass for a copy."""
     hits = [
@@ -646,8 +644,7 @@ def _mailbox(job: Job) -> dict[str, Any]:
     ]
     stored = job.stored_message_id if job.stored_message_id and job.stored_message_id != job.message_id else None
     return {
-        "search_link": gmail_search_link(job.message_id),
-        "sent_link": gmail_search_link(job.message_id, sent_only=True),
+        "search": search,  # a Gmail link, or (Graph) instructions: no link searches Outlook by Message-ID
         "not_sent": len(not_sent_hits(job.mailbox_hits)),
         "hits": hits,
         "accepted_as": job.provider_ref.get("gmail_id") if job.provider_ref else None,

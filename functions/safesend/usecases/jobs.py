@@ -195,7 +195,9 @@ class JobRecords:
         except ConcurrentUpdateError:
             return "conflict"
         include_body = self.policies.for_job(held.channel).review_includes_body
-        pubsub_id = self.publisher.publish(review_item(held, include_body), review_attributes(held))
+        pubsub_id = self.publisher.publish(
+            review_item(held, include_body, self.senders.search_for(held)), review_attributes(held)
+        )
         emit(
             signals.JOB_NEEDS_REVIEW,
             logging.WARNING,

@@ -29,11 +29,11 @@ from ..core.ports import CheckScheduler, JobStore, ReviewPublisher
 from ..core.signals import emit
 from ..logs import log
 from .history import copies_in_history
-from .notice_watch import incident_untold
 from .senders import SenderMailboxes
 
 MAX_RECORD_TRIES = 5  # compare-and-set rounds of one observation (instances rarely write the same mailbox)
 RECORDS_TTL_S = 2.0  # the effective windows are read from the store at most this often per instance
+RECORDS_STALE_S = 60.0  # last known windows serve a store outage this long, then reconcile waits for them
 INCIDENT_KIND = "index_lag"  # the review item's `incident_kind` attribute: notify tells it as such
 
 
@@ -70,9 +70,9 @@ class LagWatch:
         StoreUnavailableError pass: the task is tried again."""
         probe = index_lag.parse_step(step)
         job = self.store.get(job_id) if probe is not None else None
-        if probe is None or job is None:
-            return "lag_probe_unknown"
         now = self.clock()
+        if probe is None or job is None or not index_lag.plausible_probe(probe, job, now):
+            return "lag_probe_unknown"
         mailbox = self.senders.current(job)
         mailer = self.senders.mailer(mailbox)
         found: list[str] = []
@@ -132,9 +132,37 @@ class LagWatch:
             beyond_horizon=beyond_horizon,
         )
         if raised is not None:
-            self._tell(raised)
+            self._tell_and_confirm(raised)
 
-    def _tell(self, raised: Raise) -> None:
+    def tell_untold(self) -> int:
+        """The sweep's backstop: each raise not confirmed told within TELL_LEASE_S (its publish
+        failed, its instance died, its write's answer was lost) is claimed and told again. Returns
+        how many. Raises StoreUnavailableError."""
+        told = 0
+        for mailbox in sorted(self.store.mailbox_lags()):
+            record, token = self.store.read_mailbox_lag(mailbox)
+            claimed, raised = index_lag.claim_untold(record, mailbox, self.clock())
+            if raised is None or not self.store.write_mailbox_lag(mailbox, claimed, token):
+                continue  # nothing left untold, or another instance claimed it first
+            self._tell_and_confirm(raised)
+            told += 1
+        return told
+
+    def _tell_and_confirm(self, raised: Raise) -> None:
+        """Tell the raise; once its notice is out, take it off the record (else it is told again)."""
+        if not self._tell(raised):
+            return
+        try:
+            for _ in range(MAX_RECORD_TRIES):
+                record, token = self.store.read_mailbox_lag(raised.mailbox)
+                cleared = index_lag.told(record, raised)
+                if cleared is None or self.store.write_mailbox_lag(raised.mailbox, cleared, token):
+                    return
+        except StoreUnavailableError as exc:
+            log(logging.WARNING, "index lag notice told, not confirmed: told again later", error=str(exc))
+
+    def _tell(self, raised: Raise) -> bool:
+        """The signals and the reviewers' notice; False when the notice could not be published."""
         if raised.beyond_horizon:
             emit(
                 signals.INDEX_LAG_BEYOND_HORIZON,
@@ -155,7 +183,7 @@ class LagWatch:
                 observed_s=raised.observed_s,
             )
         if self.publisher is None:
-            return
+            return True
         incident = f"{raised.mailbox}:index_lag:{int(raised.window_s * 1000)}:{int(raised.beyond_horizon)}"
         text = incident_text(raised, self.timing.verify_horizon_s)
         item = {"kind": "index_lag", "incident": incident, "mailbox": raised.mailbox, "message": text}
@@ -168,7 +196,14 @@ class LagWatch:
         try:
             self.publisher.publish(item, attributes)
         except PublishError as exc:
-            incident_untold(self.store, self.clock(), "index_lag", incident, str(exc))
+            log(
+                logging.ERROR,
+                "index lag incident not published: told again later",
+                mailbox=raised.mailbox,
+                error=str(exc),
+            )
+            return False
+        return True
 
     def _schedule(self, job: Job, probe: Probe) -> None:
         assert self.scheduler is not None  # noqa: S101 - start() returns without one
@@ -179,15 +214,16 @@ class LagWatch:
 
     # ------------------------------------------------------------------- the effective window
     def records(self, fresh: bool = False) -> dict[str, dict[str, Any]]:
-        """Every mailbox's lag record, read at most every RECORDS_TTL_S (the last known ones, or
-        none, when the store cannot say: the configured window then holds)."""
+        """Every mailbox's lag record, read at most every RECORDS_TTL_S. When the store cannot say,
+        the ones read within RECORDS_STALE_S hold (a raise is never undone); else StoreUnavailableError:
+        the configured window would be smaller than a raised one, and a resend on it a duplicate."""
         due = self._records_at is None or self.monotonic() - self._records_at >= RECORDS_TTL_S
         if fresh or due:
             try:
                 self._records = self.store.mailbox_lags()
                 self._records_at = self.monotonic()
             except StoreUnavailableError as exc:
-                if fresh:
+                if fresh or self._records_at is None or self.monotonic() - self._records_at > RECORDS_STALE_S:
                     raise
                 log(logging.WARNING, "index lag records unreadable: the last known windows hold", error=str(exc))
         return self._records

@@ -186,7 +186,7 @@ class ReviewerNotices(SendJobs):
         if lifecycle.current_review_id(job) != review_id:
             return job, "stale"  # decided, or a newer review entry whose own item follows
         targets = self.reviewers.for_job(self.policies.for_job(job.channel), job.dedup_key)
-        item = review_item(job, include_body=False)
+        item = review_item(job, include_body=False, search=self.senders.search_for(job))
         for _ in range(MAX_RECORD_TRIES):
             changed = lifecycle.add_review_notices(job, review_id, self.reviewers.payloads(targets, item), self.clock())
             if changed is None:

@@ -204,13 +204,8 @@ class SendJobs(JobRecords):
         """Reviewers hear of a mailbox's daily limit once per incident (whichever instance met it
         first: the ledger says so), never once per job: its jobs wait, none fails for it."""
         incident = f"{mailbox.id}:{int(until.timestamp())}"
-        log(
-            logging.ERROR,
-            "mailbox exhausted: Gmail's daily sending limit; its jobs wait or move within the pool",
-            event="mailbox_exhausted",
-            mailbox=mailbox.id,
-            until=iso(until),
-        )
+        message = "mailbox exhausted: Gmail's daily sending limit; its jobs wait or move within the pool"
+        log(logging.ERROR, message, event="mailbox_exhausted", mailbox=mailbox.id, until=iso(until))
         if self.publisher is None:
             return
         item = {

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from ..core.classify import RefusalKind, refusal_kind
 from ..core.errors import MailboxUnavailableError, StoreUnavailableError
 from ..core.mailbox_budget import DAILY, METHOD_UNITS, RATE, MailboxSnapshot, Refusal, Reservation
+from ..core.mailbox_search import MailboxSearch, mailbox_search
 from ..core.mailboxes import DEFAULT_MAILBOX_ID, Mailbox, MailboxDirectory
 from ..core.model import Accepted, Failure, HistoryPage, Job, MailboxHit
 from ..core.pacing import choose_mailbox, may_move
@@ -128,6 +129,15 @@ class SenderMailboxes:
         if job.mailboxes and job.mailboxes[-1] in self.directory.ids():
             return self.directory.get(job.mailboxes[-1])
         return self.candidates(job)[0]
+
+    def search_for(self, job: Job) -> MailboxSearch:
+        """How reviewers find the job's copies: by its current mailbox's kind (issue 22). A job whose
+        mailbox cannot be told (a directory that no longer resolves it) gets Gmail's search."""
+        try:
+            mailbox = self.current(job)
+        except Exception:  # noqa: BLE001 - a link label must never fail a review or a page
+            return mailbox_search("gmail", job.message_id)
+        return mailbox_search(mailbox.kind, job.message_id, mailbox.user_id if mailbox.kind == "graph" else None)
 
     def candidates(self, job: Job) -> list[Mailbox]:
         try:

@@ -88,6 +88,11 @@ class Sweeper(Reconciler):
     def _finish_sweep(self, report: SweepReport) -> SweepReport:
         """The age of the oldest open review item (one read), then the sweep's record for /health."""
         try:
+            self.lag.tell_untold()  # an index-lag raise nobody confirmed telling (lag_watch)
+        except StoreUnavailableError as exc:
+            report.errors += 1
+            log(logging.WARNING, "sweep could not read the index lag records", error=str(exc))
+        try:
             oldest = self.store.find_open_reviews(1)
             if oldest:
                 report.oldest_review_s = (self.clock() - oldest[0].updated_at).total_seconds()
