@@ -213,6 +213,34 @@ def test_each_module_is_its_own_group_but_the_real_n8n_modules_share_one():
     assert scheduling.group_of("tests/unit/test_keys.py") != scheduling.group_of("tests/unit/test_mime.py")
 
 
+def test_each_test_of_a_split_module_is_a_group_of_its_own():
+    storm = "tests/integration/test_fault_storm.py"
+    phases = [f"{storm}::test_fault_storm[{name}]" for name in ("paced-pool", "reviewers")]
+    assert [scheduling.group_of(nodeid) for nodeid in phases] == phases
+    stack = "tests/integration/test_stack.py"
+    assert scheduling.group_of(f"{stack}::test_a") == scheduling.group_of(f"{stack}::test_b") == stack
+
+
+def test_the_storms_phases_are_handed_out_longest_first_among_the_slow_modules():
+    ids = collected_ids(
+        "tests/integration/test_fault_storm.py",
+        "tests/integration/test_pacing_stack.py",
+        "tests/integration/test_fault_relay.py",
+    )
+    storm = [nodeid.split("::", 1)[1] for nodeid in ids if "test_fault_storm.py" in nodeid]
+    assert storm == [
+        "test_fault_storm[paced-pool]",
+        "test_fault_storm[graph-pool]",
+        "test_fault_storm_messengers",
+        "test_fault_storm[beyond-window]",
+        "test_fault_storm[inside-window]",
+        "test_fault_storm[reviewers]",
+    ]
+    pacing = next(i for i, nodeid in enumerate(ids) if "test_pacing_stack.py" in nodeid)
+    assert ids[pacing - 1].endswith("[graph-pool]") and ids[pacing + 1].endswith("test_fault_storm_messengers")
+    assert "test_fault_relay.py" in ids[-1]  # not in the slow list: after it
+
+
 def collected_modules(*paths: str) -> list[str]:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", *paths],
@@ -289,6 +317,67 @@ def test_a_module_and_its_module_scoped_fixture_stay_on_one_worker(tmp_path):
     assert sorted(workers) == ["test_alpha", "test_beta", "test_gamma"]
     assert all(len(on) == 1 for on in workers.values()), workers
     assert len(set().union(*workers.values())) == 2, "both workers got work"
+
+
+SPLIT_CONFTEST = """
+from tests import scheduling
+
+pytest_plugins = ["tests.scheduling"]
+scheduling.SPLIT_MODULES = frozenset({"test_split.py"})
+"""
+
+SPLIT_MODULE = """
+import os
+import time
+
+import pytest
+
+@pytest.mark.parametrize("phase", ["one", "two"])
+def test_phase(phase):
+    started = time.monotonic()
+    time.sleep(3)
+    with open(os.environ["WHERE_LOG"], "a") as log:
+        log.write(f"{phase} {os.environ['PYTEST_XDIST_WORKER']} {started} {time.monotonic()}\\n")
+"""
+
+
+def run_scratch_suite(tmp_path: Path, conftest: str, **modules: str) -> subprocess.CompletedProcess[str]:
+    """Real xdist (2 workers, as test.sh runs it) on a scratch suite with tests/scheduling.py."""
+    for name, text in modules.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    (tmp_path / "conftest.py").write_text(conftest)
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    env = {**clean_env(), "WHERE_LOG": str(tmp_path / "where.log")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *sys.path])
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_a_split_modules_tests_run_on_two_workers_at_the_same_time(tmp_path):
+    done = run_scratch_suite(tmp_path, SPLIT_CONFTEST, test_split=SPLIT_MODULE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {
+        phase: (worker, float(a), float(b))
+        for phase, worker, a, b in (line.split() for line in (tmp_path / "where.log").read_text().splitlines())
+    }
+    assert sorted(rows) == ["one", "two"]
+    assert rows["one"][0] != rows["two"][0], rows
+    assert max(rows["one"][1], rows["two"][1]) < min(rows["one"][2], rows["two"][2]), rows  # overlapped
+
+
+def test_a_split_module_with_a_module_scoped_fixture_is_refused(tmp_path):
+    shared = "import pytest\n\n@pytest.fixture(scope='module')\ndef stack():\n    return 1\n\n"
+    shared += "def test_a(stack):\n    pass\n\ndef test_b(stack):\n    pass\n"  # would pass unsplit
+    done = run_scratch_suite(tmp_path, SPLIT_CONFTEST, test_split=shared)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "2 errors" in done.stdout and "uses the module-scoped fixture 'stack'" in done.stdout, done.stdout
 
 
 STUB_PYTHON = """#!/usr/bin/env bash
