@@ -106,8 +106,29 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(f"{item.nodeid} uses {shared}, but its module is in tests/scheduling.py's SPLIT_MODULES", False)
 
 
+def unique_node_ids(items: list[pytest.Item]) -> None:
+    """Give each item a node id of its own: xdist hands out tests by node id, so items that share one
+    collapse into a single test on the workers while a serial run runs them all. schemathesis 4
+    names its per-operation items `test[POST /send]`, but pytest 9 builds a node id from the
+    function's name and parameters alone: every operation got the same id, and under xdist only the
+    first operation was fuzzed. Such an item takes its own name; an id still shared is refused."""
+    seen: dict[str, int] = {}
+    for item in items:
+        seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
+    for item in items:
+        if seen[item.nodeid] > 1 and item.name != item.nodeid.rsplit("::", 1)[-1]:
+            item._id = item.parent.id.child(item.name)  # type: ignore[union-attr]  # pytest's NodeId
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.nodeid] = counts.get(item.nodeid, 0) + 1
+    shared = sorted(nodeid for nodeid, count in counts.items() if count > 1)
+    if shared:
+        raise pytest.UsageError(f"tests share a node id, so xdist would run only one of each: {shared[:5]}")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put the slow groups first; the tests of a group keep their order."""
+    """Unique node ids, then the slow groups first; the tests of a group keep their order."""
+    unique_node_ids(items)
     items.sort(key=lambda item: rank(item.nodeid))  # stable: the order within a rank is kept
 
 

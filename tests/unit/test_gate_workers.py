@@ -241,6 +241,60 @@ def test_the_storms_phases_are_handed_out_longest_first_among_the_slow_modules()
     assert "test_fault_relay.py" in ids[-1]  # not in the slow list: after it
 
 
+def test_every_fuzzed_operation_is_a_test_of_its_own_on_the_workers():
+    """schemathesis' per-operation items shared one node id under pytest 9: xdist ran POST /send only."""
+    ids = collected_ids("tests/integration/test_openapi_contract.py")
+    assert len(ids) == len(set(ids))
+    fuzzed = [nodeid.split("::", 1)[1] for nodeid in ids if "test_api_conforms_to_openapi" in nodeid]
+    assert "test_api_conforms_to_openapi[GET /status]" in fuzzed and len(fuzzed) == 7, fuzzed
+
+
+CLONING_CONFTEST = """
+import os
+
+import pytest
+
+pytest_plugins = ["tests.scheduling"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    first = items[0]
+    for name in os.environ["CLONE_NAMES"].split(","):  # what schemathesis does under pytest 9
+        items.append(pytest.Function.from_parent(first.parent, name=name, callobj=first.obj, originalname=first.name))
+"""
+
+
+def run_with_clones(tmp_path: Path, names: str) -> subprocess.CompletedProcess[str]:
+    """A scratch suite whose one test gets clones named `names`: items whose node ids pytest 9
+    builds from the test function's name alone, so all of them share test_one.py::test_a."""
+    (tmp_path / "conftest.py").write_text(CLONING_CONFTEST)
+    (tmp_path / "test_one.py").write_text("def test_a():\n    pass\n")
+    env = {**clean_env(), "CLONE_NAMES": names, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:xdist"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_items_that_share_a_node_id_take_their_own_names(tmp_path):
+    done = run_with_clones(tmp_path, "test_a[x],test_a[y]")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "test_one.py::test_a[x] PASSED" in done.stdout and "test_one.py::test_a[y] PASSED" in done.stdout
+    assert "3 passed" in done.stdout
+
+
+def test_items_that_still_share_a_node_id_are_refused(tmp_path):
+    done = run_with_clones(tmp_path, "test_a")
+    assert done.returncode != 0
+    assert "tests share a node id, so xdist would run only one of each" in done.stdout + done.stderr
+
+
 def collected_modules(*paths: str) -> list[str]:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", *paths],
