@@ -3,7 +3,7 @@
 #
 #   bash scripts/test.sh          the full gate (README, .ci/run): scripts/lint.sh (ruff, ruff
 #                                 format, mypy; seconds), then every test on $SAFESEND_TEST_WORKERS
-#                                 pytest-xdist workers (default 3; tests/scheduling.py) under
+#                                 pytest-xdist workers (default 4; tests/scheduling.py) under
 #                                 coverage.py: `coverage run` measures pytest, and through
 #                                 [tool.coverage.run] patch=subprocess every Python process it
 #                                 starts (the workers, functions-framework under gunicorn, ...), each
@@ -23,7 +23,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"
-WORKERS="${SAFESEND_TEST_WORKERS:-}" # default: 3 for the full gate (its tests wait on servers), 2 for --fast
+WORKERS="${SAFESEND_TEST_WORKERS:-}" # default: 4 for the gate (2-core CI: its tests mostly wait), 2 for --fast
 [[ -z "$WORKERS" || "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
 MUTATIONS=tests/infra/test_mutations.py
 TIMES="$ROOT/.local/test-times" # --module-times of the last full gate
@@ -38,7 +38,7 @@ if (($# == 0)); then
     export COVERAGE_FILE="$ROOT/.coverage"
     .venv/bin/python -m coverage erase
     suite=0
-    .venv/bin/python -m coverage run -m pytest -n "${WORKERS:-3}" --dist loadgroup --no-loadscope-reorder \
+    .venv/bin/python -m coverage run -m pytest -n "${WORKERS:-4}" --dist loadgroup --no-loadscope-reorder \
         --ignore="$MUTATIONS" --module-times="$TIMES/suite.json" || suite=$?
     .venv/bin/python -m coverage combine -q || suite=$((suite ? suite : 2)) # no data: nothing measured
     .venv/bin/python -m coverage report || suite=$((suite ? suite : 2)) # 2: under the floor
