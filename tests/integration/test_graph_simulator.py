@@ -249,3 +249,12 @@ def test_latency_holds_the_202_after_accepting_and_reads_wait_their_own_latency(
     assert time.perf_counter() - started >= 0.5 > read_s
     with pytest.raises(ValueError, match="latency"):
         sim.set_latency(-1.0)
+
+
+def test_verbose_request_log_names_the_graph_simulator(capsys: pytest.CaptureFixture[str]) -> None:
+    with GraphSimulator(verbose=True) as simulator:
+        answer = requests.get(f"{simulator.url}/_sim/health", timeout=TIMEOUT_S)
+    assert answer.status_code == 200
+    lines = [line for line in capsys.readouterr().err.splitlines() if "/_sim/health" in line]
+    assert len(lines) == 1
+    assert lines[0].startswith("graph-sim: ")
