@@ -79,6 +79,11 @@ def test_second(tmp_path):
 """
 
 
+def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A scratch run, its output captured, bounded in time."""
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False)
+
+
 def scratch_gate(tmp_path: Path) -> Path:
     """A tree where scripts/test.sh runs for real: stub bootstrap/lint, python = this venv's."""
     tree = tmp_path / "tree"
@@ -114,15 +119,7 @@ def test_the_gate_combines_every_workers_and_every_servers_coverage(tmp_path):
         "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),  # tests.scheduling, tests.module_times
         "TMPDIR": str(tmp_path),
     }
-    done = subprocess.run(
-        ["bash", str(tree / "scripts" / "test.sh")],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = run(["bash", str(tree / "scripts" / "test.sh")], tree, env)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert sorted(workers_log.read_text().split()) == ["gw0", "gw1"], output  # one module on each worker
@@ -144,15 +141,7 @@ def test_module_times_count_a_modules_fixtures_on_the_controller(tmp_path):
     env = {**clean_env(), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     for parallel in ([], ["-n", "2", "--dist", "loadgroup"]):
         out = tmp_path / "times.json"
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", f"--module-times={out}", *parallel],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
+        done = run([sys.executable, "-m", "pytest", "-q", f"--module-times={out}", *parallel], tmp_path, env)
         assert done.returncode == 0, done.stdout + done.stderr
         times = json.loads(out.read_text())
         assert list(times) == ["test_slow.py", "test_quick.py"], times  # slowest first

@@ -268,17 +268,12 @@ def pytest_collection_modifyitems(items):
 def run_with_clones(tmp_path: Path, names: str) -> subprocess.CompletedProcess[str]:
     """A scratch suite whose one test gets clones named `names`: items whose node ids pytest 9
     builds from the test function's name alone, so all of them share test_one.py::test_a."""
-    (tmp_path / "conftest.py").write_text(CLONING_CONFTEST)
-    (tmp_path / "test_one.py").write_text("def test_a():\n    pass\n")
-    env = {**clean_env(), "CLONE_NAMES": names, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:xdist"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return run_scratch_suite(
+        tmp_path,
+        CLONING_CONFTEST,
+        args=("-v", "-p", "no:xdist"),
+        env={"CLONE_NAMES": names},
+        test_one="def test_a():\n    pass\n",
     )
 
 
@@ -296,20 +291,11 @@ def test_items_that_still_share_a_node_id_are_refused(tmp_path):
 
 
 def collected_modules(*paths: str) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", *paths],
-        cwd=ROOT,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    """The modules of collected_ids(paths), in order, each once where its tests follow each other."""
     modules: list[str] = []
-    for line in done.stdout.splitlines():
-        module = line.split("::", 1)[0]
-        if "::" in line and (not modules or modules[-1] != module):
+    for nodeid in collected_ids(*paths):
+        module = nodeid.split("::", 1)[0]
+        if not modules or modules[-1] != module:
             modules.append(module)
     return modules
 
@@ -346,24 +332,11 @@ def test_where(started_on, n):
 
 def test_a_module_and_its_module_scoped_fixture_stay_on_one_worker(tmp_path):
     """Real xdist on a scratch suite: with tests/scheduling.py, --dist loadgroup never splits a module."""
-    for name in ("test_alpha", "test_beta", "test_gamma"):
-        (tmp_path / f"{name}.py").write_text(SCRATCH_MODULE)
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.scheduling"]\n')
-    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-    where = tmp_path / "where.log"
-    env = {**clean_env(), "WHERE_LOG": str(where), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    modules = dict.fromkeys(("test_alpha", "test_beta", "test_gamma"), SCRATCH_MODULE)
+    done = run_scratch_suite(tmp_path, SCHEDULING_CONFTEST, **modules)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "18 passed" in done.stdout
-    rows = [line.split() for line in where.read_text().splitlines()]
+    rows = [line.split() for line in (tmp_path / "where.log").read_text().splitlines()]
     workers: dict[str, set[str]] = {}
     for module, fixture_worker, test_worker in rows:
         assert fixture_worker == test_worker
@@ -373,6 +346,7 @@ def test_a_module_and_its_module_scoped_fixture_stay_on_one_worker(tmp_path):
     assert len(set().union(*workers.values())) == 2, "both workers got work"
 
 
+SCHEDULING_CONFTEST = 'pytest_plugins = ["tests.scheduling"]\n'
 SPLIT_CONFTEST = """
 from tests import scheduling
 
@@ -395,16 +369,21 @@ def test_phase(phase):
 """
 
 
-def run_scratch_suite(tmp_path: Path, conftest: str, **modules: str) -> subprocess.CompletedProcess[str]:
-    """Real xdist (2 workers, as test.sh runs it) on a scratch suite with tests/scheduling.py."""
+XDIST = ("-q", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")  # as test.sh runs it
+
+
+def run_scratch_suite(
+    tmp_path: Path, conftest: str, *, args: tuple[str, ...] = XDIST, env: dict[str, str] | None = None, **modules: str
+) -> subprocess.CompletedProcess[str]:
+    """pytest (by default real xdist on 2 workers) on a scratch suite of `modules` with `conftest`."""
     for name, text in modules.items():
         (tmp_path / f"{name}.py").write_text(text)
     (tmp_path / "conftest.py").write_text(conftest)
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-    env = {**clean_env(), "WHERE_LOG": str(tmp_path / "where.log")}
+    env = {**clean_env(), "WHERE_LOG": str(tmp_path / "where.log"), **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *sys.path])
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"],
+        [sys.executable, "-m", "pytest", *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -515,19 +494,12 @@ def test_run_installs_the_runtime_lock_and_a_venv_made_for_the_tests_serves_it(t
 
 def test_a_failure_on_a_worker_still_points_at_that_workers_emulator_logs(tmp_path):
     """Each worker keeps its emulator logs in its own temp dir; the controller's summary names it."""
-    (tmp_path / "test_fails.py").write_text("def test_fails(emulator_log_dir):\n    assert False\n")
-    (tmp_path / "test_passes.py").write_text("def test_passes(emulator_log_dir):\n    assert True\n")
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.emulator_fixtures", "tests.scheduling"]\n')
-    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-    env = {**clean_env(), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "--basetemp", str(tmp_path / "t")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    done = run_scratch_suite(
+        tmp_path,
+        'pytest_plugins = ["tests.emulator_fixtures", "tests.scheduling"]\n',
+        args=("-q", "-n", "2", "--dist", "loadgroup", "--basetemp", str(tmp_path / "t")),
+        test_fails="def test_fails(emulator_log_dir):\n    assert False\n",
+        test_passes="def test_passes(emulator_log_dir):\n    assert True\n",
     )
     assert done.returncode == 1, done.stdout + done.stderr
     named = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("emulator logs: ")]
@@ -580,24 +552,10 @@ def test_long_second():
 def test_no_module_waits_behind_a_long_test_while_another_worker_is_free(tmp_path):
     """A module of two long tests (the storm, the gcloud CLI's) gets no second module queued behind
     it at the start: the quick modules all run on the other worker meanwhile."""
-    (tmp_path / "test_a_long.py").write_text(LONG_MODULE)
-    for name in ("test_b", "test_c", "test_d"):
-        (tmp_path / f"{name}.py").write_text(QUICK_MODULE)
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.scheduling"]\n')
-    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-    where = tmp_path / "where.log"
-    env = {**clean_env(), "WHERE_LOG": str(where), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    modules = dict.fromkeys(("test_b", "test_c", "test_d"), QUICK_MODULE)
+    done = run_scratch_suite(tmp_path, SCHEDULING_CONFTEST, test_a_long=LONG_MODULE, **modules)
     assert done.returncode == 0, done.stdout + done.stderr
-    ran_on = dict(line.split() for line in where.read_text().splitlines())
+    ran_on = dict(line.split() for line in (tmp_path / "where.log").read_text().splitlines())
     long_worker = ran_on.pop("test_a_long")
     assert sorted(ran_on) == ["test_b", "test_c", "test_d"]
     assert long_worker not in ran_on.values(), ran_on
