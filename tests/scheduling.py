@@ -80,10 +80,11 @@ def group_of(nodeid: str) -> str:
 
 def rank(nodeid: str) -> tuple[int, int]:
     """Sort key: the slow groups in SLOW_FIRST's order, then suite by suite."""
-    unit = group_of(nodeid) if nodeid.split("::", 1)[0] in SPLIT_MODULES else nodeid.split("::", 1)[0]
+    module = nodeid.split("::", 1)[0]
+    unit = nodeid if module in SPLIT_MODULES else module  # a split module's tests are ranked one by one
     if unit in SLOW_FIRST:
         return (0, SLOW_FIRST.index(unit))
-    parents = {str(parent) for parent in PurePosixPath(unit.split("::", 1)[0]).parents}
+    parents = {str(parent) for parent in PurePosixPath(module).parents}
     suite = next((i for i, prefix in enumerate(SUITE_ORDER) if prefix in parents), len(SUITE_ORDER))
     return (1, suite)
 
