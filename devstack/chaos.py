@@ -69,19 +69,29 @@ def find_gunicorn_worker(master_pid: int) -> int | None:
 def kill_gunicorn_worker(
     master_pid: int, respawn_timeout_s: float = 20.0, ready: Callable[[], bool] | None = None
 ) -> dict[str, Any]:
-    """SIGKILL the worker and wait (bounded) until gunicorn has a new one, and ``ready()`` if given.
+    """SIGKILL the worker (waiting, bounded, for one while gunicorn respawns it) and wait (bounded)
+    until gunicorn has a new one, and ``ready()`` if given.
 
     Returns what happened: old and new pid, seconds until respawned, or an ``error``.
     """
     started = time.monotonic()
+    deadline = started + respawn_timeout_s
+    # A worker that just died (a crash point, the previous kill) is being respawned: wait for it, as
+    # for the new one below; on a loaded machine the respawn takes seconds.
     worker = find_gunicorn_worker(master_pid)
+    while worker is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        worker = find_gunicorn_worker(master_pid)
     if worker is None:
-        return {"action": "kill_worker", "error": f"no worker under gunicorn master {master_pid}"}
+        return {
+            "action": "kill_worker",
+            "error": f"no worker under gunicorn master {master_pid} within {respawn_timeout_s}s",
+        }
     try:
         os.kill(worker, signal.SIGKILL)
     except ProcessLookupError:
         return {"action": "kill_worker", "error": f"worker {worker} already gone"}
-    deadline = started + respawn_timeout_s
+    deadline = time.monotonic() + respawn_timeout_s
     new_worker = None
     while time.monotonic() < deadline:
         candidate = find_gunicorn_worker(master_pid)

@@ -36,7 +36,6 @@ import argparse
 import base64
 import binascii
 import bisect
-import contextlib
 import copy
 import email.message
 import email.policy
@@ -46,30 +45,26 @@ import json
 import random
 import re
 import secrets
-import signal
-import socket
 import sys
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from email.parser import BytesParser
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
 from devstack.gmail_quota import PRESETS, Limits, MailboxQuota, Refusal
+from devstack.sim_server import (
+    LOOPBACK,
+    MAX_INDEX_LAG_S,
+    LoopbackSimulator,
+    RequestBodyError,
+    SimHandler,
+    serve_until_signalled,
+)
 
 __all__ = ["GmailSimulator", "SimError", "google_error_body", "is_strict_message_id", "main"]
 
-LOOPBACK = "127.0.0.1"
-MAX_BODY_BYTES = 36_700_160  # Gmail's documented mediaUpload maxSize.
-MAX_REQUESTS_PER_CONNECTION = 1000  # bounds the keep-alive loop of one client connection
-IDLE_TIMEOUT_S = 15.0  # socket timeout of an idle keep-alive connection
-ACCEPT_POLL_S = 0.2  # how often the accept loop re-checks the stop flag
-JOIN_TIMEOUT_S = 5.0
-MAX_INDEX_LAG_S = 3600.0
-MAX_LATENCY_S = 120.0  # response latency bound (set_latency)
 MAX_INJECTED_ERRORS = 10_000
 MAX_HISTORY_RECORDS = 100_000  # default retention by count (also the ceiling of set_history_retention)
 MAX_HISTORY_AGE_S = 30 * 86400.0
@@ -79,7 +74,6 @@ HISTORY_TYPES = ("messageAdded", "messageDeleted", "labelAdded", "labelRemoved")
 HISTORY_ID_MAX_GAP = 4  # each change advances the historyId by 1..4: valid ids are not contiguous
 FIRST_HISTORY_ID = 1000
 DEFAULT_EMAIL_ADDRESS = "sim-mailbox@safesend.localhost"
-MAX_CLOCK_ADVANCE_S = 400 * 86400.0  # one advance_clock() step
 
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
@@ -170,11 +164,6 @@ class SimError(Exception):
 def is_strict_message_id(value: str) -> bool:
     """True for ``<dot-atom-text@dot-atom-text>`` with no whitespace/CFWS: the ids Gmail keeps verbatim."""
     return _STRICT_MSGID.fullmatch(value) is not None
-
-
-def _require_loopback(host: str) -> None:
-    if host != LOOPBACK:
-        raise ValueError(f"refusing to bind {host!r}: dev tools bind {LOOPBACK} only")
 
 
 def _b64url_decode(text: str) -> bytes:
@@ -372,8 +361,10 @@ class _Mailbox:
         self.quota.reset()
 
 
-class GmailSimulator:
+class GmailSimulator(LoopbackSimulator):
     """In-process Gmail API subset server; controllable from Python or over ``/_sim/*`` HTTP endpoints."""
+
+    name = "gmail-sim"
 
     def __init__(
         self,
@@ -389,19 +380,10 @@ class GmailSimulator:
         email_address: str = DEFAULT_EMAIL_ADDRESS,
         history_seed: int | None = 0,
     ) -> None:
-        _require_loopback(host)
-        self.verbose = verbose
-        self._host = host
-        self._port = port
-        self._clock = clock
-        self._clock_offset_s = 0.0
+        super().__init__(host, port, clock, verbose)
         self._effects_path = effects_path
-        self._lock = threading.RLock()
         self._effects: list[dict] = []
         self._errors: list[tuple[int, str | None]] = []
-        self._index_lag_s = 0.0
-        self._latency_s = 0.0
-        self._read_latency_s: float | None = None
         self._history_lag_s = 0.0
         self._history_max_records: int | None = MAX_HISTORY_RECORDS
         self._history_max_age_s: float | None = None
@@ -412,83 +394,14 @@ class GmailSimulator:
         self._mailboxes: dict[str, _Mailbox] = {}  # declared mailboxes by lower-case address
         self._token_mailboxes: dict[str, str] = {}  # bearer token -> address: what "me" means for it
         self._id_counter = 0
-        self._server: _SimHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
         self.set_index_lag(index_lag_s)
         self.set_latency(latency_s, read_latency_s)
         self.set_history_lag(history_lag_s)
-
-    # ----------------------------------------------------------------- lifecycle
-    def start(self) -> GmailSimulator:
-        """Bind and serve in a daemon thread."""
-        if self._server is not None:
-            raise RuntimeError("simulator already started")
-        self._stopping.clear()
-        self._server = _SimHTTPServer((self._host, self._port), _SimHandler, self)
-        self._thread = threading.Thread(target=self._serve, name=f"gmail-sim-{self.port}", daemon=True)
-        self._thread.start()
-        return self
-
-    def _serve(self) -> None:
-        server = self._server
-        while server is not None and not self._stopping.is_set():
-            try:
-                server.handle_request()  # returns after ACCEPT_POLL_S when idle
-            except (OSError, ValueError):  # ValueError: selector on a socket closed by stop()
-                if self._stopping.is_set():
-                    break
-                time.sleep(ACCEPT_POLL_S)
-
-    def stop(self, timeout: float = JOIN_TIMEOUT_S) -> None:
-        """Stop accepting, close every client socket and join all threads (bounded by ``timeout``)."""
-        server, thread = self._server, self._thread
-        if server is None:
-            return
-        self._stopping.set()
-        deadline = time.monotonic() + timeout
-        if thread is not None:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        server.server_close()
-        server.close_clients(max(0.0, deadline - time.monotonic()))
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> GmailSimulator:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("simulator not started")
-        return int(self._server.server_address[1])
 
     @property
     def url(self) -> str:
         """Base URL to pass as ``client_options={"api_endpoint": url}``."""
         return f"http://{self._host}:{self.port}/"
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
-    # ------------------------------------------------------------------- time
-    def now(self) -> float:
-        """The simulator's clock: the clock it was given, plus every advance_clock()."""
-        with self._lock:
-            return float(self._clock()) + self._clock_offset_s
-
-    def advance_clock(self, seconds: float) -> float:
-        """Move the simulator's clock forward (lags, windows and daily limits all read it); returns now()."""
-        seconds = float(seconds)
-        if not 0.0 <= seconds <= MAX_CLOCK_ADVANCE_S:
-            raise ValueError(f"advance_s must be within [0, {MAX_CLOCK_ADVANCE_S}]")
-        with self._lock:
-            self._clock_offset_s += seconds
-            return self.now()
 
     # -------------------------------------------------------------- mailboxes
     def add_mailbox(self, address: str, access_tokens: Iterable[str] = ()) -> None:
@@ -576,14 +489,6 @@ class GmailSimulator:
                 with open(self._effects_path, "w", encoding="utf-8"):
                     pass
 
-    def set_index_lag(self, seconds: float) -> None:
-        """Model Gmail's search-index lag: q= search only sees messages older than ``seconds``."""
-        seconds = float(seconds)
-        if not 0.0 <= seconds <= MAX_INDEX_LAG_S:
-            raise ValueError(f"index_lag_s must be within [0, {MAX_INDEX_LAG_S}]")
-        with self._lock:
-            self._index_lag_s = seconds
-
     def set_history_lag(self, seconds: float) -> None:
         """Model a lag of Gmail's change log, independent of the search index: ``history.list`` shows a
         change only once it is ``seconds`` old (messages.get and getProfile are never lagged)."""
@@ -666,32 +571,6 @@ class GmailSimulator:
             m = box.messages.pop(gmail_id)
             box.order.remove(gmail_id)
             self._record(box, "messageDeleted", m, self.now())
-
-    def set_latency(self, seconds: float, read_seconds: float | None = None) -> None:
-        """Model Gmail's response time: wait ``seconds`` before answering messages.send (the message is
-        already accepted while the answer is held back, so a client timeout shorter than this sees an
-        ambiguous send). list/get wait ``read_seconds``, or ``seconds`` too when it is None."""
-        values = [float(seconds)] + ([] if read_seconds is None else [float(read_seconds)])
-        for value in values:
-            if not 0.0 <= value <= MAX_LATENCY_S:
-                raise ValueError(f"latency must be within [0, {MAX_LATENCY_S}] seconds")
-        with self._lock:
-            self._latency_s = values[0]
-            self._read_latency_s = None if read_seconds is None else values[1]
-
-    @property
-    def latency(self) -> tuple[float, float]:
-        """(send latency, list/get latency) in seconds."""
-        with self._lock:
-            read = self._latency_s if self._read_latency_s is None else self._read_latency_s
-            return self._latency_s, read
-
-    def pause(self, kind: str) -> None:
-        """Hold an answer for the configured latency ("send" or "read"); stop() cuts it short."""
-        send, read = self.latency
-        delay = send if kind == "send" else read
-        if delay > 0:
-            self._stopping.wait(delay)
 
     def inject_errors(self, status: int, count: int = 1, reason: str | None = None) -> None:
         """Make the next ``count`` send calls fail with a Google-style ``status`` error, accepting nothing."""
@@ -1003,126 +882,26 @@ def _parse_int(values: list[str] | None, name: str, default: int, low: int, high
     return value
 
 
-class _SimHTTPServer(ThreadingHTTPServer):
-    """ThreadingHTTPServer that tracks client sockets/threads so stop() can close and join them."""
+class _GmailHandler(SimHandler):
+    """Gmail's routes and Google-style error bodies on the shared keep-alive plumbing."""
 
-    daemon_threads = True
-    block_on_close = False
-    timeout = ACCEPT_POLL_S
-    request_queue_size = 128  # the default 5 resets connections under 16 concurrent clients (bench/)
-
-    def __init__(self, address: tuple[str, int], handler: type, sim: GmailSimulator) -> None:
-        self.sim = sim
-        self._clients: dict[threading.Thread, socket.socket] = {}
-        self._clients_lock = threading.Lock()
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(
-            target=self._run_client, args=(request, client_address), name="gmail-sim-conn", daemon=True
-        )
-        with self._clients_lock:
-            self._clients[thread] = request
-        thread.start()
-
-    def _run_client(self, request: socket.socket, client_address: Any) -> None:
-        try:
-            self.process_request_thread(request, client_address)
-        finally:
-            with self._clients_lock:
-                self._clients.pop(threading.current_thread(), None)
-
-    def close_clients(self, timeout: float) -> None:
-        with self._clients_lock:
-            clients = list(self._clients.items())
-        for _thread, sock in clients:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        deadline = time.monotonic() + timeout
-        for thread, _sock in clients:
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-
-class _SimHandler(BaseHTTPRequestHandler):
-    """HTTP/1.1 keep-alive handler; every response carries Content-Length."""
-
-    protocol_version = "HTTP/1.1"
     server_version = "gmail-sim/1"
-    timeout = IDLE_TIMEOUT_S
-    disable_nagle_algorithm = True  # headers and body are separate writes; avoid 40 ms delayed-ACK stalls
-    server: _SimHTTPServer
 
-    def handle(self) -> None:
-        self.close_connection = True
-        self.handle_one_request()
-        for _ in range(MAX_REQUESTS_PER_CONNECTION - 1):
-            if self.close_connection or self.server.sim.stopping:
-                break
-            self.handle_one_request()
+    def error_reply(self, exc: Exception) -> tuple[int, Any, dict[str, str]]:
+        if isinstance(exc, RequestBodyError):
+            exc = SimError(exc.status, exc.message, exc.reason)
+        if isinstance(exc, SimError):
+            return exc.code, exc.body, {}
+        return 500, google_error_body(500, f"simulator error: {exc!r}", "backendError"), {}
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        if self.server.sim.verbose:
-            sys.stderr.write("gmail-sim: " + (format % args) + "\n")
+    def latency_kind(self, method: str) -> str | None:
+        return _latency_kind(method, self.path)
 
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
-
-    # --------------------------------------------------------------- plumbing
-    def _read_body(self) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            self.close_connection = True
-            raise SimError(411, "Chunked request bodies are not supported by the simulator", "badRequest")
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            self.close_connection = True
-            raise SimError(400, "Invalid Content-Length", "badRequest") from None
-        if length < 0 or length > MAX_BODY_BYTES:
-            self.close_connection = True
-            raise SimError(413, "Request entity too large", "uploadTooLarge")
-        return self.rfile.read(length) if length else b""
-
-    def _send_json(self, status: int, obj: Any) -> None:
-        data = json.dumps(obj).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=UTF-8")
-        self.send_header("Content-Length", str(len(data)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
-
-    def _dispatch(self, method: str) -> None:
-        try:
-            body = self._read_body()
-            status, obj = self._route(method, body)
-        except SimError as err:
-            status, obj = err.code, err.body
-        except Exception as exc:  # noqa: BLE001 - a simulator bug must still answer like a server, not hang the client
-            status, obj = 500, google_error_body(500, f"simulator error: {exc!r}", "backendError")
-        kind = _latency_kind(method, self.path)
-        if kind is not None:  # Gmail API calls only, never /_sim/* controls
-            self.server.sim.pause(kind)
-        try:
-            self._send_json(status, obj)
-        except OSError:
-            self.close_connection = True
-
-    def _route(self, method: str, body: bytes) -> tuple[int, Any]:
+    def route(self, method: str, body: bytes) -> tuple[int, Any]:
         parts = urllib.parse.urlsplit(self.path)
         path = parts.path
         params = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-        sim = self.server.sim
+        sim = cast(GmailSimulator, self.server.sim)
         if path.startswith("/_sim/"):
             return _control(sim, method, path, body, params)
         auth = self.headers.get("Authorization") or ""
@@ -1151,6 +930,9 @@ class _SimHandler(BaseHTTPRequestHandler):
             raw, thread_id = _upload_payload(upload_type, self.headers.get("Content-Type") or "", body)
             return 200, sim.send(raw, user, source=f"upload-{upload_type}", thread_id=thread_id, token=token)
         raise SimError(404, f"Not Found: {method} {path}", "notFound")
+
+
+GmailSimulator.handler = _GmailHandler  # defined after the simulator, whose methods its routes call
 
 
 def _latency_kind(method: str, target: str) -> str | None:
@@ -1336,9 +1118,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-lifetime-s", type=float, default=12 * 3600.0)
     parser.add_argument("--verbose", action="store_true", help="log requests to stderr")
     args = parser.parse_args(argv)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     sim = GmailSimulator(
         args.host,
         args.port,
@@ -1348,15 +1127,7 @@ def main(argv: list[str] | None = None) -> int:
         latency_s=args.latency,
         history_lag_s=args.history_lag,
     )
-    sim.start()
-    print(f"gmail-sim listening on {sim.url}", flush=True)
-    deadline = time.monotonic() + max(0.0, args.max_lifetime_s)
-    try:
-        while not stop.wait(0.5) and time.monotonic() < deadline:
-            pass
-    finally:
-        sim.stop()
-    return 0
+    return serve_until_signalled(sim, args.max_lifetime_s)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ that behaves like Graph where it matters (docs/graph-provider.md has the sources
   ``require_auth`` the Graph paths answer 401 without a token it issued.
 - ``/_sim/config``, ``/_sim/clock``, ``/_sim/effects``, ``/_sim/inject-errors``, ``/_sim/reset``.
 
-Standard library only (plus its Gmail siblings, whose server plumbing it reuses). Binds 127.0.0.1 only.
+Standard library only (plus its siblings: gmail_quota, gmail_sim's MIME helpers, sim_server's plumbing).
+Binds 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -34,31 +35,24 @@ import email.utils
 import json
 import re
 import secrets
-import signal
 import sys
-import threading
 import time
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from devstack.gmail_quota import Limits, MailboxQuota
-from devstack.gmail_sim import (
-    JOIN_TIMEOUT_S,
+from devstack.gmail_sim import _header_value, _parse, _raw_headers
+from devstack.sim_server import (
     LOOPBACK,
     MAX_CLOCK_ADVANCE_S,
-    MAX_INDEX_LAG_S,
-    MAX_LATENCY_S,
-    SimError,
-    _header_value,
-    _parse,
-    _raw_headers,
-    _require_loopback,
-    _SimHandler,
-    _SimHTTPServer,
+    LoopbackSimulator,
+    RequestBodyError,
+    SimHandler,
+    serve_until_signalled,
 )
 
 __all__ = ["GraphSimulator", "graph_error_body", "immutable_id", "main"]
@@ -138,8 +132,11 @@ class _Mailbox:
 GLOBAL_SCOPE = "https://graph.microsoft.com/.default"  # the global service's; a national cloud has its own
 
 
-class GraphSimulator:
-    """In-process Graph mail subset server; controllable from Python or over ``/_sim/*`` HTTP endpoints."""
+class GraphSimulator(LoopbackSimulator):
+    """In-process Graph mail subset server; controllable from Python or over ``/_sim/*`` HTTP endpoints.
+    Its ``url`` is the base of both the Graph API (``/v1.0``) and the login endpoint (``/{tenant}/oauth2``)."""
+
+    name = "graph-sim"
 
     def __init__(
         self,
@@ -151,15 +148,8 @@ class GraphSimulator:
         require_auth: bool = False,
         token_scope: str = GLOBAL_SCOPE,
     ) -> None:
-        _require_loopback(host)
+        super().__init__(host, port, clock, verbose)
         self.token_scope = token_scope  # the cloud this simulator plays (a national cloud: its own host)
-        self.verbose = verbose
-        self._host = host
-        self._port = port
-        self._clock = clock
-        self._offset_s = 0.0
-        self._lock = threading.RLock()
-        self._index_lag_s = 0.0
         self._save_to_sent_items = True
         self._rewrite_message_ids = False
         self._require_auth = require_auth
@@ -172,104 +162,9 @@ class GraphSimulator:
         self._assertions: list[dict[str, Any]] = []  # parsed assertions the token endpoint accepted
         self._effects: list[dict[str, Any]] = []
         self._errors: list[tuple[int, int | None, bool]] = []  # (status, retry_after_s, accept first)
-        self._latency_s = 0.0  # held before answering sendMail (set_latency)
-        self._read_latency_s: float | None = None  # held before answering a read; None: _latency_s
-        self._server: _SimHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
         self.set_index_lag(index_lag_s)
 
-    # ----------------------------------------------------------------- lifecycle
-    def start(self) -> GraphSimulator:
-        if self._server is not None:
-            raise RuntimeError("simulator already started")
-        self._stopping.clear()
-        self._server = _SimHTTPServer((self._host, self._port), _GraphHandler, self)  # type: ignore[arg-type]
-        self._thread = threading.Thread(target=self._serve, name=f"graph-sim-{self.port}", daemon=True)
-        self._thread.start()
-        return self
-
-    def _serve(self) -> None:
-        server = self._server
-        while server is not None and not self._stopping.is_set():
-            try:
-                server.handle_request()
-            except (OSError, ValueError):
-                if self._stopping.is_set():
-                    break
-
-    def stop(self, timeout: float = JOIN_TIMEOUT_S) -> None:
-        server, thread = self._server, self._thread
-        if server is None:
-            return
-        self._stopping.set()
-        deadline = time.monotonic() + timeout
-        if thread is not None:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        server.server_close()
-        server.close_clients(max(0.0, deadline - time.monotonic()))
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> GraphSimulator:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("simulator not started")
-        return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        """Base URL of both the Graph API (``/v1.0``) and the login endpoint (``/{tenant}/oauth2``)."""
-        return f"http://{self._host}:{self.port}"
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
-    def set_latency(self, seconds: float, read_seconds: float | None = None) -> None:
-        """Model Graph's response time, as GmailSimulator.set_latency does: sendMail's 202 waits ``seconds``
-        (the message is already accepted), reads (Sent Items, a message, delta) ``read_seconds``, or
-        ``seconds`` when it is None. The token endpoint and /_sim/* controls never wait."""
-        values = [float(seconds)] + ([] if read_seconds is None else [float(read_seconds)])
-        if any(not 0.0 <= value <= MAX_LATENCY_S for value in values):
-            raise ValueError(f"latency must be within [0, {MAX_LATENCY_S}] seconds")
-        with self._lock:
-            self._latency_s = values[0]
-            self._read_latency_s = None if read_seconds is None else values[1]
-
-    def pause(self, kind: str) -> None:
-        """Hold an answer for the configured latency ("send" or "read"); stop() cuts it short."""
-        with self._lock:
-            delay = self._latency_s if kind == "send" or self._read_latency_s is None else self._read_latency_s
-        if delay > 0:
-            self._stopping.wait(delay)
-
     # ---------------------------------------------------------------- controls
-    def now(self) -> float:
-        with self._lock:
-            return float(self._clock()) + self._offset_s
-
-    def advance_clock(self, seconds: float) -> float:
-        seconds = float(seconds)
-        if not 0.0 <= seconds <= MAX_CLOCK_ADVANCE_S:
-            raise ValueError(f"advance_s must be within [0, {MAX_CLOCK_ADVANCE_S}]")
-        with self._lock:
-            self._offset_s += seconds
-            return self.now()
-
-    def set_index_lag(self, seconds: float) -> None:
-        seconds = float(seconds)
-        if not 0.0 <= seconds <= MAX_INDEX_LAG_S:
-            raise ValueError(f"index_lag_s must be within [0, {MAX_INDEX_LAG_S}]")
-        with self._lock:
-            self._index_lag_s = seconds
-
     def configure(self, **settings: Any) -> None:
         """index_lag_s, save_to_sent_items, rewrite_message_ids, require_auth, sync_state_ttl_s,
         expired_sync_state_status (410, or 400 `syncStateNotFound` as Graph answers for some
@@ -659,43 +554,23 @@ def _date_filter(expr: str | None) -> tuple[float | None, bool]:
     return at.timestamp(), match["op"] == "ge"
 
 
-class _GraphHandler(_SimHandler):
-    """The Gmail simulator's HTTP/1.1 plumbing with Graph's routes, answers and error bodies."""
+class _GraphHandler(SimHandler):
+    """Graph's routes, answers and error bodies on the shared keep-alive plumbing."""
 
     server_version = "graph-sim/1"
+    json_content_type = "application/json; odata.metadata=minimal"
 
-    def _dispatch(self, method: str) -> None:
-        sim: GraphSimulator = self.server.sim  # type: ignore[assignment]
-        retry_after: int | None = None
-        self.latency_kind: str | None = None  # set by _graph_route for Graph API calls only
-        try:
-            body = self._read_body()
-            status, obj = self._graph_route(sim, method, body)
-        except GraphError as err:
-            status, obj, retry_after = err.status, err.body, err.retry_after_s
-        except SimError as err:  # the shared body reader's refusals
-            status, obj = err.code, graph_error_body("BadRequest", str(err))
-        except Exception as exc:  # noqa: BLE001 - a simulator bug must still answer like a server
-            status, obj = 500, graph_error_body("ErrorInternalServerError", f"simulator error: {exc!r}")
-        if self.latency_kind is not None:
-            sim.pause(self.latency_kind)
-        try:
-            data = b"" if obj is None else json.dumps(obj).encode("utf-8")
-            self.send_response(status)
-            if obj is not None:
-                self.send_header("Content-Type", "application/json; odata.metadata=minimal")
-            if retry_after is not None:
-                self.send_header("Retry-After", str(retry_after))
-            self.send_header("Content-Length", str(len(data)))
-            if self.close_connection:
-                self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(data)
-            self.wfile.flush()
-        except OSError:
-            self.close_connection = True
+    def error_reply(self, exc: Exception) -> tuple[int, Any, dict[str, str]]:
+        if isinstance(exc, GraphError):
+            headers = {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+            return exc.status, exc.body, headers
+        if isinstance(exc, RequestBodyError):  # the shared body reader's refusals
+            return exc.status, graph_error_body("BadRequest", exc.message), {}
+        return 500, graph_error_body("ErrorInternalServerError", f"simulator error: {exc!r}"), {}
 
-    def _graph_route(self, sim: GraphSimulator, method: str, body: bytes) -> tuple[int, Any]:
+    def route(self, method: str, body: bytes) -> tuple[int, Any]:
+        """Graph API calls set ``self.latency``: their answer waits it."""
+        sim = cast(GraphSimulator, self.server.sim)
         parts = urllib.parse.urlsplit(self.path)
         path = parts.path
         params = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
@@ -714,11 +589,11 @@ class _GraphHandler(_SimHandler):
         sim.check_token(self.headers.get("Authorization"))
         user, rest = match["user"], match["rest"]
         if rest == "sendMail" and method == "POST":
-            self.latency_kind = "send"  # accepted now; the answer waits (_dispatch)
+            self.latency = "send"  # accepted now; the answer waits (SimHandler._dispatch)
             sim.send_mail(user, self.headers.get("Content-Type") or "", body)
             return 202, None
         if method == "GET":
-            self.latency_kind = "read"
+            self.latency = "read"
         if method == "GET" and rest in _SENT_ITEMS:
             return 200, sim.list_sent(user, params, _wants_immutable_ids(self.headers.get("Prefer")))
         if method == "GET" and rest in tuple(f"{p}/delta" for p in _SENT_ITEMS):
@@ -728,6 +603,9 @@ class _GraphHandler(_SimHandler):
         if message and method == "GET":
             return 200, sim.get_message(user, message["id"], params, _wants_immutable_ids(self.headers.get("Prefer")))
         raise GraphError(400, "BadRequest", f"Resource not found for the segment '{rest}'.")
+
+
+GraphSimulator.handler = _GraphHandler  # defined after the simulator, whose methods its routes call
 
 
 def _control(sim: GraphSimulator, method: str, path: str, body: bytes) -> tuple[int, Any]:
@@ -769,21 +647,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-lifetime-s", type=float, default=12 * 3600.0)
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     sim = GraphSimulator(
         port=args.port, index_lag_s=args.index_lag, verbose=args.verbose, require_auth=args.require_auth
     )
-    sim.start()
-    print(f"graph-sim listening on {sim.url}", flush=True)
-    deadline = time.monotonic() + max(0.0, args.max_lifetime_s)
-    try:
-        while not stop.wait(0.5) and time.monotonic() < deadline:
-            pass
-    finally:
-        sim.stop()
-    return 0
+    return serve_until_signalled(sim, args.max_lifetime_s)
 
 
 if __name__ == "__main__":

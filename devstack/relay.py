@@ -33,7 +33,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from devstack.gmail_sim import LOOPBACK, google_error_body
+from devstack.gmail_sim import google_error_body
+from devstack.sim_server import LOOPBACK, require_loopback
 
 __all__ = ["MODES", "FaultRelay", "main"]
 
@@ -205,8 +206,7 @@ class FaultRelay:
     """HTTP relay with switchable faults for requests that ``match`` (see module docstring and MODES)."""
 
     def __init__(self, upstream_url: str, host: str = LOOPBACK, port: int = 0) -> None:
-        if host != LOOPBACK:
-            raise ValueError(f"refusing to bind {host!r}: dev tools bind {LOOPBACK} only")
+        require_loopback(host)
         parsed = urllib.parse.urlsplit(upstream_url)
         if parsed.scheme != "http" or not parsed.hostname:
             raise ValueError("upstream_url must be http://host:port/ (plain HTTP)")

@@ -1,32 +1,61 @@
 #!/usr/bin/env bash
 # Run the test suite the same way locally and in CI: bootstrap (no-op when up to date), then pytest.
 #
-#   bash scripts/test.sh          the full gate (README, .ci/run): everything bootstrapped, then
-#                                 scripts/lint.sh (ruff, ruff format, mypy; seconds), then every
-#                                 test, serially, with branch coverage of functions/, in-process and
-#                                 in the subprocesses the tests start (functions-framework under
-#                                 gunicorn), failing under the floor ([tool.coverage] in pyproject.toml)
-#   bash scripts/test.sh --fast   the inner loop: only .venv bootstrapped, scripts/lint.sh, then the
-#                                 unit and property tests (tests/unit) on $SAFESEND_TEST_WORKERS
-#                                 pytest-xdist workers (default 2; --dist loadfile: a module and its
-#                                 module-scoped fixtures on one worker); no emulator, no coverage
+#   bash scripts/test.sh          the full gate (README, .ci/run): scripts/lint.sh (ruff, ruff
+#                                 format, mypy; seconds), then every test on $SAFESEND_TEST_WORKERS
+#                                 pytest-xdist workers (default 4; tests/scheduling.py) under
+#                                 coverage.py: `coverage run` measures pytest, and through
+#                                 [tool.coverage.run] patch=subprocess every Python process it
+#                                 starts (the workers, functions-framework under gunicorn, ...), each
+#                                 writing its own data file next to $COVERAGE_FILE (an absolute
+#                                 path, whatever a process's cwd); `coverage combine` adds them up
+#                                 and `coverage report` fails under the floor (pyproject.toml). The
+#                                 mutation suite (tests/infra/test_mutations.py: nested pytest runs
+#                                 in scratch copies, nothing of functions/ to measure) runs beside it
+#                                 in a process of its own, without coverage; the gate fails if either
+#                                 does. Each run writes its time per test module (tests/module_times.py).
+#   bash scripts/test.sh --fast   the inner loop: scripts/lint.sh, then the unit and property tests
+#                                 (tests/unit) on $SAFESEND_TEST_WORKERS pytest-xdist workers
+#                                 (default 2; tests/scheduling.py); no emulator, no coverage
 #   bash scripts/test.sh ARGS...  just pytest with ARGS (e.g. tests/unit -x): no lint, no coverage
 #
 # pytest's other options come from pytest.ini.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"
-if [[ "${1:-}" == "--fast" ]]; then
+WORKERS="${SAFESEND_TEST_WORKERS:-}" # default: 4 for the gate (2-core CI: its tests mostly wait), 2 for --fast
+[[ -z "$WORKERS" || "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
+MUTATIONS=tests/infra/test_mutations.py
+TIMES="$ROOT/.local/test-times" # --module-times of the last full gate
+if (($# == 0)); then
+    bash scripts/bootstrap.sh --for test
+    bash scripts/lint.sh
+    mkdir -p "$TIMES"
+    mutations_log="$(mktemp "${TMPDIR:-/tmp}/safesend-mutations.XXXXXX")"
+    .venv/bin/python -m pytest -p no:cov "$MUTATIONS" --module-times="$TIMES/mutations.json" >"$mutations_log" 2>&1 &
+    mutations_pid=$!
+    trap 'kill "$mutations_pid" 2>/dev/null || true' EXIT # stopped if the gate is cut short
+    export COVERAGE_FILE="$ROOT/.coverage"
+    .venv/bin/python -m coverage erase
+    suite=0
+    .venv/bin/python -m coverage run -m pytest -n "${WORKERS:-4}" --dist loadgroup --no-loadscope-reorder \
+        --ignore="$MUTATIONS" --module-times="$TIMES/suite.json" || suite=$?
+    .venv/bin/python -m coverage combine -q || suite=$((suite ? suite : 2)) # no data: nothing measured
+    .venv/bin/python -m coverage report || suite=$((suite ? suite : 2)) # 2: under the floor
+    mutations=0
+    wait "$mutations_pid" || mutations=$?
+    trap - EXIT
+    printf '\n---------- %s (run beside the suite, without coverage)\n' "$MUTATIONS"
+    cat "$mutations_log"
+    rm -f "$mutations_log"
+    ((suite == 0 && mutations == 0)) || exit 1
+    exit 0
+fi
+if [[ "$1" == "--fast" ]]; then
     (($# == 1)) || { printf 'test.sh: --fast takes no other argument\n' >&2; exit 2; }
-    WORKERS="${SAFESEND_TEST_WORKERS:-2}"
-    [[ "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
     bash scripts/bootstrap.sh --for fast
     bash scripts/lint.sh
-    exec .venv/bin/python -m pytest tests/unit -n "$WORKERS" --dist loadfile
+    exec .venv/bin/python -m pytest tests/unit -n "${WORKERS:-2}" --dist loadgroup --no-loadscope-reorder
 fi
 bash scripts/bootstrap.sh --for test
-if (($# == 0)); then
-    bash scripts/lint.sh
-    exec .venv/bin/python -m pytest --cov --cov-report=term-missing:skip-covered
-fi
 exec .venv/bin/python -m pytest "$@"

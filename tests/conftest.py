@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.emulator_fixtures", "tests.postgres_fixtures"]
+pytest_plugins = ["tests.emulator_fixtures", "tests.postgres_fixtures", "tests.scheduling", "tests.module_times"]

@@ -34,6 +34,10 @@ from devstack.emulators import (
 E = TypeVar("E", bound=Emulator)
 
 _LOG_DIR_KEY = pytest.StashKey[Path]()
+# Under pytest-xdist each worker has its own session and log dir; the controller, which prints the
+# summary, hears of them through the workers' `workeroutput` when they finish.
+_WORKER_OUTPUT_KEY = "safesend_emulator_log_dir"
+_WORKER_LOG_DIRS_KEY = pytest.StashKey[list[str]]()
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -50,6 +54,9 @@ def emulator_log_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
     """
     path = tmp_path_factory.mktemp("emulator-logs")
     request.config.stash[_LOG_DIR_KEY] = path
+    worker_output = getattr(request.config, "workeroutput", None)  # set on xdist workers only
+    if worker_output is not None:
+        worker_output[_WORKER_OUTPUT_KEY] = str(path)
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -98,10 +105,20 @@ def tasks_emulator(emulator_log_dir: Path) -> Iterator[CloudTasksEmulator]:
     yield from _run(CloudTasksEmulator(log_dir=emulator_log_dir), emulator_log_dir)
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent when it is not installed
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """On the xdist controller: remember the log dir of each worker that had one."""
+    path = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT_KEY)
+    if path:
+        node.config.stash.setdefault(_WORKER_LOG_DIRS_KEY, []).append(path)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
-    """Point at the emulator logs whenever something failed."""
-    log_dir = config.stash.get(_LOG_DIR_KEY, None)
-    if log_dir is None:
+    """Point at the emulator logs (every worker's) whenever something failed."""
+    own = config.stash.get(_LOG_DIR_KEY, None)
+    log_dirs = ([str(own)] if own is not None else []) + sorted(config.stash.get(_WORKER_LOG_DIRS_KEY, []))
+    if not log_dirs:
         return
     if terminalreporter.stats.get("failed") or terminalreporter.stats.get("error"):
-        terminalreporter.write_line(f"emulator logs: {log_dir}")
+        for log_dir in log_dirs:
+            terminalreporter.write_line(f"emulator logs: {log_dir}")

@@ -22,13 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httplib2
 import pytest
-from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
 from devstack.gmail_sim import GmailSimulator
 from devstack.relay import MODES, FaultRelay
+from tests.integration.json_control import json_call
 from tests.integration.process_io import read_line_bounded
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,17 +36,6 @@ CONNECTION_FAILURES = (ConnectionError, http.client.HTTPException)
 
 
 # ----------------------------------------------------------------------------- fixtures / helpers
-
-
-@pytest.fixture
-def make_client() -> Callable[..., Any]:
-    """Real discovery client on a stock httplib2.Http against a base URL."""
-
-    def factory(url: str, timeout: float = 5.0) -> Any:
-        http = httplib2.Http(timeout=timeout)
-        return build("gmail", "v1", http=http, client_options={"api_endpoint": url}, static_discovery=True)
-
-    return factory
 
 
 @pytest.fixture
@@ -65,18 +53,6 @@ def make_raw(message_id: str) -> bytes:
 def send(gmail: Any, message_id: str = "<relay.1@safesend.test>") -> dict:
     raw = base64.urlsafe_b64encode(make_raw(message_id)).decode("ascii")
     return gmail.send(userId="me", body={"raw": raw}).execute()
-
-
-def relay_control(relay_url: str, method: str, path: str, payload: dict | None = None) -> tuple[int, dict]:
-    port = int(relay_url.rstrip("/").rsplit(":", 1)[1])
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        body = json.dumps(payload).encode() if payload is not None else None
-        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read() or b"{}")
-    finally:
-        conn.close()
 
 
 # ----------------------------------------------------------------------------- one test per mode
@@ -198,20 +174,20 @@ def test_count_reverts_to_forward_after_n_requests(sim: GmailSimulator, relay: F
 
 
 def test_mode_switch_over_http_while_running(sim: GmailSimulator, relay: FaultRelay, gmail: Any) -> None:
-    status, body = relay_control(relay.url, "POST", "/_relay/mode", {"mode": "429-before-forward", "match": "send"})
+    status, body = json_call(relay.url, "POST", "/_relay/mode", {"mode": "429-before-forward", "match": "send"})
     assert status == 200 and body["mode"] == "429-before-forward"
     with pytest.raises(HttpError) as info:
         send(gmail)
     assert info.value.status_code == 429
-    status, stats = relay_control(relay.url, "GET", "/_relay/stats")
+    status, stats = json_call(relay.url, "GET", "/_relay/stats")
     assert status == 200 and stats["faulted"]["429-before-forward"] == 1
-    assert relay_control(relay.url, "POST", "/_relay/mode", {"mode": "forward-and-respond"})[0] == 200
+    assert json_call(relay.url, "POST", "/_relay/mode", {"mode": "forward-and-respond"})[0] == 200
     send(gmail)
     assert len(sim.effects()) == 1
     # Control paths are answered by the relay and never reach the upstream.
     assert relay.stats()["requests"] == 2
-    assert relay_control(relay.url, "POST", "/_relay/mode", {"mode": "explode"})[0] == 400
-    assert relay_control(relay.url, "GET", "/_relay/nope")[0] == 404
+    assert json_call(relay.url, "POST", "/_relay/mode", {"mode": "explode"})[0] == 400
+    assert json_call(relay.url, "GET", "/_relay/nope")[0] == 404
 
 
 def test_set_mode_validates_arguments(relay: FaultRelay) -> None:
@@ -289,7 +265,7 @@ def test_cli_subprocess_relays_and_stops_on_sigterm(sim: GmailSimulator, make_cl
         line = read_line_bounded(proc, timeout=20)
         assert line.startswith("fault-relay listening on http://127.0.0.1:") and line.endswith(f"-> {sim.url}"), line
         url = line.split()[3]
-        assert relay_control(url, "POST", "/_relay/mode", {"mode": "forward-then-5xx", "count": 1})[0] == 200
+        assert json_call(url, "POST", "/_relay/mode", {"mode": "forward-then-5xx", "count": 1})[0] == 200
         gmail = make_client(url).users().messages()
         with pytest.raises(HttpError) as info:
             send(gmail)
@@ -356,7 +332,7 @@ def test_trickle_response_delivers_a_complete_answer_to_a_patient_client(
 def test_trickle_response_is_cut_short_by_stop(sim: GmailSimulator) -> None:
     fault_relay = FaultRelay(sim.url).start()
     try:
-        status, body = relay_control(
+        status, body = json_call(
             fault_relay.url, "POST", "/_relay/mode", {"mode": "trickle-response", "match": "all", "delay_s": 60.0}
         )
         assert status == 200 and body["mode"] == "trickle-response" and body["delay_s"] == 60.0
@@ -384,7 +360,7 @@ def test_a_mode_can_fault_one_mailbox_and_leave_the_others_alone(
     def send_as(user: str) -> dict:
         return gmail.send(userId=user, body={"raw": raw}).execute()
 
-    status, body = relay_control(
+    status, body = json_call(
         relay.url, "POST", "/_relay/mode", {"mode": "429-before-forward", "mailbox": "A@shop.example", "count": 2}
     )
     assert status == 200 and body["mailboxes"]["a@shop.example"]["mode"] == "429-before-forward"
@@ -409,4 +385,4 @@ def test_a_mode_can_fault_one_mailbox_and_leave_the_others_alone(
         "b@shop.example",
         "sim-mailbox@safesend.localhost",
     ]
-    assert relay_control(relay.url, "POST", "/_relay/mode", {"mode": "429-before-forward", "mailbox": ""})[0] == 400
+    assert json_call(relay.url, "POST", "/_relay/mode", {"mode": "429-before-forward", "mailbox": ""})[0] == 400

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -36,12 +36,11 @@ from safesend.adapters.firestore_rest import FirestoreApiError, FirestoreRestCli
 from safesend.adapters.firestore_store import MAX_READ_ATTEMPTS, MAX_WRITE_ATTEMPTS, FirestoreJobStore
 from safesend.adapters.firestore_values import decode_fields, encode_fields
 from safesend.core.errors import ConcurrentUpdateError, StoreUnavailableError
-from safesend.core.lifecycle import Timing, new_job, start_attempt
 from safesend.core.model import Job
 from safesend.core.states import State
+from tests.integration.store_jobs import NOW, draft
 
 PROJECT = "demo-safesend-faults"
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 TRANSPORT, UNAVAILABLE, DEADLINE = FaultCode.TRANSPORT, FaultCode.UNAVAILABLE, FaultCode.DEADLINE_EXCEEDED
 lost_codes = pytest.mark.parametrize(
     "code", [TRANSPORT, UNAVAILABLE, DEADLINE], ids=["transport", "unavailable", "deadline"]
@@ -78,19 +77,6 @@ def other(emulator, collection) -> Iterator[FirestoreJobStore]:
     client = FirestoreRestClient(PROJECT)
     yield FirestoreJobStore(PROJECT, collection=collection, client=client)
     client.close()
-
-
-def draft(key: str = "c:e:o", owner: str = "owner-a") -> Job:
-    job = new_job(
-        f"id{abs(hash(key)) % 10**12:012d}",
-        key,
-        "<job-x@mail.example.com>",
-        "receipts",
-        {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None},
-        "h" * 64,
-        NOW,
-    )
-    return start_attempt(job, NOW, owner, Timing())
 
 
 def witness(other: FirestoreJobStore, job_id: str) -> tuple[Job, dict[str, Any], str]:

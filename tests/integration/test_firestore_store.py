@@ -24,12 +24,11 @@ from google.cloud import firestore
 from safesend.adapters.firestore_rest import FirestoreRestClient
 from safesend.adapters.firestore_store import FirestoreJobStore
 from safesend.core.errors import ConcurrentUpdateError, StoreUnavailableError
-from safesend.core.lifecycle import Timing, new_job, start_attempt
 from safesend.core.model import Job
 from safesend.core.states import State
+from tests.integration.store_jobs import NOW, draft
 
 PROJECT = "demo-safesend-store"
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -49,19 +48,6 @@ def raw_docs(store) -> Iterator[firestore.CollectionReference]:
     client = firestore.Client(project=PROJECT)
     yield client.collection(store.collection)
     client.close()
-
-
-def draft(key: str = "c:e:o", owner: str = "owner-a") -> Job:
-    job = new_job(
-        f"id{abs(hash(key)) % 10**12:012d}",
-        key,
-        "<job-x@mail.example.com>",
-        "receipts",
-        {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None},
-        "h" * 64,
-        NOW,
-    )
-    return start_attempt(job, NOW, owner, Timing())
 
 
 def rest_document(host: str, collection: str, document_id: str) -> dict[str, Any]:

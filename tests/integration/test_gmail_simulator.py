@@ -19,39 +19,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httplib2
 import pytest
-from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 from googleapiclient.http import MediaIoBaseUpload
 
 from devstack.gmail_sim import GmailSimulator, is_strict_message_id
+from tests.integration.json_control import json_call
 from tests.integration.process_io import read_line_bounded
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------- fixtures / helpers
-@pytest.fixture
-def sim() -> Iterator[GmailSimulator]:
-    simulator = GmailSimulator().start()
-    try:
-        yield simulator
-    finally:
-        simulator.stop()
-
-
-@pytest.fixture
-def make_client() -> Callable[..., Any]:
-    """Build the real discovery client against a base URL (the simulator or a relay)."""
-
-    def factory(url: str, timeout: float = 5.0, http: httplib2.Http | None = None) -> Any:
-        http = http or httplib2.Http(timeout=timeout)
-        return build("gmail", "v1", http=http, client_options={"api_endpoint": url}, static_discovery=True)
-
-    return factory
-
-
 @pytest.fixture
 def gmail(sim: GmailSimulator, make_client: Callable[..., Any]) -> Any:
     return make_client(sim.url).users().messages()
@@ -78,18 +57,6 @@ def send(gmail: Any, raw: bytes) -> dict:
 
 def search(gmail: Any, message_id: str) -> dict:
     return gmail.list(userId="me", q=f"rfc822msgid:{message_id}", includeSpamTrash=True, labelIds=["SENT"]).execute()
-
-
-def control(sim_url: str, method: str, path: str, payload: dict | None = None) -> tuple[int, dict]:
-    port = int(sim_url.rstrip("/").rsplit(":", 1)[1])
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        body = json.dumps(payload).encode() if payload is not None else None
-        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read() or b"{}")
-    finally:
-        conn.close()
 
 
 def header_map(message: dict) -> dict[str, str]:
@@ -321,28 +288,28 @@ def test_effects_path_gets_one_json_line_per_accepted_message(tmp_path: Path, ma
 
 def test_http_control_endpoints(sim: GmailSimulator, gmail: Any) -> None:
     raw = b64(make_raw("<ctl.1@safesend.test>"))
-    status, body = control(sim.url, "POST", "/_sim/messages", {"raw": raw, "labelIds": ["SENT"]})
+    status, body = json_call(sim.url, "POST", "/_sim/messages", {"raw": raw, "labelIds": ["SENT"]})
     assert status == 200
     inserted = body["id"]
-    status, body = control(sim.url, "GET", "/_sim/effects")
+    status, body = json_call(sim.url, "GET", "/_sim/effects")
     assert status == 200 and [e["gmail_id"] for e in body["effects"]] == [inserted]
 
     injected = {"status": 429, "count": 1, "reason": "rateLimitExceeded"}
-    assert control(sim.url, "POST", "/_sim/inject-errors", injected)[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/inject-errors", injected)[0] == 200
     with pytest.raises(HttpError) as info:
         send(gmail, make_raw("<ctl.2@safesend.test>"))
     assert info.value.status_code == 429
 
-    assert control(sim.url, "POST", "/_sim/config", {"index_lag_s": 30})[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/config", {"index_lag_s": 30})[0] == 200
     send(gmail, make_raw("<ctl.3@safesend.test>"))
     assert search(gmail, "<ctl.3@safesend.test>") == {"resultSizeEstimate": 0}
-    assert control(sim.url, "POST", "/_sim/config", {"index_lag_s": 0})[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/config", {"index_lag_s": 0})[0] == 200
     assert search(gmail, "<ctl.3@safesend.test>")["resultSizeEstimate"] == 1
 
-    assert control(sim.url, "POST", "/_sim/reset")[0] == 200
-    assert control(sim.url, "GET", "/_sim/effects")[1] == {"effects": []}
-    assert control(sim.url, "POST", "/_sim/inject-errors", {"status": 200})[0] == 400
-    status, body = control(sim.url, "GET", "/no/such/path")
+    assert json_call(sim.url, "POST", "/_sim/reset")[0] == 200
+    assert json_call(sim.url, "GET", "/_sim/effects")[1] == {"effects": []}
+    assert json_call(sim.url, "POST", "/_sim/inject-errors", {"status": 200})[0] == 400
+    status, body = json_call(sim.url, "GET", "/no/such/path")
     assert status == 404 and body["error"]["status"] == "NOT_FOUND"
 
 
@@ -395,7 +362,7 @@ def test_cli_subprocess_serves_and_stops_on_sigterm(tmp_path: Path, make_client:
         sent = send(gmail, make_raw("<cli.1@safesend.test>"))
         assert search(gmail, "<cli.1@safesend.test>")["messages"][0]["id"] == sent["id"]
         assert json.loads(log.read_text().splitlines()[0])["gmail_id"] == sent["id"]
-        assert [e["gmail_id"] for e in control(url, "GET", "/_sim/effects")[1]["effects"]] == [sent["id"]]
+        assert [e["gmail_id"] for e in json_call(url, "GET", "/_sim/effects")[1]["effects"]] == [sent["id"]]
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
     finally:
@@ -511,9 +478,9 @@ def test_history_filters_by_label_and_type_and_records_label_changes(sim: GmailS
     ]  # the removal names the label it removed
     removed = history(client, start, historyTypes=["labelRemoved", "messageDeleted"])["history"]
     assert [r["id"] for r in removed] == [everything[3]["id"], everything[4]["id"]]
-    status, body = control(sim.url, "GET", f"/gmail/v1/users/me/history?startHistoryId={start}&historyTypes=bogus")
+    status, body = json_call(sim.url, "GET", f"/gmail/v1/users/me/history?startHistoryId={start}&historyTypes=bogus")
     assert status == 400 and body["error"]["status"] == "INVALID_ARGUMENT"
-    status, body = control(sim.url, "GET", "/gmail/v1/users/me/history")
+    status, body = json_call(sim.url, "GET", "/gmail/v1/users/me/history")
     assert status == 400  # startHistoryId is required
 
 
@@ -588,23 +555,23 @@ def test_history_retention_by_age(make_client: Callable[..., Any]) -> None:
 
 def test_history_and_profile_controls_over_http(sim: GmailSimulator, client: Any) -> None:
     start = sim.current_history_id
-    assert control(sim.url, "POST", "/_sim/config", {"history_lag_s": 30})[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/config", {"history_lag_s": 30})[0] == 200
     assert sim.history_lag_s == 30
-    gmail_id = control(sim.url, "POST", "/_sim/messages", {"raw": b64(make_raw("<hc.1@safesend.test>"))})[1]["id"]
+    gmail_id = json_call(sim.url, "POST", "/_sim/messages", {"raw": b64(make_raw("<hc.1@safesend.test>"))})[1]["id"]
     assert "history" not in history(client, start)
-    status, body = control(sim.url, "GET", "/_sim/history")  # the log as kept, lag ignored
+    status, body = json_call(sim.url, "GET", "/_sim/history")  # the log as kept, lag ignored
     assert status == 200 and [r["messagesAdded"][0]["message"]["id"] for r in body["history"]] == [gmail_id]
-    assert control(sim.url, "POST", "/_sim/config", {"history_lag_s": 0})[0] == 200
-    status, body = control(sim.url, "POST", "/_sim/labels", {"id": gmail_id, "add": ["IMPORTANT"]})
+    assert json_call(sim.url, "POST", "/_sim/config", {"history_lag_s": 0})[0] == 200
+    status, body = json_call(sim.url, "POST", "/_sim/labels", {"id": gmail_id, "add": ["IMPORTANT"]})
     assert status == 200 and body["labelIds"] == ["SENT", "IMPORTANT"]
-    assert control(sim.url, "POST", "/_sim/delete", {"id": gmail_id})[0] == 200
-    assert control(sim.url, "POST", "/_sim/delete", {"id": gmail_id})[0] == 400  # gone
+    assert json_call(sim.url, "POST", "/_sim/delete", {"id": gmail_id})[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/delete", {"id": gmail_id})[0] == 400  # gone
     assert len(history(client, start)["history"]) == 3
-    assert control(sim.url, "POST", "/_sim/config", {"history_max_records": 1})[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/config", {"history_max_records": 1})[0] == 200
     with pytest.raises(HttpError):
         history(client, start)
-    assert control(sim.url, "POST", "/_sim/config", {"history_max_records": -1})[0] == 400
-    assert control(sim.url, "POST", "/_sim/config", {"history_lag_s": -1})[0] == 400
+    assert json_call(sim.url, "POST", "/_sim/config", {"history_max_records": -1})[0] == 400
+    assert json_call(sim.url, "POST", "/_sim/config", {"history_lag_s": -1})[0] == 400
 
 
 def test_rewrite_every_message_id_knob(sim: GmailSimulator, gmail: Any) -> None:
@@ -621,7 +588,7 @@ def test_rewrite_every_message_id_knob(sim: GmailSimulator, gmail: Any) -> None:
     assert headers["message-id"].endswith("@mx.google.com>")
     assert headers["x-google-original-message-id"] == "<valid.1@safesend.test>"
     assert search(gmail, "<valid.1@safesend.test>") == {"resultSizeEstimate": 0}
-    assert control(sim.url, "POST", "/_sim/config", {"rewrite_message_ids": False})[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/config", {"rewrite_message_ids": False})[0] == 200
     kept = send(gmail, make_raw("<valid.2@safesend.test>"))
     assert search(gmail, "<valid.2@safesend.test>")["messages"][0]["id"] == kept["id"]
 
@@ -644,7 +611,7 @@ def refusal(call: Callable[[], Any]) -> tuple[int, dict]:
 
 
 def advance(sim: GmailSimulator, seconds: float) -> float:
-    status, body = control(sim.url, "POST", "/_sim/clock", {"advance_s": seconds})
+    status, body = json_call(sim.url, "POST", "/_sim/clock", {"advance_s": seconds})
     assert status == 200
     return float(body["now"])
 
@@ -665,7 +632,7 @@ def test_units_per_minute_is_a_moving_window_refused_with_gmails_quota_error(
     limited: tuple[GmailSimulator, Any],
 ) -> None:
     sim, gmail = limited
-    assert control(sim.url, "POST", "/_sim/config", {"units_per_window": 250})[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/config", {"units_per_window": 250})[0] == 200
     send(gmail, make_raw("<rate.1@safesend.test>"))  # 100 units at t=0
     advance(sim, 30)
     send(gmail, make_raw("<rate.2@safesend.test>"))  # 200 at t=30
@@ -704,7 +671,7 @@ def test_daily_message_limit_is_a_rolling_24_hours_refused_with_the_mail_sending
     limited: tuple[GmailSimulator, Any],
 ) -> None:
     sim, gmail = limited
-    assert control(sim.url, "POST", "/_sim/config", {"messages_per_day": 3})[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/config", {"messages_per_day": 3})[0] == 200
     for i in range(3):  # at t = 0 h, 1 h, 2 h
         send(gmail, make_raw(f"<day.{i}@safesend.test>"))
         advance(sim, 3600)
@@ -724,7 +691,7 @@ def test_daily_message_limit_is_a_rolling_24_hours_refused_with_the_mail_sending
 
 def test_daily_recipient_limit_and_recipients_per_message(limited: tuple[GmailSimulator, Any]) -> None:
     sim, gmail = limited
-    assert control(sim.url, "POST", "/_sim/config", {"limits": "workspace", "recipients_per_day": 150})[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/config", {"limits": "workspace", "recipients_per_day": 150})[0] == 200
     assert sim.usage()["sim-mailbox@safesend.localhost"]["limits"]["messages_per_day"] == 2000
     status, error = refusal(lambda: send(gmail, make_raw("<rcpt.0@safesend.test>", to=to_many(101))))
     assert status == 400 and error["errors"][0]["reason"] == "invalidArgument"
@@ -773,8 +740,8 @@ def test_limit_settings_are_checked(limited: tuple[GmailSimulator, Any]) -> None
         {"mailbox": "nobody@example.com", "messages_per_day": 1},
         {"mailboxes": ["not-an-address"]},
     ):
-        assert control(sim.url, "POST", "/_sim/config", bad)[0] == 400, bad
-    assert control(sim.url, "POST", "/_sim/clock", {"advance_s": -1})[0] == 400
+        assert json_call(sim.url, "POST", "/_sim/config", bad)[0] == 400, bad
+    assert json_call(sim.url, "POST", "/_sim/clock", {"advance_s": -1})[0] == 400
     assert sim.usage()["sim-mailbox@safesend.localhost"]["limits"]["units_per_window"] is None
 
 
@@ -783,8 +750,8 @@ def test_mailboxes_have_their_own_message_index_change_log_and_limits(
 ) -> None:
     sim, _ = limited
     config = {"mailboxes": ["a@shop.example", {"address": "b@shop.example", "tokens": ["token-b"]}]}
-    assert control(sim.url, "POST", "/_sim/config", config)[0] == 200
-    assert control(sim.url, "POST", "/_sim/config", {"mailbox": "a@shop.example", "messages_per_day": 1})[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/config", config)[0] == 200
+    assert json_call(sim.url, "POST", "/_sim/config", {"mailbox": "a@shop.example", "messages_per_day": 1})[0] == 200
     users = make_client(sim.url).users()
     start = {box: sim.history_id(box) for box in ("a@shop.example", "b@shop.example")}
     raw = b64(make_raw("<box.1@safesend.test>"))
@@ -814,7 +781,7 @@ def test_mailboxes_have_their_own_message_index_change_log_and_limits(
         ("a@shop.example", sent_a["id"]),
         ("b@shop.example", sent_b["id"]),
     ]
-    usage = control(sim.url, "GET", "/_sim/usage")[1]["mailboxes"]
+    usage = json_call(sim.url, "GET", "/_sim/usage")[1]["mailboxes"]
     assert usage["a@shop.example"]["refused"] == {"daily": 1} and usage["b@shop.example"]["messages_today"] == 1
-    status, body = control(sim.url, "GET", "/_sim/history?mailbox=b@shop.example")
+    status, body = json_call(sim.url, "GET", "/_sim/history?mailbox=b@shop.example")
     assert status == 200 and len(body["history"]) == 1 and body["historyId"] == str(sim.history_id("b@shop.example"))

@@ -5,17 +5,10 @@ and a delta checkpoint answered 400 `syncStateNotFound` is an expired checkpoint
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
-from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
 
 from devstack.graph_sim import GraphSimulator
 from safesend.adapters import graph_build, secret_manager
@@ -25,48 +18,17 @@ from safesend.config import Settings
 from safesend.core.errors import ConfigurationError, HistoryExpiredError
 from safesend.core.mailboxes import MailboxDirectory
 from safesend.core.model import Accepted
+from tests.integration.graph_support import plain_mime, self_signed_certificate
 
 USER = "certs@contoso.example"
 CLIENT = "11111111-1111-1111-1111-111111111111"
 
 
-@pytest.fixture
-def sim() -> Iterator[GraphSimulator]:
-    simulator = GraphSimulator().start()
-    try:
-        yield simulator
-    finally:
-        simulator.stop()
-
-
 def raw(message_id: str) -> bytes:
-    return (
-        f"From: {USER}\r\nTo: rcpt@example.com\r\nSubject: hi\r\nMessage-ID: {message_id}\r\n"
-        "MIME-Version: 1.0\r\nContent-Type: text/plain\r\n\r\nbody\r\n"
-    ).encode()
+    return plain_mime(USER, message_id)
 
 
-def certificate() -> tuple[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "safesend")])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(datetime(2020, 1, 1, tzinfo=UTC))
-        .not_valid_after(datetime(2040, 1, 1, tzinfo=UTC))
-        .sign(key, hashes.SHA256())
-    )
-    thumbprint = hashlib.sha1(cert.public_bytes(serialization.Encoding.DER)).hexdigest()  # noqa: S324 - x5t is SHA-1
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    return pem, thumbprint
-
-
-def certificate_mailbox(sim: GraphSimulator):  # type: ignore[no-untyped-def]
+def certificate_mailbox(graph_sim: GraphSimulator):  # type: ignore[no-untyped-def]
     doc = {
         "mailboxes": {
             "certs": {
@@ -75,8 +37,8 @@ def certificate_mailbox(sim: GraphSimulator):  # type: ignore[no-untyped-def]
                 "tenant_id": "tenant-1",
                 "client_id": CLIENT,
                 "certificate_secret": "graph-cert-certs",
-                "api_endpoint": sim.url,
-                "login_endpoint": sim.url,
+                "api_endpoint": graph_sim.url,
+                "login_endpoint": graph_sim.url,
             }
         }
     }
@@ -86,9 +48,9 @@ def certificate_mailbox(sim: GraphSimulator):  # type: ignore[no-untyped-def]
 SETTINGS = Settings.from_env({"GOOGLE_CLOUD_PROJECT": "proj-1", "SAFESEND_AUTH_API_KEYS": ""})
 
 
-def test_the_certificate_is_read_from_its_secret_and_signs_the_token_request(sim, monkeypatch) -> None:
-    sim.configure(require_auth=True)
-    pem, thumbprint = certificate()
+def test_the_certificate_is_read_from_its_secret_and_signs_the_token_request(graph_sim, monkeypatch) -> None:
+    graph_sim.configure(require_auth=True)
+    pem, thumbprint = self_signed_certificate()
     reads: list[tuple[str, str]] = []
 
     def read_secret(project: str, secret_id: str) -> str:
@@ -96,11 +58,11 @@ def test_the_certificate_is_read_from_its_secret_and_signs_the_token_request(sim
         return json.dumps({"private_key": pem, "thumbprint": thumbprint})
 
     monkeypatch.setattr(secret_manager, "read_secret", read_secret)
-    mailer = graph_build.build_graph_mailer(SETTINGS, certificate_mailbox(sim))
+    mailer = graph_build.build_graph_mailer(SETTINGS, certificate_mailbox(graph_sim))
     assert isinstance(mailer, GraphMailer)
     assert isinstance(mailer.send(raw("<cert-1@safesend.test>")), Accepted)
     assert reads == [("proj-1", "graph-cert-certs")]
-    (assertion,) = sim.assertions()
+    (assertion,) = graph_sim.assertions()
     assert assertion["claims"]["iss"] == CLIENT and assertion["claims"]["sub"] == CLIENT
     assert assertion["header"]["x5t"]  # MSAL names the certificate by its thumbprint
 
@@ -109,20 +71,22 @@ def test_the_certificate_is_read_from_its_secret_and_signs_the_token_request(sim
     "stored",
     ['{"private_key": "-----BEGIN PRIVATE KEY-----secret"}', "not json -----BEGIN PRIVATE KEY-----secret", "[1]"],
 )
-def test_a_malformed_certificate_secret_stops_start_up_without_quoting_it(sim, monkeypatch, stored) -> None:
+def test_a_malformed_certificate_secret_stops_start_up_without_quoting_it(graph_sim, monkeypatch, stored) -> None:
     monkeypatch.setattr(secret_manager, "read_secret", lambda project, secret_id: stored)
     with pytest.raises(ConfigurationError, match="secret graph-cert-certs is not") as caught:
-        graph_build.build_graph_mailer(SETTINGS, certificate_mailbox(sim))
+        graph_build.build_graph_mailer(SETTINGS, certificate_mailbox(graph_sim))
     assert caught.value.__cause__ is None and "BEGIN PRIVATE KEY" not in str(caught.value)
 
 
-def test_a_delta_checkpoint_answered_400_sync_state_not_found_is_expired(sim) -> None:
-    mailer = GraphMailer(USER, None, api_endpoint=sim.url, send_timeout_s=3, read_timeout_s=3, sleep=lambda s: None)
+def test_a_delta_checkpoint_answered_400_sync_state_not_found_is_expired(graph_sim) -> None:
+    mailer = GraphMailer(
+        USER, None, api_endpoint=graph_sim.url, send_timeout_s=3, read_timeout_s=3, sleep=lambda s: None
+    )
     checkpoint = mailer.current_history_id()
     mailer.send(raw("<delta-1@safesend.test>"))
     assert len(mailer.added_since(checkpoint).messages) == 1
-    sim.configure(sync_state_ttl_s=1, expired_sync_state_status=400)
-    sim.advance_clock(2)
+    graph_sim.configure(sync_state_ttl_s=1, expired_sync_state_status=400)
+    graph_sim.advance_clock(2)
     with pytest.raises(HistoryExpiredError):
         mailer.added_since(checkpoint)
 
@@ -135,11 +99,11 @@ def test_a_delta_checkpoint_answered_400_sync_state_not_found_is_expired(sim) ->
         ("microsoftgraph.chinacloudapi.cn", "https://microsoftgraph.chinacloudapi.cn/.default"),
     ],
 )
-def test_a_national_cloud_mailbox_asks_its_own_clouds_token_scope(sim, monkeypatch, api_host, scope) -> None:
+def test_a_national_cloud_mailbox_asks_its_own_clouds_token_scope(graph_sim, monkeypatch, api_host, scope) -> None:
     """A national cloud refuses a global-service token: the mailer built for a mailbox on
     graph.microsoft.us (etc.) asks Entra for that host's `.default` scope. The simulator plays that
     cloud's token endpoint; the Graph host itself is never called here."""
-    pem, thumbprint = certificate()
+    pem, thumbprint = self_signed_certificate()
     monkeypatch.setattr(
         secret_manager, "read_secret", lambda project, name: json.dumps({"private_key": pem, "thumbprint": thumbprint})
     )
@@ -152,16 +116,16 @@ def test_a_national_cloud_mailbox_asks_its_own_clouds_token_scope(sim, monkeypat
                 "client_id": CLIENT,
                 "certificate_secret": "graph-cert-gov",
                 "api_endpoint": f"https://{api_host}",
-                "login_endpoint": sim.url,
+                "login_endpoint": graph_sim.url,
             }
         }
     }
     mailer = graph_build.build_graph_mailer(SETTINGS, MailboxDirectory.from_mapping(doc).get("gov"))
     tokens = mailer._tokens  # the token source the mailer authorises its requests with
     assert tokens is not None
-    sim.token_scope = scope
+    graph_sim.token_scope = scope
     assert tokens.token(time.monotonic() + 5.0)
-    sim.token_scope = "https://graph.microsoft.com/.default"  # the global service refuses that token
+    graph_sim.token_scope = "https://graph.microsoft.com/.default"  # the global service refuses that token
     with pytest.raises(GraphAuthError):
         graph_build.build_graph_mailer(SETTINGS, MailboxDirectory.from_mapping(doc).get("gov"))._tokens.token(
             time.monotonic() + 5.0

@@ -4,17 +4,10 @@ the answers in their buckets, Sent Items search and delta as witnesses, MSAL tok
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import time
-from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
 
 from devstack.graph_sim import GraphSimulator, immutable_id
 from devstack.relay import FaultRelay
@@ -28,26 +21,15 @@ from safesend.adapters.graph_auth import (
 from safesend.adapters.graph_mailer import FIRST_COPY_PREFIX, GraphMailer, first_copy_id
 from safesend.core.errors import HistoryExpiredError
 from safesend.core.model import Accepted, Bucket, Failure
+from tests.integration.graph_support import plain_mime, self_signed_certificate
 
 USER = "shop@contoso.example"
 TENANT = "tenant-1"
 CLIENT = "app-1"
 
 
-@pytest.fixture
-def sim() -> Iterator[GraphSimulator]:
-    simulator = GraphSimulator().start()
-    try:
-        yield simulator
-    finally:
-        simulator.stop()
-
-
 def make_raw(message_id: str) -> bytes:
-    return (
-        f"From: {USER}\r\nTo: rcpt@example.com\r\nSubject: hi\r\nMessage-ID: {message_id}\r\n"
-        "MIME-Version: 1.0\r\nContent-Type: text/plain\r\n\r\nbody\r\n"
-    ).encode()
+    return plain_mime(USER, message_id)
 
 
 def mailer_for(url: str, tokens: GraphTokens | None = None, timeout: float = 3.0) -> GraphMailer:
@@ -56,8 +38,8 @@ def mailer_for(url: str, tokens: GraphTokens | None = None, timeout: float = 3.0
     )
 
 
-def test_a_202_is_accepted_as_the_first_copy_and_the_search_names_it_the_same(sim: GraphSimulator) -> None:
-    mailer = mailer_for(sim.url)
+def test_a_202_is_accepted_as_the_first_copy_and_the_search_names_it_the_same(graph_sim: GraphSimulator) -> None:
+    mailer = mailer_for(graph_sim.url)
     outcome = mailer.send(make_raw("<m1@safesend.test>"))
     assert outcome == Accepted(gmail_id=first_copy_id("<m1@safesend.test>"))
     hits = mailer.find_by_message_id("<m1@safesend.test>")
@@ -66,34 +48,34 @@ def test_a_202_is_accepted_as_the_first_copy_and_the_search_names_it_the_same(si
     assert mailer.stored_message_id(outcome.gmail_id) == "<m1@safesend.test>"
 
 
-def test_a_second_copy_is_a_second_name_so_a_duplicate_is_counted(sim: GraphSimulator) -> None:
-    mailer = mailer_for(sim.url)
+def test_a_second_copy_is_a_second_name_so_a_duplicate_is_counted(graph_sim: GraphSimulator) -> None:
+    mailer = mailer_for(graph_sim.url)
     mailer.send(make_raw("<dup@safesend.test>"))
-    sim.advance_clock(2)
-    other = sim.insert_message(USER, make_raw("<dup@safesend.test>"))
+    graph_sim.advance_clock(2)
+    other = graph_sim.insert_message(USER, make_raw("<dup@safesend.test>"))
     names = [h.gmail_id for h in mailer.find_by_message_id("<dup@safesend.test>")]
     assert names == [first_copy_id("<dup@safesend.test>"), immutable_id(other)]  # ids that never change
     assert mailer.stored_message_id(immutable_id(other)) == "<dup@safesend.test>"
 
 
-def test_answers_fall_in_their_buckets(sim: GraphSimulator) -> None:
-    mailer = mailer_for(sim.url)
-    sim.inject_errors(503, retry_after_s=4)
+def test_answers_fall_in_their_buckets(graph_sim: GraphSimulator) -> None:
+    mailer = mailer_for(graph_sim.url)
+    graph_sim.inject_errors(503, retry_after_s=4)
     maybe = mailer.send(make_raw("<b1@safesend.test>"))
     assert isinstance(maybe, Failure) and maybe.bucket is Bucket.MAYBE_ACCEPTED and maybe.retry_after_s == 4.0
-    sim.configure(messages_per_minute=0)
+    graph_sim.configure(messages_per_minute=0)
     throttled = mailer.send(make_raw("<b2@safesend.test>"))
     assert isinstance(throttled, Failure)
     assert (throttled.bucket, throttled.retryable, throttled.status) == (Bucket.NOT_ACCEPTED, True, 429)
     assert throttled.retry_after_s is not None and throttled.code == "graph_429_ApplicationThrottled"
     no_id = mailer.send(b"From: a@b.example\r\nTo: c@d.example\r\n\r\nx")
     assert isinstance(no_id, Failure) and no_id.bucket is Bucket.NOT_ACCEPTED
-    assert sim.effects() == []
+    assert graph_sim.effects() == []
 
 
 @pytest.mark.parametrize("mode", ["close-after-forward", "forward-then-drop-response", "forward-then-5xx"])
-def test_a_lost_answer_is_maybe_accepted_and_the_post_is_never_re_sent(sim: GraphSimulator, mode: str) -> None:
-    with FaultRelay(sim.url) as relay:
+def test_a_lost_answer_is_maybe_accepted_and_the_post_is_never_re_sent(graph_sim: GraphSimulator, mode: str) -> None:
+    with FaultRelay(graph_sim.url) as relay:
         relay.set_mode(mode, count=1, delay_s=0.2)
         mailer = mailer_for(relay.url, timeout=1.5)
         started = time.monotonic()
@@ -101,7 +83,7 @@ def test_a_lost_answer_is_maybe_accepted_and_the_post_is_never_re_sent(sim: Grap
         assert time.monotonic() - started < mailer.send_deadline_s + 0.5
         assert isinstance(outcome, Failure) and outcome.bucket is Bucket.MAYBE_ACCEPTED
         assert relay.stats()["requests"] == 1  # one attempt, one request: nothing underneath re-sent it
-        assert len(sim.effects()) == 1  # and Graph did take it: only the search can tell
+        assert len(graph_sim.effects()) == 1  # and Graph did take it: only the search can tell
         assert [h.gmail_id for h in mailer.find_by_message_id(f"<{mode}@safesend.test>")] == [
             first_copy_id(f"<{mode}@safesend.test>")
         ]
@@ -114,30 +96,30 @@ def test_a_connection_refused_before_sending_is_not_accepted() -> None:
     assert isinstance(outcome, Failure) and outcome.bucket is Bucket.NOT_ACCEPTED
 
 
-def test_delta_from_a_checkpoint_lists_the_copies_added_since(sim: GraphSimulator) -> None:
-    mailer = mailer_for(sim.url)
+def test_delta_from_a_checkpoint_lists_the_copies_added_since(graph_sim: GraphSimulator) -> None:
+    mailer = mailer_for(graph_sim.url)
     mailer.send(make_raw("<before@safesend.test>"))
     checkpoint = mailer.current_history_id()
     assert mailer.added_since(checkpoint).messages == ()
     mailer.send(make_raw("<after@safesend.test>"))
-    sim.advance_clock(1)
-    sim.insert_message(USER, make_raw("<after@safesend.test>"))
+    graph_sim.advance_clock(1)
+    graph_sim.insert_message(USER, make_raw("<after@safesend.test>"))
     page = mailer.added_since(checkpoint)
     assert page.complete
     names = page.gmail_ids()
     assert names[0] == first_copy_id("<after@safesend.test>") and len(names) == 2
     assert set(mailer.message_ids_of(names).values()) == {"<after@safesend.test>"}
-    sim.configure(sync_state_ttl_s=1)
-    sim.advance_clock(2)
+    graph_sim.configure(sync_state_ttl_s=1)
+    graph_sim.advance_clock(2)
     with pytest.raises(HistoryExpiredError):
         mailer.added_since(checkpoint)
 
 
-def test_delta_pages_are_followed_within_max_pages(sim: GraphSimulator) -> None:
-    mailer = mailer_for(sim.url)
+def test_delta_pages_are_followed_within_max_pages(graph_sim: GraphSimulator) -> None:
+    mailer = mailer_for(graph_sim.url)
     checkpoint = mailer.current_history_id()
     for n in range(120):
-        sim.insert_message(USER, make_raw(f"<p{n}@safesend.test>"))
+        graph_sim.insert_message(USER, make_raw(f"<p{n}@safesend.test>"))
     one = mailer.added_since(checkpoint, max_pages=1)
     assert (one.complete, len(one.messages), one.pages) == (False, 100, 1)
     both = mailer.added_since(checkpoint, max_pages=2)
@@ -152,50 +134,35 @@ def _jwt(claims: dict[str, object]) -> str:
     return f"{part({'alg': 'RS256', 'kid': 'k'})}.{part(claims)}.c2ln"
 
 
-def test_msal_federated_credential_gets_one_token_and_reuses_it(sim: GraphSimulator) -> None:
-    sim.configure(require_auth=True)
+def test_msal_federated_credential_gets_one_token_and_reuses_it(graph_sim: GraphSimulator) -> None:
+    graph_sim.configure(require_auth=True)
     fetched: list[str] = []
 
     def google_id_token(audience: str) -> str:
         fetched.append(audience)
         return _jwt({"iss": "https://accounts.google.com", "sub": "sa-123", "aud": audience, "exp": time.time() + 3600})
 
-    http = BoundedLoginHttp(3.0, login_endpoint=sim.url)
+    http = BoundedLoginHttp(3.0, login_endpoint=graph_sim.url)
     tokens = GraphTokens(TENANT, CLIENT, federated_credential(GoogleIdTokenAssertion(fetch=google_id_token)), http)
-    mailer = mailer_for(sim.url, tokens)
+    mailer = mailer_for(graph_sim.url, tokens)
     assert isinstance(mailer.send(make_raw("<f1@safesend.test>")), Accepted)
     assert isinstance(mailer.send(make_raw("<f2@safesend.test>")), Accepted)
     assert len(mailer.find_by_message_id("<f1@safesend.test>")) == 1
     assert fetched == ["api://AzureADTokenExchange"]
-    assert [a["claims"]["sub"] for a in sim.assertions()] == ["sa-123"]  # one token, cached by MSAL
+    assert [a["claims"]["sub"] for a in graph_sim.assertions()] == ["sa-123"]  # one token, cached by MSAL
 
 
-def test_msal_certificate_credential_signs_an_assertion_with_the_thumbprint(sim: GraphSimulator) -> None:
-    sim.configure(require_auth=True)
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "safesend")])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(datetime(2020, 1, 1, tzinfo=UTC))
-        .not_valid_after(datetime(2040, 1, 1, tzinfo=UTC))
-        .sign(key, hashes.SHA256())
-    )
-    thumbprint = hashlib.sha1(cert.public_bytes(serialization.Encoding.DER)).hexdigest()  # noqa: S324 - x5t is SHA-1
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    tokens = GraphTokens(TENANT, CLIENT, certificate_credential(pem, thumbprint), BoundedLoginHttp(3.0, sim.url))
-    assert isinstance(mailer_for(sim.url, tokens).send(make_raw("<c1@safesend.test>")), Accepted)
-    (assertion,) = sim.assertions()
+def test_msal_certificate_credential_signs_an_assertion_with_the_thumbprint(graph_sim: GraphSimulator) -> None:
+    graph_sim.configure(require_auth=True)
+    pem, thumbprint = self_signed_certificate()
+    tokens = GraphTokens(TENANT, CLIENT, certificate_credential(pem, thumbprint), BoundedLoginHttp(3.0, graph_sim.url))
+    assert isinstance(mailer_for(graph_sim.url, tokens).send(make_raw("<c1@safesend.test>")), Accepted)
+    (assertion,) = graph_sim.assertions()
     assert assertion["claims"]["iss"] == CLIENT and assertion["header"].get("x5t")
 
 
-def test_no_token_means_nothing_was_sent(sim: GraphSimulator) -> None:
-    sim.configure(require_auth=True)
+def test_no_token_means_nothing_was_sent(graph_sim: GraphSimulator) -> None:
+    graph_sim.configure(require_auth=True)
 
     def refused_id_token(audience: str) -> str:
         return _jwt({"iss": "https://accounts.google.com", "sub": "sa", "aud": "wrong", "exp": time.time() + 60})
@@ -204,9 +171,9 @@ def test_no_token_means_nothing_was_sent(sim: GraphSimulator) -> None:
         TENANT,
         CLIENT,
         federated_credential(GoogleIdTokenAssertion(fetch=refused_id_token)),
-        BoundedLoginHttp(3.0, sim.url),
+        BoundedLoginHttp(3.0, graph_sim.url),
     )
-    outcome = mailer_for(sim.url, tokens).send(make_raw("<t@safesend.test>"))
+    outcome = mailer_for(graph_sim.url, tokens).send(make_raw("<t@safesend.test>"))
     assert isinstance(outcome, Failure)
     assert (outcome.bucket, outcome.retryable, outcome.code) == (Bucket.NOT_ACCEPTED, True, "auth_refresh")
-    assert sim.effects() == []
+    assert graph_sim.effects() == []

@@ -11,21 +11,17 @@ owner inside the row's JSON), as the Firestore tests pick a thread.
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 
 from devstack.postgres import PgFaultProxy, PostgresServer
 from safesend.adapters.postgres_store import PostgresJobStore, connection_pool
 from safesend.core.errors import ConcurrentUpdateError, StoreUnavailableError
-from safesend.core.lifecycle import Timing, new_job, start_attempt
 from safesend.core.model import Job
+from tests.integration.store_jobs import draft
 
 pytestmark = pytest.mark.integration
-
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -49,19 +45,6 @@ def other(postgres_server, postgres_schema) -> Iterator[PostgresJobStore]:
     made = PostgresJobStore(connection_pool(postgres_server.schema_dsn(postgres_schema), max_size=12))
     yield made
     made.close()
-
-
-def draft(key: str = "c:e:o", owner: str = "owner-a") -> Job:
-    job = new_job(
-        f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}",
-        key,
-        "<job-x@mail.example.com>",
-        "receipts",
-        {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None},
-        "h" * 64,
-        NOW,
-    )
-    return start_attempt(job, NOW, owner, Timing())
 
 
 def changed(job: Job, attempts: int, owner: str | None = None) -> Job:

@@ -32,27 +32,12 @@ from safesend.adapters.postgres_store import (
     loads,
 )
 from safesend.core.errors import ConcurrentUpdateError, ConfigurationError, StoreUnavailableError
-from safesend.core.lifecycle import Timing, new_job, start_attempt
-from safesend.core.model import Job
 from safesend.core.states import State
+from tests.integration.store_jobs import NOW, draft
 
 pytestmark = pytest.mark.integration
 
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 REPO = Path(__file__).resolve().parents[2]
-
-
-def draft(key: str = "c:e:o", owner: str = "owner-a") -> Job:
-    job = new_job(
-        f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}",
-        key,
-        "<job-x@mail.example.com>",
-        "receipts",
-        {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None},
-        "h" * 64,
-        NOW,
-    )
-    return start_attempt(job, NOW, owner, Timing())
 
 
 @pytest.fixture

@@ -30,14 +30,14 @@ from typing import Any
 import pytest
 
 from safesend.core.errors import ConcurrentUpdateError, StoreUnavailableError
-from safesend.core.lifecycle import Timing, new_job, start_attempt
+from safesend.core.lifecycle import new_job
 from safesend.core.model import Job
 from safesend.core.ports import JobStore
 from safesend.core.states import State
+from tests.integration.store_jobs import NOW, draft
 
 pytestmark = pytest.mark.integration
 
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 PLUS2 = timezone(timedelta(hours=2))
 FIRESTORE_PROJECT = "demo-safesend-contract"
 
@@ -232,19 +232,6 @@ def _dead_port() -> int:
 
 
 # ------------------------------------------------------------------------------------------ jobs
-
-
-def draft(key: str = "c:e:o", owner: str = "owner-a", job_id: str | None = None) -> Job:
-    job = new_job(
-        job_id or f"id{uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:30]}",
-        key,
-        "<job-x@mail.example.com>",
-        "receipts",
-        {"to": ["a@example.com"], "subject": "s", "text": "t", "html": None},
-        "h" * 64,
-        NOW,
-    )
-    return start_attempt(job, NOW, owner, Timing())
 
 
 def stored_draft(h: Harness, key: str, **changes: Any) -> Job:

@@ -1,6 +1,6 @@
-"""The gate's speed without losing a check (issue 21.5): `scripts/test.sh --fast` is lint + the unit
-tests on pytest-xdist workers, the full gate stays serial under pytest-cov, run-local.sh bootstraps
-only what it runs, and the mutation suite's nested runs skip what they do not use.
+"""The gate's speed without losing a check (issue 21.5): scripts/test.sh runs every test on parallel
+pytest-xdist workers, one module per worker at a time, slow modules first (tests/scheduling.py);
+`--fast` is lint + the unit tests; run-local.sh bootstraps only what it runs.
 
 The scripts run in a scratch copy with stub tools that record their arguments, never in this
 checkout (a real bootstrap installs; a real gate runs for minutes)."""
@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests import scheduling
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_PARTS = ["venv", "tasks", "infra", "tfplugin", "emulators", "chromium", "postgres"]
@@ -77,12 +79,40 @@ def bootstrap_parts(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[s
 
 
 # ------------------------------------------------------------------ scripts/test.sh
-def test_the_full_gate_is_everything_bootstrapped_then_lint_then_the_serial_suite_under_coverage(tmp_path):
-    assert run_script(tmp_path, "test.sh") == [
-        "bootstrap --for test",
-        "lint ",
-        "python -m pytest --cov --cov-report=term-missing:skip-covered",  # serial: no -n
-    ]
+MUTATIONS_ALONE = (
+    "python -m pytest -p no:cov tests/infra/test_mutations.py --module-times={root}/.local/test-times/mutations.json"
+)
+SUITE_WITH_COVERAGE = [
+    "python -m coverage erase",
+    "python -m coverage run -m pytest -n 4 --dist loadgroup --no-loadscope-reorder"
+    " --ignore=tests/infra/test_mutations.py --module-times={root}/.local/test-times/suite.json",
+    "python -m coverage combine -q",
+    "python -m coverage report",
+]
+
+
+def gate_calls(tmp_path: Path) -> list[str]:
+    root = tmp_path.resolve()
+    return sorted([MUTATIONS_ALONE.format(root=root), *(call.format(root=root) for call in SUITE_WITH_COVERAGE)])
+
+
+def test_the_full_gate_is_lint_then_the_suite_with_coverage_beside_the_mutation_suite(tmp_path):
+    calls = run_script(tmp_path, "test.sh")
+    assert calls[:2] == ["bootstrap --for test", "lint "]
+    assert sorted(calls[2:]) == gate_calls(tmp_path)  # every test, each once
+    suite = [call for call in calls if "coverage" in call]
+    assert suite == [call.format(root=tmp_path.resolve()) for call in SUITE_WITH_COVERAGE]  # in this order
+
+
+@pytest.mark.parametrize("failing", ["coverage run", "coverage report", "test_mutations.py"])
+def test_the_full_gate_fails_when_either_run_fails(tmp_path, failing):
+    calls = run_script(tmp_path, "test.sh", fails_on=failing, status=1)
+    assert sorted(calls[2:]) == gate_calls(tmp_path)  # both ran to the end
+
+
+def test_the_full_gates_workers_can_be_set(tmp_path):
+    calls = run_script(tmp_path, "test.sh", env={"SAFESEND_TEST_WORKERS": "5"})
+    assert any(call.startswith("python -m coverage run -m pytest -n 5 ") for call in calls), calls
 
 
 def test_fast_is_lint_then_the_unit_and_property_tests_without_emulators(tmp_path):
@@ -90,7 +120,7 @@ def test_fast_is_lint_then_the_unit_and_property_tests_without_emulators(tmp_pat
     assert calls == [
         "bootstrap --for fast",
         "lint ",
-        "python -m pytest tests/unit -n 2 --dist loadfile",
+        "python -m pytest tests/unit -n 2 --dist loadgroup --no-loadscope-reorder",
     ]
 
 
@@ -99,8 +129,12 @@ def test_fasts_workers_can_be_set_and_nonsense_is_refused(tmp_path):
     for scratch in (five, zero):
         scratch.mkdir()
     calls = run_script(five, "test.sh", "--fast", env={"SAFESEND_TEST_WORKERS": "5"})
-    assert calls[-1] == "python -m pytest tests/unit -n 5 --dist loadfile"
+    assert calls[-1] == "python -m pytest tests/unit -n 5 --dist loadgroup --no-loadscope-reorder"
     assert run_script(zero, "test.sh", "--fast", env={"SAFESEND_TEST_WORKERS": "0"}, status=2) == []
+
+
+def test_the_full_gate_refuses_nonsense_workers_before_running_anything(tmp_path):
+    assert run_script(tmp_path, "test.sh", env={"SAFESEND_TEST_WORKERS": "three"}, status=2) == []
 
 
 def test_fast_takes_no_pytest_arguments(tmp_path):
@@ -171,6 +205,116 @@ def test_an_unknown_purpose_is_refused(tmp_path):
     assert "--for takes run, test or fast" in done.stderr
 
 
+# ------------------------------------------------------------------ tests/scheduling.py
+def test_each_module_is_its_own_group_but_the_real_n8n_modules_share_one():
+    node = scheduling.group_of("tests/integration/test_n8n_node_e2e.py")
+    assert node == scheduling.group_of("tests/integration/test_n8n_e2e.py") == "n8n"
+    assert scheduling.group_of("tests/integration/test_stack.py") == "tests/integration/test_stack.py"
+    assert scheduling.group_of("tests/unit/test_keys.py") != scheduling.group_of("tests/unit/test_mime.py")
+
+
+def test_each_test_of_a_split_module_is_a_group_of_its_own():
+    storm = "tests/integration/test_fault_storm.py"
+    phases = [f"{storm}::test_fault_storm[{name}]" for name in ("paced-pool", "reviewers")]
+    assert [scheduling.group_of(nodeid) for nodeid in phases] == phases
+    stack = "tests/integration/test_stack.py"
+    assert scheduling.group_of(f"{stack}::test_a") == scheduling.group_of(f"{stack}::test_b") == stack
+
+
+def test_the_storms_phases_are_handed_out_longest_first_among_the_slow_modules():
+    ids = collected_ids(
+        "tests/integration/test_fault_storm.py",
+        "tests/integration/test_pacing_stack.py",
+        "tests/integration/test_fault_relay.py",
+    )
+    storm = [nodeid.split("::", 1)[1] for nodeid in ids if "test_fault_storm.py" in nodeid]
+    assert storm == [
+        "test_fault_storm[paced-pool]",
+        "test_fault_storm[graph-pool]",
+        "test_fault_storm_messengers",
+        "test_fault_storm[beyond-window]",
+        "test_fault_storm[inside-window]",
+        "test_fault_storm[reviewers]",
+    ]
+    pacing = next(i for i, nodeid in enumerate(ids) if "test_pacing_stack.py" in nodeid)
+    assert ids[pacing - 1].endswith("[graph-pool]") and ids[pacing + 1].endswith("test_fault_storm_messengers")
+    assert "test_fault_relay.py" in ids[-1]  # not in the slow list: after it
+
+
+def test_every_fuzzed_operation_is_a_test_of_its_own_on_the_workers():
+    """schemathesis' per-operation items shared one node id under pytest 9: xdist ran POST /send only."""
+    ids = collected_ids("tests/integration/test_openapi_contract.py")
+    assert len(ids) == len(set(ids))
+    fuzzed = [nodeid.split("::", 1)[1] for nodeid in ids if "test_api_conforms_to_openapi" in nodeid]
+    assert "test_api_conforms_to_openapi[GET /status]" in fuzzed and len(fuzzed) == 7, fuzzed
+
+
+CLONING_CONFTEST = """
+import os
+
+import pytest
+
+pytest_plugins = ["tests.scheduling"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    first = items[0]
+    for name in os.environ["CLONE_NAMES"].split(","):  # what schemathesis does under pytest 9
+        items.append(pytest.Function.from_parent(first.parent, name=name, callobj=first.obj, originalname=first.name))
+"""
+
+
+def run_with_clones(tmp_path: Path, names: str) -> subprocess.CompletedProcess[str]:
+    """A scratch suite whose one test gets clones named `names`: items whose node ids pytest 9
+    builds from the test function's name alone, so all of them share test_one.py::test_a."""
+    return run_scratch_suite(
+        tmp_path,
+        CLONING_CONFTEST,
+        args=("-v", "-p", "no:xdist"),
+        env={"CLONE_NAMES": names},
+        test_one="def test_a():\n    pass\n",
+    )
+
+
+def test_items_that_share_a_node_id_take_their_own_names(tmp_path):
+    done = run_with_clones(tmp_path, "test_a[x],test_a[y]")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "test_one.py::test_a[x] PASSED" in done.stdout and "test_one.py::test_a[y] PASSED" in done.stdout
+    assert "3 passed" in done.stdout
+
+
+def test_items_that_still_share_a_node_id_are_refused(tmp_path):
+    done = run_with_clones(tmp_path, "test_a")
+    assert done.returncode != 0
+    assert "tests share a node id, so xdist would run only one of each" in done.stdout + done.stderr
+
+
+def collected_modules(*paths: str) -> list[str]:
+    """The modules of collected_ids(paths), in order, each once where its tests follow each other."""
+    modules: list[str] = []
+    for nodeid in collected_ids(*paths):
+        module = nodeid.split("::", 1)[0]
+        if not modules or modules[-1] != module:
+            modules.append(module)
+    return modules
+
+
+def test_slow_modules_are_handed_out_first_and_unit_modules_last():
+    modules = collected_modules(
+        "tests/unit/test_keys.py",
+        "tests/infra/test_layout.py",
+        "tests/integration/test_fault_relay.py",
+        "tests/integration/test_fault_storm.py",
+    )
+    assert modules == [
+        "tests/integration/test_fault_storm.py",  # listed in SLOW_FIRST
+        "tests/integration/test_fault_relay.py",
+        "tests/infra/test_layout.py",
+        "tests/unit/test_keys.py",
+    ]
+
+
 SCRATCH_MODULE = """
 import os
 import pytest
@@ -186,25 +330,13 @@ def test_where(started_on, n):
 """
 
 
-def test_fasts_workers_keep_a_module_and_its_module_scoped_fixture_on_one_worker(tmp_path):
-    """Real xdist on a scratch suite, as test.sh --fast runs it: --dist loadfile never splits a module."""
-    for name in ("test_alpha", "test_beta", "test_gamma"):
-        (tmp_path / f"{name}.py").write_text(SCRATCH_MODULE)
-    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-    where = tmp_path / "where.log"
-    env = {**clean_env(), "WHERE_LOG": str(where)}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+def test_a_module_and_its_module_scoped_fixture_stay_on_one_worker(tmp_path):
+    """Real xdist on a scratch suite: with tests/scheduling.py, --dist loadgroup never splits a module."""
+    modules = dict.fromkeys(("test_alpha", "test_beta", "test_gamma"), SCRATCH_MODULE)
+    done = run_scratch_suite(tmp_path, SCHEDULING_CONFTEST, **modules)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "18 passed" in done.stdout
-    rows = [line.split() for line in where.read_text().splitlines()]
+    rows = [line.split() for line in (tmp_path / "where.log").read_text().splitlines()]
     workers: dict[str, set[str]] = {}
     for module, fixture_worker, test_worker in rows:
         assert fixture_worker == test_worker
@@ -212,6 +344,73 @@ def test_fasts_workers_keep_a_module_and_its_module_scoped_fixture_on_one_worker
     assert sorted(workers) == ["test_alpha", "test_beta", "test_gamma"]
     assert all(len(on) == 1 for on in workers.values()), workers
     assert len(set().union(*workers.values())) == 2, "both workers got work"
+
+
+SCHEDULING_CONFTEST = 'pytest_plugins = ["tests.scheduling"]\n'
+SPLIT_CONFTEST = """
+from tests import scheduling
+
+pytest_plugins = ["tests.scheduling"]
+scheduling.SPLIT_MODULES = frozenset({"test_split.py"})
+"""
+
+SPLIT_MODULE = """
+import os
+import time
+
+import pytest
+
+@pytest.mark.parametrize("phase", ["one", "two"])
+def test_phase(phase):
+    started = time.monotonic()
+    time.sleep(3)
+    with open(os.environ["WHERE_LOG"], "a") as log:
+        log.write(f"{phase} {os.environ['PYTEST_XDIST_WORKER']} {started} {time.monotonic()}\\n")
+"""
+
+
+XDIST = ("-q", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")  # as test.sh runs it
+
+
+def run_scratch_suite(
+    tmp_path: Path, conftest: str, *, args: tuple[str, ...] = XDIST, env: dict[str, str] | None = None, **modules: str
+) -> subprocess.CompletedProcess[str]:
+    """pytest (by default real xdist on 2 workers) on a scratch suite of `modules` with `conftest`."""
+    for name, text in modules.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    (tmp_path / "conftest.py").write_text(conftest)
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    env = {**clean_env(), "WHERE_LOG": str(tmp_path / "where.log"), **(env or {})}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *sys.path])
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_a_split_modules_tests_run_on_two_workers_at_the_same_time(tmp_path):
+    done = run_scratch_suite(tmp_path, SPLIT_CONFTEST, test_split=SPLIT_MODULE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {
+        phase: (worker, float(a), float(b))
+        for phase, worker, a, b in (line.split() for line in (tmp_path / "where.log").read_text().splitlines())
+    }
+    assert sorted(rows) == ["one", "two"]
+    assert rows["one"][0] != rows["two"][0], rows
+    assert max(rows["one"][1], rows["two"][1]) < min(rows["one"][2], rows["two"][2]), rows  # overlapped
+
+
+def test_a_split_module_with_a_module_scoped_fixture_is_refused(tmp_path):
+    shared = "import pytest\n\n@pytest.fixture(scope='module')\ndef stack():\n    return 1\n\n"
+    shared += "def test_a(stack):\n    pass\n\ndef test_b(stack):\n    pass\n"  # would pass unsplit
+    done = run_scratch_suite(tmp_path, SPLIT_CONFTEST, test_split=shared)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "2 errors" in done.stdout and "uses the module-scoped fixture 'stack'" in done.stdout, done.stdout
 
 
 STUB_PYTHON = """#!/usr/bin/env bash
@@ -293,6 +492,21 @@ def test_run_installs_the_runtime_lock_and_a_venv_made_for_the_tests_serves_it(t
     assert pip_installs(tmp_path, env, log, "run") == []  # the dev set holds the runtime's pins
 
 
+def test_a_failure_on_a_worker_still_points_at_that_workers_emulator_logs(tmp_path):
+    """Each worker keeps its emulator logs in its own temp dir; the controller's summary names it."""
+    done = run_scratch_suite(
+        tmp_path,
+        'pytest_plugins = ["tests.emulator_fixtures", "tests.scheduling"]\n',
+        args=("-q", "-n", "2", "--dist", "loadgroup", "--basetemp", str(tmp_path / "t")),
+        test_fails="def test_fails(emulator_log_dir):\n    assert False\n",
+        test_passes="def test_passes(emulator_log_dir):\n    assert True\n",
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    named = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("emulator logs: ")]
+    assert len(named) == 2, done.stdout  # one per worker
+    assert all(Path(path).is_dir() and "emulator-logs" in path for path in named)
+
+
 def test_the_unit_tests_have_the_same_ids_in_every_process():
     """xdist refuses to run when its workers collect different ids (a parameter minted per run)."""
     first, second = (collected_ids("tests/unit") for _ in range(2))
@@ -311,6 +525,40 @@ def collected_ids(*paths: str) -> list[str]:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+QUICK_MODULE = """
+import os
+
+def test_quick():
+    with open(os.environ["WHERE_LOG"], "a") as log:
+        log.write(f"{__name__} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+"""
+
+LONG_MODULE = """
+import os
+import time
+
+def test_long_first():
+    with open(os.environ["WHERE_LOG"], "a") as log:
+        log.write(f"{__name__} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+    time.sleep(4)
+
+def test_long_second():
+    pass
+"""
+
+
+def test_no_module_waits_behind_a_long_test_while_another_worker_is_free(tmp_path):
+    """A module of two long tests (the storm, the gcloud CLI's) gets no second module queued behind
+    it at the start: the quick modules all run on the other worker meanwhile."""
+    modules = dict.fromkeys(("test_b", "test_c", "test_d"), QUICK_MODULE)
+    done = run_scratch_suite(tmp_path, SCHEDULING_CONFTEST, test_a_long=LONG_MODULE, **modules)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran_on = dict(line.split() for line in (tmp_path / "where.log").read_text().splitlines())
+    long_worker = ran_on.pop("test_a_long")
+    assert sorted(ran_on) == ["test_b", "test_c", "test_d"]
+    assert long_worker not in ran_on.values(), ran_on
 
 
 def test_bootstraps_list_of_provider_wheels_is_python_that_runs():

@@ -13,10 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 from flask import Flask
 from google.auth import crypt, jwt
 
@@ -25,6 +22,7 @@ from safesend.bootstrap.runtime import Runtime
 from safesend.config import Settings
 from safesend.core.auth import SIGNATURE_HEADER, Authenticator, AuthPolicy, sign
 from safesend.entrypoints.http_api import HttpApi
+from tests.certificates import self_signed
 from tests.unit.conftest import make_world
 
 APP = Flask(__name__)
@@ -44,19 +42,8 @@ BODY = {
 
 
 def make_key(kid: str) -> tuple[crypt.RSASigner, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, kid)])
     now = datetime.now(UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - timedelta(days=1))
-        .not_valid_after(now + timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
+    key, cert = self_signed(kid, now - timedelta(days=1), now + timedelta(days=1))
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     return crypt.RSASigner.from_string(pem, key_id=kid), cert.public_bytes(serialization.Encoding.PEM).decode()
 

@@ -123,7 +123,8 @@ def test_ci_runs_lint_then_the_suite_under_the_coverage_floor():
     test_sh = (ROOT / "scripts" / "test.sh").read_text()
     assert "bash scripts/test.sh\n" in ci and "set -euo pipefail" in ci
     no_args = test_sh.split("if (($# == 0)); then", 1)[1].split("fi", 1)[0]
-    assert no_args.index("bash scripts/lint.sh") < no_args.index("pytest --cov")
+    assert no_args.index("bash scripts/lint.sh") < no_args.index("coverage run -m pytest")
+    assert no_args.index("coverage run -m pytest") < no_args.index("coverage report")
     assert "set -euo pipefail" in test_sh
     floor = next(line for line in (ROOT / "pyproject.toml").read_text().splitlines() if line.startswith("fail_under"))
     assert float(floor.split("=")[1]) >= 90.0

@@ -1,0 +1,160 @@
+"""pytest plugin: how pytest-xdist workers (`--dist loadgroup`; `scripts/test.sh --fast`) share the suite.
+
+Enabled from tests/conftest.py. Without xdist nothing changes but the order of the modules.
+
+- One module, one worker: the scheduler below hands out whole groups, one group per module, so a
+  module's module-scoped stack starts once, on one worker, as in a serial run. Each worker has its
+  own session (its own emulators, PostgreSQL and stacks, on free ports): no worker sees another's data.
+- Modules that must not run at the same time share a group: the real-n8n modules install n8n into
+  one cache folder on first use (tests/integration/n8n_support.py) and each runs a memory-hungry n8n.
+- A module whose tests each start their own stack (no module-scoped fixture: the fault storm's
+  phases) is split: each of its tests is a group of its own, so its phases run on several workers
+  at once instead of one after the other on one. A split module's test that asks for a module- or
+  class-scoped fixture fails before it starts (that fixture would start on every worker).
+- Slow first: the scheduler hands out groups in collection order, so the longest ones (real n8n,
+  the storm's phases, the pacing stack, ...) start at once and the many short unit modules fill
+  the tail instead of one long group running alone at the end.
+
+The groups are made by a scheduler of our own, not by ``xdist_group`` marks: xdist tags a marked
+test by rewriting ``item._nodeid``, which pytest 9's nodes no longer read, so marks group nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+
+import pytest
+
+# Modules that share one worker, by group name.
+SHARED_GROUPS: dict[str, str] = {
+    "tests/integration/test_n8n_node_e2e.py": "n8n",
+    "tests/integration/test_n8n_e2e.py": "n8n",
+}
+
+# Modules whose tests are each a group of their own: every test starts (and stops) its own stack.
+SPLIT_MODULES: frozenset[str] = frozenset({"tests/integration/test_fault_storm.py"})
+
+STORM = "tests/integration/test_fault_storm.py::"
+# Longest first: modules, or single tests of a SPLIT_MODULES module (wall seconds each in the serial
+# gate, 2026-12-01, idle 2-core machine), then the rest of the integration tests, the infra checks,
+# and the unit tests last. The mutation suite runs beside the workers in a process of its own
+# (scripts/test.sh).
+SLOW_FIRST: tuple[str, ...] = (
+    "tests/integration/test_n8n_node_e2e.py",  # 168 s, with test_n8n_e2e (114 s) on one worker
+    "tests/integration/test_n8n_e2e.py",
+    STORM + "test_fault_storm[paced-pool]",  # 117 s
+    STORM + "test_fault_storm[graph-pool]",  # 96 s
+    "tests/integration/test_pacing_stack.py",  # 90 s: one test on a module-scoped stack
+    "tests/integration/test_messengers_stack.py",  # 67 s
+    STORM + "test_fault_storm_messengers",  # 63 s
+    STORM + "test_fault_storm[beyond-window]",  # 59 s
+    "tests/infra/test_env_parity.py",  # 59 s
+    STORM + "test_fault_storm[inside-window]",  # 50 s
+    "tests/integration/test_pacing_bench.py",  # 43 s
+    STORM + "test_fault_storm[reviewers]",  # 40 s
+    "tests/integration/test_console_browser.py",  # 39 s
+    "tests/integration/test_callbacks_live.py",  # 39 s
+    "tests/integration/test_store_contract.py",  # 31 s
+    "tests/integration/test_notify_stack.py",  # 28 s
+    "tests/infra/test_terraform.py",  # 27 s
+    "tests/infra/test_gcloud_cli.py",  # 27 s
+    "tests/integration/test_openapi_contract.py",
+)
+SUITE_ORDER: tuple[str, ...] = ("tests/integration", "tests/infra", "tests/unit")
+
+
+def module_of(item: pytest.Item) -> str:
+    """The item's module as a path relative to the repository (its node id before '::')."""
+    return item.nodeid.split("::", 1)[0]
+
+
+def group_of(nodeid: str) -> str:
+    """The scheduling group of a test (or of a module, given its path): its module, a group that
+    modules share, or the test itself when its module is split."""
+    module = nodeid.split("::", 1)[0]
+    if module in SPLIT_MODULES:
+        return nodeid
+    return SHARED_GROUPS.get(module, module)
+
+
+def rank(nodeid: str) -> tuple[int, int]:
+    """Sort key: the slow groups in SLOW_FIRST's order, then suite by suite."""
+    module = nodeid.split("::", 1)[0]
+    unit = nodeid if module in SPLIT_MODULES else module  # a split module's tests are ranked one by one
+    if unit in SLOW_FIRST:
+        return (0, SLOW_FIRST.index(unit))
+    parents = {str(parent) for parent in PurePosixPath(module).parents}
+    suite = next((i for i, prefix in enumerate(SUITE_ORDER) if prefix in parents), len(SUITE_ORDER))
+    return (1, suite)
+
+
+def shared_fixture(item: pytest.Item) -> str | None:
+    """A fixture of wider scope than a test but narrower than the session that `item` asks for."""
+    fixtures = getattr(item, "_fixtureinfo", None)
+    for name, definitions in fixtures.name2fixturedefs.items() if fixtures else ():
+        scopes = {definition.scope for definition in definitions} & {"module", "class", "package"}
+        if scopes:
+            return f"the {'/'.join(sorted(scopes))}-scoped fixture {name!r}"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A split module's test that shares a fixture with its module fails before it starts anything:
+    on workers the fixture would start once per worker, not once per module."""
+    if module_of(item) in SPLIT_MODULES and (shared := shared_fixture(item)):
+        pytest.fail(f"{item.nodeid} uses {shared}, but its module is in tests/scheduling.py's SPLIT_MODULES", False)
+
+
+def unique_node_ids(items: list[pytest.Item]) -> None:
+    """Give each item a node id of its own: xdist hands out tests by node id, so items that share one
+    collapse into a single test on the workers while a serial run runs them all. schemathesis 4
+    names its per-operation items `test[POST /send]`, but pytest 9 builds a node id from the
+    function's name and parameters alone: every operation got the same id, and under xdist only the
+    first operation was fuzzed. Such an item takes its own name; an id still shared is refused."""
+    seen: dict[str, int] = {}
+    for item in items:
+        seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
+    for item in items:
+        if seen[item.nodeid] > 1 and item.name != item.nodeid.rsplit("::", 1)[-1]:
+            item._id = item.parent.id.child(item.name)  # type: ignore[union-attr]  # pytest's NodeId
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.nodeid] = counts.get(item.nodeid, 0) + 1
+    shared = sorted(nodeid for nodeid, count in counts.items() if count > 1)
+    if shared:
+        raise pytest.UsageError(f"tests share a node id, so xdist would run only one of each: {shared[:5]}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unique node ids, then the slow groups first; the tests of a group keep their order."""
+    unique_node_ids(items)
+    items.sort(key=lambda item: rank(item.nodeid))  # stable: the order within a rank is kept
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent when it is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup``: whole groups (group_of), handed out in collection order."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+        def _reschedule(self, node: Any) -> None:
+            """The next group only when the node is down to its last test (xdist's own heuristic
+            waits for two): a worker holds its last test until more comes, so one is the least that
+            keeps it running, and a group queued behind a long test (the storm's, the gcloud CLI's)
+            waits there while another worker could have run it."""
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) <= 1:
+                self._assign_work_unit(node)
+
+    return ModuleGroupScheduling(config, log)
