@@ -62,17 +62,22 @@ def test_the_mutation_suites_nested_runs_load_only_the_timeout_plugin(monkeypatc
     assert argv[argv.index("-p") + 1] == "pytest_timeout"  # pytest.ini's timeout and the timeout marks
 
 
-def test_the_infra_checks_need_no_plugin_but_the_timeout_one():
-    """What the nested runs rely on: tests/infra collects with autoloading off and pytest_timeout on."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "pytest_timeout", "--collect-only", "-q", "-W", "error", "tests/infra"],
-        cwd=ROOT,
+def collect(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`pytest --collect-only -q` as the nested runs start it: no autoloaded plugin."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", *args],
+        cwd=cwd,
         env={**clean_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
         capture_output=True,
         text=True,
         timeout=180,
         check=False,
     )
+
+
+def test_the_infra_checks_need_no_plugin_but_the_timeout_one():
+    """What the nested runs rely on: tests/infra collects with autoloading off and pytest_timeout on."""
+    done = collect(ROOT, "-p", "pytest_timeout", "-W", "error", "tests/infra")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
@@ -89,15 +94,7 @@ def test_a_needle_with_parameters_selects_only_those_cases(tmp_path):
         "@pytest.mark.parametrize('p', ['key1', 'nokey'])\ndef test_y(p): pass\n"
         "@pytest.mark.parametrize('p', [1, 2])\ndef test_z(p): pass\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:randomly", "--collect-only", "-q", "-k", select, "test_sel.py"],
-        cwd=tmp_path,
-        env={**clean_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = collect(tmp_path, "-k", select, "test_sel.py")
     selected = {line.split("::")[1] for line in done.stdout.splitlines() if "::" in line}
     assert selected == {"test_x[b-1]", "test_y[key1]", "test_z[1]", "test_z[2]"}, done.stdout
 
