@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ALL_PARTS = ["venv", "tasks", "infra", "tfplugin", "emulators", "chromium", "postgres"]
 RECORDER = (
     '#!/usr/bin/env bash\nprintf "%s %s\\n" "{name}" "$*" >> "{log}"\n'
+    'printf "%s %s\\n" "$(nice)" "$*" >> "{log}.nice"\n'
     'if [[ -n "${{STUB_FAILS_ON:-}}" && "$*" == *"$STUB_FAILS_ON"* ]]; then exit 1; fi\n'
 )
 
@@ -102,6 +103,16 @@ def test_the_full_gate_is_lint_then_the_suite_with_coverage_beside_the_mutation_
     assert sorted(calls[2:]) == gate_calls(tmp_path)  # every test, each once
     suite = [call for call in calls if "coverage" in call]
     assert suite == [call.format(root=tmp_path.resolve()) for call in SUITE_WITH_COVERAGE]  # in this order
+
+
+def test_the_mutation_suite_runs_niced_beside_the_suite(tmp_path):
+    """The CPU-bound mutation suite yields to the timed stack tests on the workers."""
+    run_script(tmp_path, "test.sh")
+    base = os.nice(0)
+    nice = dict(line.split(" ", 1)[::-1] for line in (tmp_path / "calls.log.nice").read_text().splitlines())
+    [mutations] = [int(n) for call, n in nice.items() if "test_mutations.py" in call and "--ignore" not in call]
+    suite = [int(n) for call, n in nice.items() if "coverage" in call]
+    assert mutations == min(base + 10, 19) and suite and all(n == base for n in suite), nice
 
 
 @pytest.mark.parametrize("failing", ["coverage run", "coverage report", "test_mutations.py"])
