@@ -85,7 +85,7 @@ MUTATIONS_ALONE = (
 )
 SUITE_WITH_COVERAGE = [
     "python -m coverage erase",
-    "python -m coverage run -m pytest -n 4 --dist loadgroup --no-loadscope-reorder"
+    "python -m coverage run -m pytest"
     " --ignore=tests/infra/test_mutations.py --module-times={root}/.local/test-times/suite.json",
     "python -m coverage combine -q",
     "python -m coverage report",
@@ -123,7 +123,10 @@ def test_the_full_gate_fails_when_either_run_fails(tmp_path, failing):
 
 def test_the_full_gates_workers_can_be_set(tmp_path):
     calls = run_script(tmp_path, "test.sh", env={"SAFESEND_TEST_WORKERS": "5"})
-    assert any(call.startswith("python -m coverage run -m pytest -n 5 ") for call in calls), calls
+    assert any(
+        call.startswith("python -m coverage run -m pytest -n 5 --dist loadgroup --no-loadscope-reorder ")
+        for call in calls
+    ), calls
 
 
 def test_fast_is_lint_then_the_unit_and_property_tests_without_emulators(tmp_path):
