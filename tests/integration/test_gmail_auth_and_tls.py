@@ -208,7 +208,10 @@ def test_a_refresh_after_a_401_is_inside_the_same_deadline(sim, token_endpoint):
     outcome, elapsed = call_bounded(lambda: mailer.send(RAW), limit_s=3.0)
     assert elapsed < 1.5
     assert isinstance(outcome, Failure)
-    assert (outcome.bucket, outcome.code) == (Bucket.NOT_ACCEPTED, "auth_refresh")  # Gmail said 401: nothing taken
+    # Gmail said 401: nothing taken. The refresh fails inside the same 0.5 s deadline, as a trickled
+    # token answer ("auth_refresh") or, when a loaded machine spends the deadline before the token
+    # endpoint's connection is up, as "connect_failed" (fresh-clone gate, 2026-12-01): both not accepted.
+    assert outcome.bucket is Bucket.NOT_ACCEPTED and outcome.code in ("auth_refresh", "connect_failed"), outcome
     assert elapsed < mailer.send_deadline_s
     assert sim.effects() == []
 

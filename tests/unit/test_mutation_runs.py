@@ -222,7 +222,8 @@ def test_a_nested_run_that_hangs_is_interrupted_and_reported(tmp_path):
     )
     tree = fake_tree(tmp_path, source)
     started = time.monotonic()
-    failed, output = test_mutations.run_checks(tree, ("tests/infra/test_fake.py",), ("test_a",), True, timeout=8)
-    assert time.monotonic() - started < 60
-    assert not failed and output.startswith("TIMED OUT after 8 s"), output
+    # 20 s: a cold nested pytest on the loaded CI machine did not reach the test within 8 s.
+    failed, output = test_mutations.run_checks(tree, ("tests/infra/test_fake.py",), ("test_a",), True, timeout=20)
+    assert time.monotonic() - started < 80
+    assert not failed and output.startswith("TIMED OUT after 20 s"), output
     assert (tree / "started").exists() and (tree / "torn-down").exists()
