@@ -1,5 +1,6 @@
 """A pytest plugin for the mutation suite's nested runs (tests/infra/test_mutations.py): the run
-ends as soon as every needle of its mutation has failed in some test.
+ends as soon as every needle of its mutation has failed in some test, and an interrupt (a hung
+run's SIGINT) always reaches it.
 
 The suite's verdict on a mutation is "each needle (a substring of a test id) names a failed
 test"; once that holds, the tests still to run cannot change it, and a mutation of the deploy
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 
@@ -35,6 +37,10 @@ class StopWhenCaught:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # scripts/test.sh runs the mutation suite in the background (`&`), where bash ignores SIGINT, and
+    # an ignored SIGINT is inherited, so Python installs no KeyboardInterrupt handler: a hung run would
+    # ignore run_checks' interrupt, be killed 30 s later and its fixtures would never tear down.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     needles = json.loads(os.environ.get(NEEDLES) or "[]")
     if needles:
         config.pluginmanager.register(StopWhenCaught(needles), "mutation-stop")

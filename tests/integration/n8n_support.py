@@ -56,6 +56,9 @@ DISABLED_MODULES = ",".join(
 )
 
 
+UNREGISTERED_RETRY_S = 20.0  # N8nServer.post_webhook: how long a 404 "not registered" is retried
+
+
 def _ephemeral_range() -> tuple[int, int]:
     try:
         low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
@@ -397,18 +400,28 @@ class N8nServer:
     def post_webhook(
         self, path: str, payload: Any, timeout_s: float = 60, headers: Mapping[str, str] | None = None
     ) -> tuple[int, Any]:
+        """POST to a production webhook. Again, for UNREGISTERED_RETRY_S at most, while n8n answers
+        that the webhook is not registered: under load n8n 2.41 was seen to answer a GET as for a
+        live POST webhook (start()'s readiness check) and the POST right after with this 404, which
+        means no execution started, so the retry cannot run a workflow twice."""
         request = urllib.request.Request(
             f"{self.url}/webhook/{path}",
             data=json.dumps(payload).encode(),
             headers={"Content-Type": "application/json", **(headers or {})},
             method="POST",
         )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                body = response.read()
-                status = response.status
-        except urllib.error.HTTPError as exc:
-            body, status = exc.read(), exc.code
+        deadline = time.monotonic() + UNREGISTERED_RETRY_S
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                    body = response.read()
+                    status = response.status
+            except urllib.error.HTTPError as exc:
+                body, status = exc.read(), exc.code
+            unregistered = status == 404 and b"is not registered" in body
+            if not unregistered or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         try:
             return status, json.loads(body)
         except json.JSONDecodeError:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from devstack.emulators import (
+    JVM_OPTIONS,
     CloudTasksEmulator,
     Emulator,
     EmulatorMissingError,
@@ -328,6 +329,24 @@ def test_emulator_listens_on_loopback_only(fixture_name: str, request: pytest.Fi
     assert listeners, f"no listen socket on port {emulator.port} in /proc/net/tcp*"
     exposed = [(host, port) for host, port in listeners if not _is_loopback(host)]
     assert exposed == [], f"{emulator.name} listens beyond loopback: {exposed}"
+
+
+@pytest.mark.parametrize("fixture_name", ["firestore_emulator", "pubsub_emulator"])
+def test_the_emulator_jvms_run_with_the_light_jit_and_collector(
+    fixture_name: str, request: pytest.FixtureRequest
+) -> None:
+    """C1 only, one compiler thread, the serial collector: half the Firestore emulator's CPU in a
+    storm phase. Read from the running JVM's own command line (Pub/Sub's wrapper passes JAVA_OPTS)."""
+    emulator: Emulator = request.getfixturevalue(fixture_name)
+    assert emulator.pid is not None
+    argv = Path(f"/proc/{emulator.pid}/cmdline").read_bytes().decode().split("\0")
+    main = next(i for i, arg in enumerate(argv) if arg in ("-cp", "-jar"))  # the JVM's options end there
+    assert set(JVM_OPTIONS) <= set(argv[:main]), argv[:main]
+
+
+def test_a_callers_java_opts_come_after_ours_so_they_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAVA_OPTS", "-XX:+UseParallelGC")
+    assert PubSubEmulator().process_env()["JAVA_OPTS"].split() == [*JVM_OPTIONS, "-XX:+UseParallelGC"]
 
 
 # ----------------------------------------------------------------------------- lifecycle

@@ -4,6 +4,7 @@ use (issue 21.5): the gate's coverage measurement and the autoloaded hypothesis/
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -205,9 +206,11 @@ def test_a_nested_run_that_crashes_is_reported_not_caught(tmp_path):
     assert test_mutations.uncaught(crash, failed) == ["test_a"]
 
 
-def test_a_nested_run_that_hangs_is_interrupted_and_reported(tmp_path):
+@pytest.mark.parametrize("parent_sigint", ["default", "ignored"])
+def test_a_nested_run_that_hangs_is_interrupted_and_reported(tmp_path, parent_sigint):
     """A hang costs its timeout, then the run is interrupted (its fixtures' teardown runs) and
-    reported as timed out: the suite goes on."""
+    reported as timed out: the suite goes on. Also when this process ignores SIGINT, as the
+    mutation suite does when scripts/test.sh runs it in the background (an inherited disposition)."""
     from tests.infra import test_mutations
 
     source = (
@@ -223,7 +226,13 @@ def test_a_nested_run_that_hangs_is_interrupted_and_reported(tmp_path):
     tree = fake_tree(tmp_path, source)
     started = time.monotonic()
     # 20 s: a cold nested pytest on the loaded CI machine did not reach the test within 8 s.
-    failed, output = test_mutations.run_checks(tree, ("tests/infra/test_fake.py",), ("test_a",), True, timeout=20)
+    previous = signal.getsignal(signal.SIGINT)
+    if parent_sigint == "ignored":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        failed, output = test_mutations.run_checks(tree, ("tests/infra/test_fake.py",), ("test_a",), True, timeout=20)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 80
     assert not failed and output.startswith("TIMED OUT after 20 s"), output
     assert (tree / "started").exists() and (tree / "torn-down").exists()
