@@ -2,8 +2,8 @@
 # Run the test suite the same way locally and in CI: bootstrap (no-op when up to date), then pytest.
 #
 #   bash scripts/test.sh          the full gate (README, .ci/run): scripts/lint.sh (ruff, ruff
-#                                 format, mypy; seconds), then every test, serially, or on
-#                                 $SAFESEND_TEST_WORKERS pytest-xdist workers (tests/scheduling.py), under
+#                                 format, mypy; seconds), then every test on $SAFESEND_TEST_WORKERS
+#                                 pytest-xdist workers (default 2; tests/scheduling.py), under
 #                                 coverage.py: `coverage run` measures pytest, and through
 #                                 [tool.coverage.run] patch=subprocess every Python process it
 #                                 starts (the workers, functions-framework under gunicorn, ...), each
@@ -23,10 +23,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"
-# Default: the full gate serial (on the 2-core CI machine 4 workers beside the mutation suite drove
-# the load to 17 and timed stack tests failed, fresh-clone run of 2026-12-01), 2 for --fast.
-WORKERS="${SAFESEND_TEST_WORKERS:-}"
-[[ -z "$WORKERS" || "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
+# Default: 2 workers, as many as the 2-core CI machine has cores (4 beside the mutation suite drove
+# its load to 17 and timed stack tests failed, fresh-clone run of 2026-12-01); 1 runs serially.
+WORKERS="${SAFESEND_TEST_WORKERS:-2}"
+[[ "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
 MUTATIONS=tests/infra/test_mutations.py
 TIMES="$ROOT/.local/test-times" # --module-times of the last full gate
 if (($# == 0)); then
@@ -43,8 +43,8 @@ if (($# == 0)); then
     export COVERAGE_FILE="$ROOT/.coverage"
     .venv/bin/python -m coverage erase
     suite=0
-    workers=() # SAFESEND_TEST_WORKERS=N: the suite on N pytest-xdist workers (tests/scheduling.py)
-    [[ -n "$WORKERS" ]] && workers=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
+    workers=() # the suite on $WORKERS pytest-xdist workers (tests/scheduling.py); 1: serially, no xdist
+    ((WORKERS > 1)) && workers=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
     .venv/bin/python -m coverage run -m pytest "${workers[@]}" --ignore="$MUTATIONS" \
         --module-times="$TIMES/suite.json" || suite=$?
     .venv/bin/python -m coverage combine -q || suite=$((suite ? suite : 2)) # no data: nothing measured
@@ -62,7 +62,7 @@ if [[ "$1" == "--fast" ]]; then
     (($# == 1)) || { printf 'test.sh: --fast takes no other argument\n' >&2; exit 2; }
     bash scripts/bootstrap.sh --for fast
     bash scripts/lint.sh
-    exec .venv/bin/python -m pytest tests/unit -n "${WORKERS:-2}" --dist loadgroup --no-loadscope-reorder
+    exec .venv/bin/python -m pytest tests/unit -n "$WORKERS" --dist loadgroup --no-loadscope-reorder
 fi
 bash scripts/bootstrap.sh --for test
 exec .venv/bin/python -m pytest "$@"

@@ -5,8 +5,8 @@ Enabled from tests/conftest.py. Without xdist nothing changes but the order of t
 - One module, one worker: the scheduler below hands out whole groups, one group per module, so a
   module's module-scoped stack starts once, on one worker, as in a serial run. Each worker has its
   own session (its own emulators, PostgreSQL and stacks, on free ports): no worker sees another's data.
-- Modules that must not run at the same time share a group: the real-n8n modules install n8n into
-  one cache folder on first use (tests/integration/n8n_support.py) and each runs a memory-hungry n8n.
+- The two real-n8n modules are groups of their own too: on a new machine the first to need n8n
+  installs it (scripts/n8n-install.sh; a second waits on its flock), and each n8n (~0.5 GB) fits.
 - A module whose tests each start their own stack (no module-scoped fixture: the fault storm's
   phases) is split: each of its tests is a group of its own, so its phases run on several workers
   at once instead of one after the other on one. A split module's test that asks for a module- or
@@ -26,40 +26,39 @@ from typing import Any
 
 import pytest
 
-# Modules that share one worker, by group name.
-SHARED_GROUPS: dict[str, str] = {
-    "tests/integration/test_n8n_node_e2e.py": "n8n",
-    "tests/integration/test_n8n_e2e.py": "n8n",
-}
-
 # Modules whose tests are each a group of their own: every test starts (and stops) its own stack.
 SPLIT_MODULES: frozenset[str] = frozenset({"tests/integration/test_fault_storm.py"})
 
 STORM = "tests/integration/test_fault_storm.py::"
 # Longest first: modules, or single tests of a SPLIT_MODULES module (wall seconds each in the serial
-# gate, 2026-12-01, idle 2-core machine), then the rest of the integration tests, the infra checks,
-# and the unit tests last. The mutation suite runs beside the workers in a process of its own
-# (scripts/test.sh).
+# gate, 2026-12-02, idle 2-core machine; the storm's phases 2026-12-01), then the rest of the
+# integration tests, the infra checks, and the unit tests last. The mutation suite runs beside the
+# workers in a process of its own (scripts/test.sh).
 SLOW_FIRST: tuple[str, ...] = (
-    "tests/integration/test_n8n_node_e2e.py",  # 168 s, with test_n8n_e2e (114 s) on one worker
-    "tests/integration/test_n8n_e2e.py",
+    "tests/integration/test_n8n_node_e2e.py",  # 206 s
+    "tests/integration/test_n8n_e2e.py",  # 132 s
     STORM + "test_fault_storm[paced-pool]",  # 117 s
+    "tests/infra/test_env_parity.py",  # 97 s
     STORM + "test_fault_storm[graph-pool]",  # 96 s
-    "tests/integration/test_pacing_stack.py",  # 90 s: one test on a module-scoped stack
-    "tests/integration/test_messengers_stack.py",  # 67 s
+    "tests/integration/test_pacing_stack.py",  # 95 s: one test on a module-scoped stack
+    "tests/unit/test_mutation_runs.py",  # 76 s: two nested runs that hang for 20 s each
+    "tests/integration/test_messengers_stack.py",  # 73 s
+    "tests/unit/test_gate_workers.py",  # 65 s: nested pytest runs
     STORM + "test_fault_storm_messengers",  # 63 s
+    "tests/integration/test_openapi_contract.py",  # 63 s
     STORM + "test_fault_storm[beyond-window]",  # 59 s
-    "tests/infra/test_env_parity.py",  # 59 s
+    "tests/infra/test_terraform.py",  # 51 s
     STORM + "test_fault_storm[inside-window]",  # 50 s
-    "tests/integration/test_pacing_bench.py",  # 43 s
+    "tests/integration/test_store_contract.py",  # 50 s
+    "tests/integration/test_callbacks_live.py",  # 49 s
+    "tests/integration/test_console_browser.py",  # 45 s
+    "tests/integration/test_stack.py",  # 41 s
     STORM + "test_fault_storm[reviewers]",  # 40 s
-    "tests/integration/test_console_browser.py",  # 39 s
-    "tests/integration/test_callbacks_live.py",  # 39 s
-    "tests/integration/test_store_contract.py",  # 31 s
-    "tests/integration/test_notify_stack.py",  # 28 s
-    "tests/infra/test_terraform.py",  # 27 s
-    "tests/infra/test_gcloud_cli.py",  # 27 s
-    "tests/integration/test_openapi_contract.py",
+    "tests/integration/test_pacing_bench.py",  # 35 s
+    "tests/integration/test_notify_stack.py",  # 34 s
+    "tests/integration/test_never_silent_stack.py",  # 33 s
+    "tests/infra/test_gcloud_cli.py",  # 33 s
+    "tests/integration/test_index_lag_stack.py",  # 30 s
 )
 SUITE_ORDER: tuple[str, ...] = ("tests/integration", "tests/infra", "tests/unit")
 
@@ -70,12 +69,10 @@ def module_of(item: pytest.Item) -> str:
 
 
 def group_of(nodeid: str) -> str:
-    """The scheduling group of a test (or of a module, given its path): its module, a group that
-    modules share, or the test itself when its module is split."""
+    """The scheduling group of a test (or of a module, given its path): its module, or the test
+    itself when its module is split."""
     module = nodeid.split("::", 1)[0]
-    if module in SPLIT_MODULES:
-        return nodeid
-    return SHARED_GROUPS.get(module, module)
+    return nodeid if module in SPLIT_MODULES else module
 
 
 def rank(nodeid: str) -> tuple[int, int]:

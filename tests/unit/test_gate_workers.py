@@ -85,7 +85,7 @@ MUTATIONS_ALONE = (
 )
 SUITE_WITH_COVERAGE = [
     "python -m coverage erase",
-    "python -m coverage run -m pytest"
+    "python -m coverage run -m pytest -n 2 --dist loadgroup --no-loadscope-reorder"
     " --ignore=tests/infra/test_mutations.py --module-times={root}/.local/test-times/suite.json",
     "python -m coverage combine -q",
     "python -m coverage report",
@@ -127,6 +127,12 @@ def test_the_full_gates_workers_can_be_set(tmp_path):
         call.startswith("python -m coverage run -m pytest -n 5 --dist loadgroup --no-loadscope-reorder ")
         for call in calls
     ), calls
+
+
+def test_one_worker_runs_the_full_gate_serially_without_xdist(tmp_path):
+    calls = run_script(tmp_path, "test.sh", env={"SAFESEND_TEST_WORKERS": "1"})
+    [suite] = [call for call in calls if call.startswith("python -m coverage run")]
+    assert suite.startswith("python -m coverage run -m pytest --ignore=") and " -n " not in suite, suite
 
 
 def test_fast_is_lint_then_the_unit_and_property_tests_without_emulators(tmp_path):
@@ -220,9 +226,10 @@ def test_an_unknown_purpose_is_refused(tmp_path):
 
 
 # ------------------------------------------------------------------ tests/scheduling.py
-def test_each_module_is_its_own_group_but_the_real_n8n_modules_share_one():
-    node = scheduling.group_of("tests/integration/test_n8n_node_e2e.py")
-    assert node == scheduling.group_of("tests/integration/test_n8n_e2e.py") == "n8n"
+def test_each_module_is_its_own_group_the_two_real_n8n_modules_too():
+    """They ran one after the other on one worker: 338 s, the longest path through the gate."""
+    node, cli = "tests/integration/test_n8n_node_e2e.py", "tests/integration/test_n8n_e2e.py"
+    assert (scheduling.group_of(f"{node}::test_a"), scheduling.group_of(f"{cli}::test_b")) == (node, cli)
     assert scheduling.group_of("tests/integration/test_stack.py") == "tests/integration/test_stack.py"
     assert scheduling.group_of("tests/unit/test_keys.py") != scheduling.group_of("tests/unit/test_mime.py")
 
