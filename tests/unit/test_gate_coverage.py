@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.test_gate_workers import ROOT, clean_env
+from tests.unit.test_gate_workers import ROOT, bare_env
 
 SERVED = '''"""Runs in three processes: part on each xdist worker, part in a server a test starts."""
 
@@ -84,6 +84,13 @@ def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False)
 
 
+def scratch_env(**extra: str) -> dict[str, str]:
+    """A scratch run's environment: pytest loads xdist (the gate's workers) and no other plugin (the
+    coverage under test is coverage.py's, started by the gate's `coverage run`); tests.scheduling
+    and tests.module_times import from this checkout."""
+    return {**bare_env("xdist.plugin"), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]), **extra}
+
+
 def scratch_gate(tmp_path: Path) -> Path:
     """A tree where scripts/test.sh runs for real: stub bootstrap/lint, python = this venv's."""
     tree = tmp_path / "tree"
@@ -112,13 +119,7 @@ def scratch_gate(tmp_path: Path) -> Path:
 def test_the_gate_combines_every_workers_and_every_servers_coverage(tmp_path):
     tree = scratch_gate(tmp_path)
     workers_log = tmp_path / "workers.log"
-    env = {
-        **clean_env(),
-        "WORKERS_LOG": str(workers_log),
-        "SAFESEND_TEST_WORKERS": "2",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),  # tests.scheduling, tests.module_times
-        "TMPDIR": str(tmp_path),
-    }
+    env = scratch_env(WORKERS_LOG=str(workers_log), SAFESEND_TEST_WORKERS="2", TMPDIR=str(tmp_path))
     done = run(["bash", str(tree / "scripts" / "test.sh")], tree, env)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
@@ -127,6 +128,14 @@ def test_the_gate_combines_every_workers_and_every_servers_coverage(tmp_path):
     assert total.split()[-1] == "100.0%", output  # both workers' lines and the stopped server's
     times = json.loads((tree / ".local" / "test-times" / "suite.json").read_text())
     assert sorted(times) == ["tests/test_first.py", "tests/test_second.py"]
+
+
+def test_the_scratch_runs_load_no_autoloaded_plugin_but_xdist():
+    """Each of their ~8 pytest processes imported hypothesis, schemathesis, anyio... (~2 CPU-s, more
+    under the gate's `coverage run`, which traces every process test.sh starts)."""
+    env = scratch_env(EXTRA="x")
+    assert (env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"], env["PYTEST_PLUGINS"], env["EXTRA"]) == ("1", "xdist.plugin", "x")
+    assert str(ROOT) in env["PYTHONPATH"].split(os.pathsep)
 
 
 def test_module_times_count_a_modules_fixtures_on_the_controller(tmp_path):
@@ -138,7 +147,7 @@ def test_module_times_count_a_modules_fixtures_on_the_controller(tmp_path):
     (tmp_path / "test_quick.py").write_text("def test_quick():\n    pass\n")
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.scheduling", "tests.module_times"]\n')
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-    env = {**clean_env(), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    env = scratch_env()
     for parallel in ([], ["-n", "2", "--dist", "loadgroup"]):
         out = tmp_path / "times.json"
         done = run([sys.executable, "-m", "pytest", "-q", f"--module-times={out}", *parallel], tmp_path, env)

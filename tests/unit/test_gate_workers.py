@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,13 @@ RECORDER = (
 def clean_env() -> dict[str, str]:
     """This process's environment without the suite's coverage or xdist settings."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE_", "PYTEST_XDIST", "SAFESEND_TEST"))}
+
+
+def bare_env(*plugins: str) -> dict[str, str]:
+    """clean_env() for a nested pytest on a scratch suite that loads only `plugins` (PYTEST_PLUGINS,
+    which its xdist workers inherit too): autoloading hypothesis, schemathesis, anyio, cov... cost
+    each nested pytest process ~2 CPU-s of imports, ~0.25 without. Not for runs of this suite."""
+    return {**clean_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_PLUGINS": ",".join(plugins)}
 
 
 def scratch_scripts(tmp_path: Path, script: str) -> Path:
@@ -242,8 +250,9 @@ def test_each_test_of_a_split_module_is_a_group_of_its_own():
     assert scheduling.group_of(f"{stack}::test_a") == scheduling.group_of(f"{stack}::test_b") == stack
 
 
-def test_the_storms_phases_are_handed_out_longest_first_among_the_slow_modules():
-    ids = collected_ids(
+def test_the_storms_phases_are_handed_out_longest_first_among_the_slow_modules(collection):
+    ids = only(
+        collection,
         "tests/integration/test_fault_storm.py",
         "tests/integration/test_pacing_stack.py",
         "tests/integration/test_fault_relay.py",
@@ -262,9 +271,9 @@ def test_the_storms_phases_are_handed_out_longest_first_among_the_slow_modules()
     assert "test_fault_relay.py" in ids[-1]  # not in the slow list: after it
 
 
-def test_every_fuzzed_operation_is_a_test_of_its_own_on_the_workers():
+def test_every_fuzzed_operation_is_a_test_of_its_own_on_the_workers(collection):
     """schemathesis' per-operation items shared one node id under pytest 9: xdist ran POST /send only."""
-    ids = collected_ids("tests/integration/test_openapi_contract.py")
+    ids = only(collection, "tests/integration/test_openapi_contract.py")
     assert len(ids) == len(set(ids))
     fuzzed = [nodeid.split("::", 1)[1] for nodeid in ids if "test_api_conforms_to_openapi" in nodeid]
     assert "test_api_conforms_to_openapi[GET /status]" in fuzzed and len(fuzzed) == 7, fuzzed
@@ -292,7 +301,8 @@ def run_with_clones(tmp_path: Path, names: str) -> subprocess.CompletedProcess[s
     return run_scratch_suite(
         tmp_path,
         CLONING_CONFTEST,
-        args=("-v", "-p", "no:xdist"),
+        args=("-v",),
+        plugins=(),  # serial: not even xdist
         env={"CLONE_NAMES": names},
         test_one="def test_a():\n    pass\n",
     )
@@ -311,22 +321,25 @@ def test_items_that_still_share_a_node_id_are_refused(tmp_path):
     assert "tests share a node id, so xdist would run only one of each" in done.stdout + done.stderr
 
 
-def collected_modules(*paths: str) -> list[str]:
-    """The modules of collected_ids(paths), in order, each once where its tests follow each other."""
+def collected_modules(ids: list[str]) -> list[str]:
+    """The modules of `ids`, in order, each once where its tests follow each other."""
     modules: list[str] = []
-    for nodeid in collected_ids(*paths):
+    for nodeid in ids:
         module = nodeid.split("::", 1)[0]
         if not modules or modules[-1] != module:
             modules.append(module)
     return modules
 
 
-def test_slow_modules_are_handed_out_first_and_unit_modules_last():
+def test_slow_modules_are_handed_out_first_and_unit_modules_last(collection):
     modules = collected_modules(
-        "tests/unit/test_keys.py",
-        "tests/infra/test_layout.py",
-        "tests/integration/test_fault_relay.py",
-        "tests/integration/test_fault_storm.py",
+        only(
+            collection,
+            "tests/unit/test_keys.py",
+            "tests/infra/test_layout.py",
+            "tests/integration/test_fault_relay.py",
+            "tests/integration/test_fault_storm.py",
+        )
     )
     assert modules == [
         "tests/integration/test_fault_storm.py",  # listed in SLOW_FIRST
@@ -394,14 +407,21 @@ XDIST = ("-q", "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")  # as
 
 
 def run_scratch_suite(
-    tmp_path: Path, conftest: str, *, args: tuple[str, ...] = XDIST, env: dict[str, str] | None = None, **modules: str
+    tmp_path: Path,
+    conftest: str,
+    *,
+    args: tuple[str, ...] = XDIST,
+    plugins: tuple[str, ...] = ("xdist.plugin",),
+    env: dict[str, str] | None = None,
+    **modules: str,
 ) -> subprocess.CompletedProcess[str]:
-    """pytest (by default real xdist on 2 workers) on a scratch suite of `modules` with `conftest`."""
+    """pytest (by default real xdist on 2 workers) on a scratch suite of `modules` with `conftest`,
+    loading no plugin but `plugins` and the conftest's: the scheduling under test needs no other."""
     for name, text in modules.items():
         (tmp_path / f"{name}.py").write_text(text)
     (tmp_path / "conftest.py").write_text(conftest)
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-    env = {**clean_env(), "WHERE_LOG": str(tmp_path / "where.log"), **(env or {})}
+    env = {**bare_env(*plugins), "WHERE_LOG": str(tmp_path / "where.log"), **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *sys.path])
     return subprocess.run(
         [sys.executable, "-m", "pytest", *args],
@@ -412,6 +432,24 @@ def run_scratch_suite(
         timeout=180,
         check=False,
     )
+
+
+def test_the_scratch_suites_load_only_the_plugins_they_use(monkeypatch, tmp_path):
+    """Their ~17 pytest processes (xdist controllers and workers) each imported the autoloaded
+    hypothesis, schemathesis, anyio... (~2 CPU-s): xdist's runs load xdist alone, the serial ones none."""
+    envs: list[dict[str, str]] = []
+
+    def fake_run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        envs.append(kwargs["env"])
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    for name in ("xdist", "clones"):
+        (tmp_path / name).mkdir()
+    run_scratch_suite(tmp_path / "xdist", SCHEDULING_CONFTEST, test_a="")
+    run_with_clones(tmp_path / "clones", "test_a[x]")
+    assert [env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] for env in envs] == ["1", "1"]
+    assert [env["PYTEST_PLUGINS"] for env in envs] == ["xdist.plugin", ""]
 
 
 def test_a_split_modules_tests_run_on_two_workers_at_the_same_time(tmp_path):
@@ -528,10 +566,40 @@ def test_a_failure_on_a_worker_still_points_at_that_workers_emulator_logs(tmp_pa
     assert all(Path(path).is_dir() and "emulator-logs" in path for path in named)
 
 
-def test_the_unit_tests_have_the_same_ids_in_every_process():
+def test_the_unit_tests_have_the_same_ids_in_every_process(collection):
     """xdist refuses to run when its workers collect different ids (a parameter minted per run)."""
-    first, second = (collected_ids("tests/unit") for _ in range(2))
+    first, second = only(collection, "tests/unit/"), collected_ids("tests/unit")
     assert first == second, sorted(set(first) ^ set(second))[:6]
+
+
+# What the collection tests above ask about, collected once: each pytest start with this suite's
+# plugins and conftests costs seconds of imports (five collections, now two; the second, of tests/unit
+# alone, is the other process the unit ids are compared with).
+COLLECTED = (
+    "tests/unit",
+    "tests/infra/test_layout.py",
+    "tests/integration/test_fault_storm.py",
+    "tests/integration/test_pacing_stack.py",
+    "tests/integration/test_fault_relay.py",
+    "tests/integration/test_openapi_contract.py",
+)
+
+
+@pytest.fixture(scope="module")
+def collection() -> list[str]:
+    """The node ids of COLLECTED in the order a run hands them out (the tests only read it)."""
+    return collected_ids(*COLLECTED)
+
+
+def only(ids: list[str], *paths: str) -> list[str]:
+    """The ids of `paths` (modules, or folders ending in '/'), in their order: the order is a stable
+    sort on a rank per module and COLLECTED keeps the tests' order of paths, so it is the order a
+    collection of just those paths has."""
+
+    def wanted(module: str) -> bool:
+        return any(module == path or (path.endswith("/") and module.startswith(path)) for path in paths)
+
+    return [nodeid for nodeid in ids if wanted(nodeid.split("::", 1)[0])]
 
 
 def collected_ids(*paths: str) -> list[str]:
