@@ -79,16 +79,19 @@ def test_second(tmp_path):
 """
 
 
+GATE_PLUGINS = ("xdist.plugin", "pytest_cov.plugin")  # of the gate's plugins, those this module's checks involve
+
+
 def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """A scratch run, its output captured, bounded in time."""
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False)
 
 
 def scratch_env(**extra: str) -> dict[str, str]:
-    """A scratch run's environment: pytest loads xdist (the gate's workers) and no other plugin (the
-    coverage under test is coverage.py's, started by the gate's `coverage run`); tests.scheduling
+    """A scratch run's environment: pytest loads xdist (the gate's workers) and pytest-cov (loaded
+    in the gate too, beside the `coverage run` under test), none of the other plugins; tests.scheduling
     and tests.module_times import from this checkout."""
-    return {**bare_env("xdist.plugin"), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]), **extra}
+    return {**bare_env(*GATE_PLUGINS), "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]), **extra}
 
 
 def scratch_gate(tmp_path: Path) -> Path:
@@ -130,11 +133,12 @@ def test_the_gate_combines_every_workers_and_every_servers_coverage(tmp_path):
     assert sorted(times) == ["tests/test_first.py", "tests/test_second.py"]
 
 
-def test_the_scratch_runs_load_no_autoloaded_plugin_but_xdist():
+def test_the_scratch_runs_load_only_the_coverage_and_xdist_plugins():
     """Each of their ~8 pytest processes imported hypothesis, schemathesis, anyio... (~2 CPU-s, more
     under the gate's `coverage run`, which traces every process test.sh starts)."""
     env = scratch_env(EXTRA="x")
-    assert (env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"], env["PYTEST_PLUGINS"], env["EXTRA"]) == ("1", "xdist.plugin", "x")
+    assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1" and env["EXTRA"] == "x"
+    assert env["PYTEST_PLUGINS"] == "xdist.plugin,pytest_cov.plugin"
     assert str(ROOT) in env["PYTHONPATH"].split(os.pathsep)
 
 
