@@ -1068,6 +1068,12 @@ def run_checks(
             "-p",
             "no:cacheprovider",
             "--no-header",
+            # Each test may take the whole run's bound, not pytest.ini's 300 s: the suite runs niced
+            # beside the gate's workers, and a fresh-clone gate starved the baseline's real
+            # `terraform test` (~50 CPU-s) past 300 s. A hang is cut by the run's bound below (its
+            # clock starts first, so it always fires before this one and reports TIMED OUT).
+            "-o",
+            f"timeout={timeout + 60:.0f}",
             "-c",
             str(tree / "pytest.ini"),
             "--rootdir",

@@ -24,6 +24,7 @@ ALL_PARTS = ["venv", "tasks", "infra", "tfplugin", "emulators", "chromium", "pos
 RECORDER = (
     '#!/usr/bin/env bash\nprintf "%s %s\\n" "{name}" "$*" >> "{log}"\n'
     'printf "%s %s\\n" "$(nice)" "$*" >> "{log}.nice"\n'
+    'printf "%s %s %s\\n" "${{PYTHONDONTWRITEBYTECODE-unset}}" "${{PYTHONPYCACHEPREFIX-unset}}" "$*" >> "{log}.env"\n'
     'if [[ -n "${{STUB_FAILS_ON:-}}" && "$*" == *"$STUB_FAILS_ON"* ]]; then exit 1; fi\n'
 )
 
@@ -135,6 +136,18 @@ def test_the_full_gates_workers_can_be_set(tmp_path):
         call.startswith("python -m coverage run -m pytest -n 5 --dist loadgroup --no-loadscope-reorder ")
         for call in calls
     ), calls
+
+
+@pytest.mark.parametrize("args", [(), ("--fast",), ("tests/unit",)])
+def test_every_mode_keeps_compiled_bytecode_outside_the_tree(tmp_path, args):
+    """PYTHONDONTWRITEBYTECODE (set on the CI machine) made each of the gate's Python processes
+    compile the project and pytest's rewritten tests again; the cache goes to .local/pycache."""
+    run_script(tmp_path, "test.sh", *args, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    seen = {
+        line.split(" ", 2)[:2] == ["unset", f"{tmp_path.resolve()}/.local/pycache"]
+        for line in (tmp_path / "calls.log.env").read_text().splitlines()
+    }
+    assert seen == {True}
 
 
 def test_one_worker_runs_the_full_gate_serially_without_xdist(tmp_path):

@@ -63,6 +63,16 @@ def test_the_mutation_suites_nested_runs_load_only_the_timeout_plugin(monkeypatc
     assert argv[argv.index("-p") + 1] == "pytest_timeout"  # pytest.ini's timeout and the timeout marks
 
 
+def test_a_nested_test_may_take_the_whole_runs_bound_not_pytest_inis(monkeypatch, tmp_path):
+    """Niced beside the gate's workers, the baseline's real `terraform test` passed 300 s (CI-like run)."""
+    from tests.infra import test_mutations
+
+    calls = fake_popen(monkeypatch, "1 passed\n")
+    test_mutations.run_checks(tmp_path, ("tests/infra/test_policy.py",), ("test_x",), True, timeout=900)
+    [(argv, _)] = calls
+    assert argv[argv.index("-o") + 1] == "timeout=960"  # the run's own bound cuts a hang first
+
+
 def collect(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`pytest --collect-only -q` as the nested runs start it: no autoloaded plugin."""
     return subprocess.run(
