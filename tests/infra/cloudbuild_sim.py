@@ -1,6 +1,6 @@
 """Run Cloud Build steps of cloudbuild*.yaml offline: Cloud Build's substitutions, then the step's
 entrypoint and args in a scratch copy of the repository, with `gcloud` and `terraform` replaced by
-a stub that records every call (argv, one JSON line each) and answers from a table.
+a stub that records every call (argv, one JSON line each) and answers from a table (stub_server).
 
 The steps' scripts are what runs in Cloud Build, so the tests check behaviour (which gcloud calls
 a deploy makes, with which files; whether an apply happens), not the YAML's wording."""
@@ -15,37 +15,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .stub_server import STUB, serving
 from .support import ROOT, parsed_yaml
 
 NOT_COPIED = (".terraform", "__pycache__", "*.tfstate*")  # of infra/, into a sim's workspace
 SUBSTITUTION = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-
-# -I -S: the stub needs the standard library only; without site, a stub call starts no .pth hook
-# (under the gate's coverage, a1_coverage.pth started coverage.py in each of ~30 calls per build).
-STUB = r"""#!{python} -IS
-import json, os, re, sys
-argv = sys.argv[1:]
-name = os.path.basename(sys.argv[0])
-with open(os.environ["STUB_LOG"], "a") as log:
-    log.write(json.dumps([name] + argv) + "\n")
-answers = json.load(open(os.environ["STUB_ANSWERS"]))
-line = " ".join([name] + argv)
-for pattern, out, code, *write_to in answers:
-    if re.search(pattern, line):
-        if write_to:
-            with open(write_to[0], "w") as handle:
-                handle.write(out)
-        else:
-            sys.stdout.write(out)
-        sys.exit(code)
-sys.exit(0)
-"""
 
 
 def substitute(text: str, subs: dict[str, str]) -> str:
@@ -84,7 +63,7 @@ class Sim:
         (tmp / "stubs").mkdir()
         for tool in ("gcloud", "terraform"):
             stub = tmp / "stubs" / tool
-            stub.write_text(STUB.replace("{python}", sys.executable))
+            stub.write_text(STUB.replace("{bash}", shutil.which("bash") or "/bin/bash"))
             stub.chmod(0o755)
         python3 = _python3(os.environ.get("PATH", ""))
         if python3 is not None:  # the steps' `python3`: the interpreter PATH's python3 starts, without a shim
@@ -112,13 +91,10 @@ class Sim:
         for item in step.get("env", []):
             key, _, value = substitute(item, self.subs).partition("=")
             env[key] = value
-        answers = self.workdir.parent / "answers.json"
-        answers.write_text(json.dumps(self.answers))
-        env.update(
-            PATH=f"{self.stubs}{os.pathsep}{env.get('PATH', '')}", STUB_LOG=str(self.log), STUB_ANSWERS=str(answers)
-        )
         cwd = self.workdir / substitute(step["dir"], self.subs) if "dir" in step else self.workdir
-        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        with serving(self.log, self.answers) as port:
+            env.update(PATH=f"{self.stubs}{os.pathsep}{env.get('PATH', '')}", STUB_PORT=str(port))
+            return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
     def calls(self) -> list[list[str]]:
         if not self.log.exists():
