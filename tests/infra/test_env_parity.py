@@ -12,13 +12,16 @@ SQL instance it reads the private IP from."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from .cloudbuild_sim import Sim, flags, read_env_yaml
+from .cloudbuild_sim import Sim, flags, inputs_digest, read_env_yaml
 from .support import FUNCTIONS, INFRA, MODULE, locals_of, reference, resources, top_level
 from .tfmodel import PROJECT_NUMBER, SQL_PRIVATE_IP, ModuleModel
 
@@ -360,7 +363,32 @@ def seconds(duration: str) -> str:
 
 
 # ---------------------------------------------------------------- gcloud side
-def gcloud_config(tmp_path, overrides: dict) -> dict:
+@dataclass(frozen=True)
+class GcloudRun:
+    config: dict  # what gcloud_config returns
+    workspace: Path  # the sim's scratch copy the steps ran in (the files they rendered)
+
+
+# Builds run by this process, by inputs_digest: the same build for the same overrides of the same files
+# ran for up to four tests here and in test_gcloud_cli (a second or more of CPU each).
+_GCLOUD_RUNS: dict[str, GcloudRun] = {}
+
+
+def gcloud_run(tmp_path: Path, overrides: dict) -> GcloudRun:
+    """The gcloud path's build for `overrides`, run under `tmp_path` unless an identical one (same
+    overrides, same bytes of cloudbuild-gcloud.yaml and infra/) already ran in this process."""
+    key = inputs_digest("cloudbuild-gcloud.yaml", json.dumps(overrides, sort_keys=True).encode())
+    if key not in _GCLOUD_RUNS:
+        _GCLOUD_RUNS[key] = GcloudRun(_gcloud_build(tmp_path, overrides), tmp_path / "workspace")
+    return _GCLOUD_RUNS[key]
+
+
+def gcloud_config(tmp_path: Path, overrides: dict) -> dict:
+    """What the gcloud path deploys for `overrides` (a copy: callers may change it)."""
+    return copy.deepcopy(gcloud_run(tmp_path, overrides).config)
+
+
+def _gcloud_build(tmp_path: Path, overrides: dict) -> dict:
     tmp_path.mkdir(parents=True, exist_ok=True)
     subs = {
         "_SOURCE_BUCKET": "proj-1-safesend-fn-src",

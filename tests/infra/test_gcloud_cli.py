@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from .support import CLOUDBUILD_FILES, parsed_yaml
-from .test_env_parity import MAILBOXES, REVIEWERS, gcloud_config
+from .test_env_parity import MAILBOXES, REVIEWERS, gcloud_run
 
 INSTALL_GCLOUD = """gcloud (the Google Cloud CLI) is not installed; the gate parses the gcloud pipeline with it.
 Debian/Ubuntu: https://cloud.google.com/sdk/docs/install#deb (apt-get install google-cloud-cli),
@@ -113,15 +113,13 @@ def pipeline_calls(tmp_path: Path) -> list[Call]:
     about a second; six deploys that differ in values only parse the same flags)."""
     seen: dict[tuple[str, ...], Call] = {}
     for name, overrides in SCENARIOS.items():
-        gcloud_config(tmp_path / name, overrides)
-        log = tmp_path / name / "calls.jsonl"
-        for line in log.read_text().splitlines():
-            argv = json.loads(line)
+        run = gcloud_run(tmp_path / name, overrides)
+        for argv in run.config["_calls"]:
             if argv[0] != "gcloud":
                 continue
             words = tuple(re.sub(r"send|reconcile|sweep|status|notify|review", "FN", a) for a in argv[1:])
             shape = tuple(w.split("=")[0] for w in words if w.startswith("--") or w == words[0]) + words[1:3]
-            seen.setdefault(shape, Call(tuple(argv[1:]), tmp_path / name / "workspace"))
+            seen.setdefault(shape, Call(tuple(argv[1:]), run.workspace))
     return list(seen.values())
 
 
