@@ -150,6 +150,16 @@ def test_every_mode_keeps_compiled_bytecode_outside_the_tree(tmp_path, args):
     assert seen == {True}
 
 
+@pytest.mark.parametrize("args", [(), ("--fast",), ("tests/unit",)])
+def test_each_run_starts_with_an_empty_bytecode_cache(tmp_path, args):
+    """One gate left ~260 MB of bytecode under its scratch copies' /tmp paths, new paths each run."""
+    stale = tmp_path / ".local" / "pycache" / "tmp" / "old-scratch-copy" / "m.cpython-311.pyc"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"stale")
+    run_script(tmp_path, "test.sh", *args)
+    assert not stale.exists()
+
+
 def test_one_worker_runs_the_full_gate_serially_without_xdist(tmp_path):
     calls = run_script(tmp_path, "test.sh", env={"SAFESEND_TEST_WORKERS": "1"})
     [suite] = [call for call in calls if call.startswith("python -m coverage run")]
