@@ -125,6 +125,24 @@ def test_the_mutation_suite_runs_niced_beside_the_suite(tmp_path):
     assert mutations == min(base + 10, 19) and suite and all(n == base for n in suite), nice
 
 
+@pytest.mark.parametrize("status", [0, 1])
+def test_the_full_gate_ends_with_where_its_time_went(tmp_path, status):
+    """A CI log has no timestamps: the last line says how long each part of the gate took."""
+    scratch_scripts(tmp_path, "test.sh")
+    done = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "test.sh")],
+        env={**clean_env(), "STUB_FAILS_ON": "coverage run" if status else ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == status, done.stderr
+    last = done.stdout.rstrip().splitlines()[-1]
+    parts = r"bootstrap \d+ s, lint \d+ s, suite \d+ s, coverage \d+ s, waiting for the mutation suite \d+ s"
+    assert re.fullmatch(rf"gate: {parts}; \d+ s in all", last), last
+
+
 @pytest.mark.parametrize("failing", ["coverage run", "coverage report", "test_mutations.py"])
 def test_the_full_gate_fails_when_either_run_fails(tmp_path, failing):
     calls = run_script(tmp_path, "test.sh", fails_on=failing, status=1)
