@@ -38,9 +38,16 @@ WORKERS="${SAFESEND_TEST_WORKERS:-2}"
 [[ "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
 MUTATIONS=tests/infra/test_mutations.py
 TIMES="$ROOT/.local/test-times" # --module-times of the last full gate
+# took PART: one "PART N s" entry of the full gate's time line, printed at its end (CI logs show
+# where the minutes went without timestamps).
+took_at=$SECONDS
+took=()
+took() { took+=("$1 $((SECONDS - took_at)) s"); took_at=$SECONDS; }
 if (($# == 0)); then
     bash scripts/bootstrap.sh --for test
+    took bootstrap
     bash scripts/lint.sh
+    took lint
     mkdir -p "$TIMES"
     mutations_log="$(mktemp "${TMPDIR:-/tmp}/safesend-mutations.XXXXXX")"
     # Niced: the mutation suite is pure CPU and times nothing, while the stack tests on the workers
@@ -56,14 +63,18 @@ if (($# == 0)); then
     ((WORKERS > 1)) && workers=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
     .venv/bin/python -m coverage run -m pytest "${workers[@]}" --ignore="$MUTATIONS" \
         --module-times="$TIMES/suite.json" || suite=$?
+    took suite
     .venv/bin/python -m coverage combine -q || suite=$((suite ? suite : 2)) # no data: nothing measured
     .venv/bin/python -m coverage report || suite=$((suite ? suite : 2)) # 2: under the floor
+    took coverage
     mutations=0
     wait "$mutations_pid" || mutations=$?
     trap - EXIT
+    took "waiting for the mutation suite"
     printf '\n---------- %s (run beside the suite, without coverage)\n' "$MUTATIONS"
     cat "$mutations_log"
     rm -f "$mutations_log"
+    printf '\ngate: %s; %d s in all\n' "$(IFS=,; printf '%s' "${took[*]}" | sed 's/,/, /g')" "$SECONDS"
     ((suite == 0 && mutations == 0)) || exit 1
     exit 0
 fi
