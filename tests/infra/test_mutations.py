@@ -24,7 +24,7 @@ import pytest
 
 from .mutation_stop import NEEDLES
 from .shared_bytecode import share_bytecode
-from .support import PARSE_CACHE, ROOT
+from .support import PARSE_CACHE, ROOT, SNAPSHOT_CACHE
 
 M = "infra/modules/safesend"
 GCLOUD = "cloudbuild-gcloud.yaml"
@@ -1049,6 +1049,7 @@ def nested_env(tree: Path) -> dict[str, str]:
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     # The copies side by side share their .tf files' parses (keyed by the files' bytes).
     env[PARSE_CACHE] = str(tree.parent / "hcl-parses")
+    env[SNAPSHOT_CACHE] = str(tree.parent / "schema-snapshots")
     return env
 
 
