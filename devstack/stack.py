@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from devstack.balancer import RoundRobinBalancer
-from devstack.emulators import EmulatorStack, ManagedProcess, free_port
+from devstack.emulators import DEFAULT_LOCATION, EmulatorStack, ManagedProcess, free_port
 from devstack.gmail_sim import GmailSimulator
 from devstack.graph_sim import GraphSimulator
 from devstack.postgres import PostgresServer
@@ -89,6 +89,10 @@ class StackConfig:
     # Sender mailboxes and pools (SAFESEND_MAILBOXES_JSON's document, safesend/core/mailboxes.py): each
     # gets its own mailbox in the simulator (its delegated user) and its own paced queue.
     mailboxes: dict[str, Any] | None = None
+    # The Google Cloud project the service and its queues, topic and documents live in. Stacks that
+    # share one EmulatorStack (LocalStack(emulators=...)) each take their own: the emulators keep every
+    # project apart (documents, topics, subscriptions, queues), so no stack sees another's data.
+    project: str = PROJECT
 
 
 def mailbox_queue_rate(mailbox: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, float]:
@@ -106,11 +110,16 @@ def mailbox_queue_rate(mailbox: Mapping[str, Any], defaults: Mapping[str, Any]) 
 
 
 class LocalStack:
-    def __init__(self, config: StackConfig | None = None):
+    """The whole service; ``emulators``: an already started EmulatorStack the caller owns (started
+    once for many stacks: two JVM boots saved per stack), neither started nor stopped here."""
+
+    def __init__(self, config: StackConfig | None = None, emulators: EmulatorStack | None = None):
         self.config = config or StackConfig()
+        self.project = self.config.project
         self.log_dir = Path(self.config.log_dir or tempfile.mkdtemp(prefix="safesend-stack-"))
-        self.emulators = EmulatorStack(
-            project=PROJECT, log_dir=self.log_dir, tasks_queues=[QUEUE_ID], tasks_max_retries=5
+        self.shared_emulators = emulators is not None
+        self.emulators = emulators or EmulatorStack(
+            project=self.project, log_dir=self.log_dir, tasks_queues=[QUEUE_ID], tasks_max_retries=5
         )
         self.sim: GmailSimulator | None = None
         self.relay: FaultRelay | None = None
@@ -166,19 +175,27 @@ class LocalStack:
 
     @property
     def queue_path(self) -> str:
-        return f"projects/{PROJECT}/locations/us-central1/queues/{QUEUE_ID}"
+        return self.tasks_queue_path(QUEUE_ID)
+
+    @property
+    def tasks_location_path(self) -> str:
+        return f"projects/{self.project}/locations/{DEFAULT_LOCATION}"
+
+    def tasks_queue_path(self, queue: str) -> str:
+        """A queue of this stack's project (a shared Tasks emulator serves other projects too)."""
+        return f"{self.tasks_location_path}/queues/{queue}"
 
     @property
     def topic_path(self) -> str:
-        return f"projects/{PROJECT}/topics/{TOPIC_ID}"
+        return f"projects/{self.project}/topics/{TOPIC_ID}"
 
     @property
     def subscription_path(self) -> str:
-        return f"projects/{PROJECT}/subscriptions/{SUBSCRIPTION_ID}"
+        return f"projects/{self.project}/subscriptions/{SUBSCRIPTION_ID}"
 
     @property
     def notify_subscription_path(self) -> str:
-        return f"projects/{PROJECT}/subscriptions/{NOTIFY_SUBSCRIPTION_ID}"
+        return f"projects/{self.project}/subscriptions/{NOTIFY_SUBSCRIPTION_ID}"
 
     def reviewer_env(self) -> dict[str, str]:
         console = {
@@ -198,7 +215,7 @@ class LocalStack:
 
     def service_env(self) -> dict[str, str]:
         env = {
-            "GOOGLE_CLOUD_PROJECT": PROJECT,
+            "GOOGLE_CLOUD_PROJECT": self.project,
             "SAFESEND_DEFAULT_FROM": "Safesend Local <sender@safesend.localhost>",
             "SAFESEND_MESSAGE_ID_DOMAIN": "mail.safesend.localhost",
             "SAFESEND_TASKS_QUEUE": self.queue_path,
@@ -215,7 +232,7 @@ class LocalStack:
             env["SAFESEND_GMAIL_API_ENDPOINT"] = self.relay.url
         if self.config.mailboxes is not None:
             env["SAFESEND_MAILBOXES_JSON"] = json.dumps(self._mailboxes_doc())
-            env["SAFESEND_MAILBOX_QUEUE_PREFIX"] = self.emulators.tasks.queue_path(MAILBOX_QUEUE_PREFIX)
+            env["SAFESEND_MAILBOX_QUEUE_PREFIX"] = self.tasks_queue_path(MAILBOX_QUEUE_PREFIX)
         return env
 
     def graph_mailboxes(self) -> list[str]:
@@ -246,16 +263,21 @@ class LocalStack:
         defaults = self.config.mailboxes.get("defaults") or {}
         for name, mailbox in (self.config.mailboxes.get("mailboxes") or {}).items():
             client.create_queue(
-                parent=self.emulators.tasks.location_path,
+                parent=self.tasks_location_path,
                 queue={
-                    "name": self.emulators.tasks.queue_path(MAILBOX_QUEUE_PREFIX + name),
+                    "name": self.tasks_queue_path(MAILBOX_QUEUE_PREFIX + name),
                     "rate_limits": mailbox_queue_rate(mailbox, defaults),
                 },
             )
 
     def start(self) -> LocalStack:
         try:
-            self.emulators.start()
+            if self.shared_emulators:  # its reconcile queue, in this stack's project
+                self.emulators.tasks.client().create_queue(
+                    parent=self.tasks_location_path, queue={"name": self.queue_path}
+                )
+            else:
+                self.emulators.start()
             self._create_topic_and_subscription()
             if self.postgres is not None:
                 self.postgres.start()
@@ -367,7 +389,7 @@ class LocalStack:
             self.graph_relay,
             self.graph_sim,
             self.postgres,
-            self.emulators,
+            None if self.shared_emulators else self.emulators,
         )
         for part in parts:
             if part is None:
@@ -376,6 +398,20 @@ class LocalStack:
                 part.stop()
             except Exception as exc:  # noqa: BLE001 - report and continue stopping the rest
                 print(f"stack stop: {exc}", file=sys.stderr)
+        if self.shared_emulators:
+            try:
+                self._release_project()
+            except Exception as exc:  # noqa: BLE001 - the emulators' owner stops them anyway
+                print(f"stack stop: {exc}", file=sys.stderr)
+
+    def _release_project(self) -> None:
+        """On shared emulators: delete this stack's queues (their dispatch threads poll, and nothing may
+        call the stopped functions) and its documents; the emulators go on serving other stacks."""
+        client = self.emulators.tasks.client()
+        names = [self.queue_path, *(self.tasks_queue_path(MAILBOX_QUEUE_PREFIX + n) for n in self.mailbox_users())]
+        for name in names:
+            client.delete_queue(name=name)
+        self.emulators.firestore.reset(self.project)
 
     def __enter__(self) -> LocalStack:
         return self.start()

@@ -25,8 +25,12 @@
 #   Debian's chromium for the review console's browser tests (scripts/install-browser.sh)
 #   Debian's postgresql for the PostgreSQL job store's tests (scripts/install-postgres.sh)
 #
+# The venvs are filled by uv (`uv pip install`: parallel downloads, no byte-compiling, a shared
+# cache), at the version requirements-dev.txt pins, installed first by pip with that lock's hashes
+# into .local/bootstrap-uv (a venv of its own: the deployed runtime's lock does not hold uv). pip
+# itself still downloads the provider wheels (uv has no `download`).
 # A stamp file in each venv holds the sha256 of what was installed, so a second
-# run with unchanged requirements does no pip work at all.
+# run with unchanged requirements does no install work at all.
 #
 # Environment: PYTHON (default python3), SAFESEND_GCLOUD_SDK_ROOT (SDK location;
 # default: from `gcloud` on PATH, else /usr/lib/google-cloud-sdk).
@@ -40,6 +44,8 @@ VENV="$ROOT/.venv"
 TASKS_VENV="$ROOT/.venv-tasks"
 INFRA_VENV="$ROOT/.venv-infra"
 TFPLUGIN_VENV="$ROOT/.venv-tfplugin"
+UV_VENV="$ROOT/.local/bootstrap-uv"
+UV="$UV_VENV/bin/uv"
 TF_VERSION="1.11.4" # cloudbuild.yaml's _TF_VERSION; tests/infra/test_terraform.py runs it
 # Known-good set for the tasks emulator (pinned so CI is reproducible; gcloud-tasks-emulator
 # 0.6.2 needs protobuf<5, google-cloud-tasks<3 and grpcio-status<1.63 for that protobuf).
@@ -105,7 +111,8 @@ ensure_venv() {
     "$PYTHON" -m venv --clear "$dir"
 }
 
-# install_if_changed DIR STAMP_VALUE PIP_ARGS...: pip install unless DIR's stamp already matches.
+# install_if_changed DIR STAMP_VALUE ARGS...: `uv pip install ARGS` into DIR's interpreter unless
+# DIR's stamp already matches.
 install_if_changed() {
     local dir="$1" want="$2"
     shift 2
@@ -113,14 +120,45 @@ install_if_changed() {
     if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
         return 0
     fi
-    log "installing into ${dir#"$ROOT"/} (pip output only on error)"
+    log "installing into ${dir#"$ROOT"/} (uv output only on error)"
+    # uv does not byte-compile (pip would compile every installed module, checkov alone thousands):
+    # a run imports a fraction, compiled on first import, and the gate keeps its bytecode under
+    # PYTHONPYCACHEPREFIX (scripts/test.sh), where a venv's __pycache__ folders are never read.
     local out
-    if ! out="$("$dir/bin/python" -m pip install --quiet --disable-pip-version-check "$@" 2>&1)"; then
+    if ! out="$("$UV" pip install --quiet --python "$dir/bin/python" "$@" 2>&1)"; then
         printf '%s\n' "$out" >&2
-        die "pip install into ${dir#"$ROOT"/} failed"
+        die "uv pip install into ${dir#"$ROOT"/} failed"
     fi
     printf '%s\n' "$want" >"$stamp.tmp"
     mv -f "$stamp.tmp" "$stamp"
+}
+
+# uv_requirement: requirements-dev.txt's `uv==X` line with its hashes, as a requirements file.
+uv_requirement() {
+    awk '/^uv==/ { on = 1 } on { print; if ($0 !~ /\\$/) exit }' "$ROOT/requirements-dev.txt"
+}
+
+# ensure_uv: the pinned uv in .local/bootstrap-uv, installed by pip with the lock's hashes.
+ensure_uv() {
+    [[ -f requirements-dev.txt ]] || die "requirements-dev.txt missing in $ROOT"
+    local requirement want
+    requirement="$(uv_requirement)"
+    [[ "$requirement" == uv==* && "$requirement" == *--hash=* ]] || die "requirements-dev.txt pins no uv with hashes"
+    want="$(python_tag "$PYTHON") $(printf '%s\n' "$requirement" | sha256sum | cut -d' ' -f1)"
+    if [[ -x "$UV" && -f "$UV_VENV/.safesend-bootstrap.sha256" && "$(cat "$UV_VENV/.safesend-bootstrap.sha256")" == "$want" ]]; then
+        return 0
+    fi
+    log "installing ${requirement%% *} into .local/bootstrap-uv"
+    mkdir -p "$ROOT/.local"
+    "$PYTHON" -m venv --clear "$UV_VENV"
+    local out
+    if ! out="$("$UV_VENV/bin/python" -m pip install --no-compile --quiet --disable-pip-version-check \
+            --require-hashes --no-deps -r <(printf '%s\n' "$requirement") 2>&1)"; then
+        printf '%s\n' "$out" >&2
+        die "pip install of uv into .local/bootstrap-uv failed"
+    fi
+    "$UV" --version >/dev/null 2>&1 || die ".local/bootstrap-uv/bin/uv does not run; delete .local/bootstrap-uv and run again"
+    printf '%s\n' "$want" >"$UV_VENV/.safesend-bootstrap.sha256"
 }
 
 python_tag() { "$1" -c 'import sys; print(sys.implementation.cache_tag, sys.version.split()[0])'; }
@@ -194,10 +232,10 @@ part_infra() {
         rm -rf "$INFRA_VENV/python-hcl2"
         log "installing $hcl2_requirement into .venv-infra/python-hcl2"
         # shellcheck disable=SC2086 # one requirement per word on purpose
-        if ! out="$("$INFRA_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        if ! out="$("$UV" pip install --quiet --python "$INFRA_VENV/bin/python" \
                 --target "$INFRA_VENV/python-hcl2" $hcl2_requirement 2>&1)"; then
             printf '%s\n' "$out" >&2
-            die "pip install --target .venv-infra/python-hcl2 failed"
+            die "uv pip install --target .venv-infra/python-hcl2 failed"
         fi
     fi
     install_if_changed "$INFRA_VENV" "$infra_stamp" --require-hashes -r requirements-infra.txt
@@ -215,15 +253,17 @@ part_infra() {
     wheels="$("$INFRA_VENV/bin/python" -c "
 import sys; sys.path.insert(0, 'infra/schema'); import regenerate
 print(' '.join(r for r, _, _ in regenerate.WHEELS))")" || die "infra/schema/regenerate.py lists no wheels"
+    local missing_wheels=()
     for requirement in $wheels; do
         name="${requirement%%==*}"; version="${requirement##*==}"
-        if ! compgen -G "$wheel_dir/${name//-/_}-$version-*.whl" >/dev/null; then
-            log "downloading $requirement into .venv-infra/schema-wheels"
-            "$INFRA_VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
-                --only-binary=:all: -d "$wheel_dir" "$requirement" >/dev/null 2>&1 \
-                || die "pip download $requirement failed (PyPI is needed once)"
-        fi
+        compgen -G "$wheel_dir/${name//-/_}-$version-*.whl" >/dev/null || missing_wheels+=("$requirement")
     done
+    if ((${#missing_wheels[@]})); then # one pip process for all of them
+        log "downloading ${missing_wheels[*]} into .venv-infra/schema-wheels"
+        "$INFRA_VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
+            --only-binary=:all: -d "$wheel_dir" "${missing_wheels[@]}" >/dev/null 2>&1 \
+            || die "pip download ${missing_wheels[*]} failed (PyPI is needed once)"
+    fi
 }
 
 # ---------------------------------------------------------------- .venv-tfplugin + terraform
@@ -318,7 +358,37 @@ part_postgres() {
     bash "$ROOT/scripts/install-postgres.sh"
 }
 
+# The parts run side by side: each venv is pip work (downloads, unpacking) in a directory of its
+# own, and the system parts (apt-get; they share dpkg's lock) run one after another beside them.
+# A fresh clone's venvs took ~3 min one after another on the 2-core CI machine, mostly waiting on
+# the network and the disk. Each part's messages are held and printed whole when it ends, in order.
+case " ${PARTS[*]} " in
+    *" venv "* | *" tasks "* | *" infra "* | *" tfplugin "*) ensure_uv ;;
+esac
+logs="$(mktemp -d "${TMPDIR:-/tmp}/safesend-bootstrap.XXXXXX")"
+trap 'rm -rf "$logs"' EXIT
+groups=()
+system=()
 for part in "${PARTS[@]}"; do
-    "part_$part"
+    case "$part" in
+        venv | tasks | infra | tfplugin) groups+=("$part") ;;
+        *) system+=("$part") ;;
+    esac
 done
+((${#system[@]})) && groups+=("${system[*]}")
+pids=()
+for group in "${groups[@]}"; do
+    # A subshell per group: `die` ends only its group, whose status the wait below reads.
+    # shellcheck disable=SC2086 # the system group is its parts, one a word, in order
+    (for part in $group; do "part_$part"; done) >"$logs/${group// /-}" 2>&1 &
+    pids+=("$!")
+done
+failed=()
+for i in "${!groups[@]}"; do
+    status=0
+    wait "${pids[$i]}" || status=$?
+    cat "$logs/${groups[$i]// /-}" >&2
+    ((status == 0)) || failed+=("${groups[$i]}")
+done
+((${#failed[@]} == 0)) || die "failed: ${failed[*]} (messages above)"
 log "ok for $PURPOSE (${PARTS[*]})"

@@ -38,9 +38,27 @@ WORKERS="${SAFESEND_TEST_WORKERS:-2}"
 [[ "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
 MUTATIONS=tests/infra/test_mutations.py
 TIMES="$ROOT/.local/test-times" # --module-times of the last full gate
+# took PART: one "PART N s" entry of the full gate's time line, printed at its end (CI logs show
+# where the minutes went without timestamps).
+took_at=$SECONDS
+took=()
+took() { took+=("$1 $((SECONDS - took_at)) s"); took_at=$SECONDS; }
 if (($# == 0)); then
+    # On a new machine the pinned n8n and its Node (tests/integration's real-n8n modules) take minutes
+    # to install, mostly downloads and sqlite3's native build: started now, in the background, they
+    # overlap the bootstrap and lint instead of holding a worker mid-suite. The n8n tests wait for it
+    # on n8n-install.sh's lock (and install themselves if it failed: its log is shown at the end).
+    n8n_pid=""
+    n8n_log="$(mktemp "${TMPDIR:-/tmp}/safesend-n8n-install.XXXXXX")"
+    if [[ "${SAFESEND_SKIP_N8N:-}" != 1 ]] && ! bash scripts/n8n-install.sh --check >/dev/null 2>&1; then
+        setsid bash scripts/n8n-install.sh >"$n8n_log" 2>&1 & # its own process group: npm and node-gyp too
+        n8n_pid=$!
+        trap 'kill -- -"$n8n_pid" 2>/dev/null || true' EXIT
+    fi
     bash scripts/bootstrap.sh --for test
+    took bootstrap
     bash scripts/lint.sh
+    took lint
     mkdir -p "$TIMES"
     mutations_log="$(mktemp "${TMPDIR:-/tmp}/safesend-mutations.XXXXXX")"
     # Niced: the mutation suite is pure CPU and times nothing, while the stack tests on the workers
@@ -48,7 +66,7 @@ if (($# == 0)); then
     # load 22 starved the storm's respawning gunicorn workers past their 20 s bound).
     nice -n 10 .venv/bin/python -m pytest -p no:cov "$MUTATIONS" --module-times="$TIMES/mutations.json" >"$mutations_log" 2>&1 &
     mutations_pid=$!
-    trap 'kill "$mutations_pid" 2>/dev/null || true' EXIT # stopped if the gate is cut short
+    trap 'kill "$mutations_pid" ${n8n_pid:+-- -"$n8n_pid"} 2>/dev/null || true' EXIT # stopped if the gate is cut short
     export COVERAGE_FILE="$ROOT/.coverage"
     .venv/bin/python -m coverage erase
     suite=0
@@ -56,14 +74,23 @@ if (($# == 0)); then
     ((WORKERS > 1)) && workers=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
     .venv/bin/python -m coverage run -m pytest "${workers[@]}" --ignore="$MUTATIONS" \
         --module-times="$TIMES/suite.json" || suite=$?
+    took suite
     .venv/bin/python -m coverage combine -q || suite=$((suite ? suite : 2)) # no data: nothing measured
     .venv/bin/python -m coverage report || suite=$((suite ? suite : 2)) # 2: under the floor
+    took coverage
     mutations=0
     wait "$mutations_pid" || mutations=$?
-    trap - EXIT
+    took "waiting for the mutation suite"
     printf '\n---------- %s (run beside the suite, without coverage)\n' "$MUTATIONS"
     cat "$mutations_log"
     rm -f "$mutations_log"
+    if [[ -n "$n8n_pid" ]] && ! wait "$n8n_pid"; then
+        printf '\n---------- scripts/n8n-install.sh (in the background; failed)\n'
+        cat "$n8n_log"
+    fi
+    trap - EXIT
+    rm -f "$n8n_log"
+    printf '\ngate: %s; %d s in all\n' "$(IFS=,; printf '%s' "${took[*]}" | sed 's/,/, /g')" "$SECONDS"
     ((suite == 0 && mutations == 0)) || exit 1
     exit 0
 fi

@@ -27,11 +27,13 @@ every webhook try, the chaos log) is written to storm-report.json in the stack's
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
 import random
 import re
+import signal
 import sys
 import time
 import uuid
@@ -56,6 +58,8 @@ from devstack.chaos import (
     RelayCycler,
     ScriptedReviewer,
 )
+from devstack.emulators import EmulatorStack
+from devstack.poll_backoff import PollBackoff
 from devstack.receiver import RecordingReceiver
 from devstack.stack import LocalStack, StackConfig
 
@@ -83,6 +87,7 @@ SETTLE_TIMEOUT_S = 90.0  # a job that has not settled although nothing settled f
 # take longer than 90 s to send (CI stop 27: the budget's minute window then 1 send a second). The
 # wait goes on while jobs keep settling, never past this cap: progress, not a stopwatch, is the test.
 SETTLE_CAP_S = 300.0
+STATUS_BACKOFF_CAP_S = 4.0  # a pending job whose view stays the same is still asked once in 4 s
 REVIEW_PULL_TIMEOUT_S = 30.0
 RATE_LIMIT_MARKERS = ("http_429", "rateLimitExceeded", "userRateLimitExceeded")
 
@@ -346,6 +351,7 @@ class Storm:
         self.seeded: dict[str, str] = {}  # message id -> job id: review items by construction (reviewers' phase)
         self.seeded_views: dict[str, dict[str, Any] | None] = {}
         self.unsettled_at_timeout: list[str] = []
+        self.status_polls = 0  # GET /status calls of the settle loop (each one the stack's CPU)
         self.missing_review_items: list[str] = []
         self.relay_stats: dict[str, Any] = {}
         self.effects: list[dict[str, Any]] = []
@@ -474,17 +480,25 @@ class Storm:
             return dict(zip(job_ids, pool.map(lambda jid: get_status(self.stack.url, jid, auth), job_ids), strict=True))
 
     def _settle(self) -> None:
+        """Poll the pending jobs' /status until all settled; a job whose view stays the same is asked
+        ever more rarely (devstack/poll_backoff.py: 1, 2, 4, 4 ... s), one that changed every second.
+        The stall rule stays: SETTLE_TIMEOUT_S without a job settling, never past SETTLE_CAP_S."""
         pending = [j.job_id for j in self.jobs]
+        backoff = PollBackoff(pending, base_s=1.0, cap_s=STATUS_BACKOFF_CAP_S)
         started = time.monotonic()
         deadline = started + SETTLE_TIMEOUT_S
         for _ in range(int(SETTLE_CAP_S) * 2):
-            views = self._fetch_views(pending)
-            self.views.update(views)
-            still = [jid for jid, view in views.items() if not is_settled(view, self.phase)]
+            asked = backoff.due(pending, time.monotonic())
+            views = self._fetch_views(asked)
             now = time.monotonic()
-            if len(still) < len(pending):  # progress: the stall clock starts again
+            for jid, view in views.items():
+                backoff.record(jid, view, now)
+            self.views.update(views)
+            self.status_polls += len(asked)
+            settled = {jid for jid, view in views.items() if is_settled(view, self.phase)}
+            if settled:  # progress: the stall clock starts again
                 deadline = min(now + SETTLE_TIMEOUT_S, started + SETTLE_CAP_S)
-            pending = still
+            pending = [jid for jid in pending if jid not in settled]
             if not pending or now > deadline:
                 break
             time.sleep(1.0)
@@ -701,7 +715,9 @@ class Storm:
             f"sweeps          {dict(self.ticker.statuses) if self.ticker else {}} actions "
             f"{dict(self.ticker.actions) if self.ticker else {}}",
             f"reviewer        {dict(self.reviewer.made) if self.reviewer else {}} results {reviewer_results}",
-            f"time            total {total_s:.1f}s: " + ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()),
+            f"time            total {total_s:.1f}s: "
+            + ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items())
+            + f" (settle: {self.status_polls} status polls)",
         ]
         slow = [t for t in tries if t.elapsed_s > WEBHOOK_TIMEOUT_S + 5]
         long_freezes = [e for e in frozen if (e.get("frozen_s") or 0) > 3 * MAX_PLANNED_FREEZE_S]
@@ -789,7 +805,9 @@ class Storm:
 
 # --------------------------------------------------------------------------- the test
 def storm_config(phase: Phase) -> StackConfig:
-    config = StackConfig(sim_index_lag_s=phase.sim_index_lag_s, mailboxes=phase.mailboxes)
+    config = StackConfig(
+        sim_index_lag_s=phase.sim_index_lag_s, mailboxes=phase.mailboxes, project=storm_project(phase.name)
+    )
     config.service_env = {**config.service_env, **phase.env, "SAFESEND_CHANNELS_JSON": json.dumps(SHORT_CHANNELS)}
     return config
 
@@ -804,6 +822,56 @@ def limit_mailboxes(stack: LocalStack, phase: Phase) -> None:
         stack.graph_sim.configure(messages_per_minute=phase.units_per_minute // 100)
 
 
+def storm_project(name: str) -> str:
+    """Each phase's own project on the shared emulators: no document, queue or message is shared."""
+    return f"demo-storm-{name}"
+
+
+class SharedEmulators:
+    """Firestore, Pub/Sub and Cloud Tasks started once for the phases a pytest process runs (two JVM
+    boots and their warm-up saved per phase; each phase keeps its own project, devstack/stack.py).
+    After each phase every group is thawed (SIGCONT: a chaos freeze never outlives its phase); an
+    emulator found dead restarts them all."""
+
+    def __init__(self) -> None:
+        self.stack: EmulatorStack | None = None
+
+    def ready(self) -> EmulatorStack:
+        if self.stack is not None and not all(e.is_running() for e in self.stack.emulators):
+            self.close()
+        if self.stack is None:
+            self.stack = EmulatorStack(tasks_max_retries=5).start()
+        return self.stack
+
+    def thaw(self) -> None:
+        for emulator in self.stack.emulators if self.stack else ():
+            if emulator.pgid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(emulator.pgid, signal.SIGCONT)
+
+    def close(self) -> None:
+        if self.stack is not None:
+            stack, self.stack = self.stack, None
+            stack.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_emulators() -> Iterator[SharedEmulators]:
+    """Session-scoped, not module-scoped: tests/scheduling.py runs this module's phases as groups of
+    their own on the gate's workers, so each worker starts the emulators once, at its first phase."""
+    with contextlib.closing(SharedEmulators()) as shared:
+        yield shared
+
+
+@pytest.fixture
+def emulators(shared_emulators: SharedEmulators) -> Iterator[EmulatorStack]:
+    """The shared emulators for one phase, thawed after it whatever happened."""
+    try:
+        yield shared_emulators.ready()
+    finally:
+        shared_emulators.thaw()
+
+
 @pytest.fixture
 def storm_seed() -> Iterator[int]:
     yield int(os.environ.get("SAFESEND_STORM_SEED", DEFAULT_SEED))
@@ -811,9 +879,11 @@ def storm_seed() -> Iterator[int]:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("phase", PHASES, ids=[p.name for p in PHASES])
-def test_fault_storm(phase: Phase, storm_seed: int, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fault_storm(
+    phase: Phase, storm_seed: int, emulators: EmulatorStack, capsys: pytest.CaptureFixture[str]
+) -> None:
     started = time.monotonic()
-    stack = LocalStack(storm_config(phase))
+    stack = LocalStack(storm_config(phase), emulators)
     storm: Storm | None = None
     try:
         stack.start()
@@ -1039,12 +1109,12 @@ def messenger_settled(stack: LocalStack, job_ids: list[str]) -> dict[str, dict[s
 
 
 @pytest.mark.timeout(300)
-def test_fault_storm_messengers(storm_seed: int, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fault_storm_messengers(storm_seed: int, emulators: EmulatorStack, capsys: pytest.CaptureFixture[str]) -> None:
     """The messengers' phase: callback receivers and webhooks flap while jobs settle and decisions come."""
     started = time.monotonic()
-    config = StackConfig()
+    config = StackConfig(project=storm_project("messengers"))
     config.service_env = {**config.service_env, "SAFESEND_CHANNELS_JSON": json.dumps(SHORT_CHANNELS)}
-    stack = LocalStack(config)
+    stack = LocalStack(config, emulators)
     receivers = [RecordingReceiver(), RecordingReceiver()]
     flapper: ReceiverFlapper | None = None
     ticker: RecordingSweepTicker | None = None

@@ -7,11 +7,13 @@ checkout (a real bootstrap installs; a real gate runs for minutes)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +43,28 @@ def bare_env(*plugins: str) -> dict[str, str]:
     return {**clean_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_PLUGINS": ",".join(plugins)}
 
 
+STUB_N8N_INSTALL = """#!/usr/bin/env bash
+# n8n-install.sh: `--check` answers $STUB_N8N_INSTALLED; an install records its pid, sleeps
+# $STUB_N8N_SECONDS, notes whether the bootstrap ran meanwhile, and fails if $STUB_N8N_FAILS is set.
+printf '%s\\n' "${1:-install}" >> "{log}.n8n"
+if [[ "${1:-}" == --check ]]; then [[ -n "${STUB_N8N_INSTALLED:-}" ]]; exit; fi
+printf '%s\\n' "$$" > "{log}.n8n.pid"
+sleep "${STUB_N8N_SECONDS:-0}"
+grep -q '^bootstrap' "{log}" 2>/dev/null && printf 'bootstrap ran meanwhile\\n' >> "{log}.n8n"
+if [[ -n "${STUB_N8N_FAILS:-}" ]]; then echo "npm ERR! network unreachable" >&2; exit 1; fi
+"""
+
+
 def scratch_scripts(tmp_path: Path, script: str) -> Path:
-    """A copy of scripts/<script> whose bootstrap.sh, lint.sh and .venv/bin/python only record calls."""
+    """A copy of scripts/<script> whose bootstrap.sh, lint.sh, n8n-install.sh and .venv/bin/python
+    only record calls (n8n-install.sh's in calls.log.n8n)."""
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / script, tmp_path / "scripts" / script)
     log = tmp_path / "calls.log"
+    if script != "n8n-install.sh":
+        n8n = tmp_path / "scripts" / "n8n-install.sh"
+        n8n.write_text(STUB_N8N_INSTALL.replace("{log}", str(log)))
+        n8n.chmod(0o755)
     stubs = {"scripts/bootstrap.sh": "bootstrap", "scripts/lint.sh": "lint", ".venv/bin/python": "python"}
     for path, name in stubs.items():
         if path == f"scripts/{script}":
@@ -122,6 +141,66 @@ def test_the_mutation_suite_runs_niced_beside_the_suite(tmp_path):
     [mutations] = [int(n) for call, n in nice.items() if "test_mutations.py" in call and "--ignore" not in call]
     suite = [int(n) for call, n in nice.items() if "coverage" in call]
     assert mutations == min(base + 10, 19) and suite and all(n == base for n in suite), nice
+
+
+def run_gate(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The full gate (scripts/test.sh without arguments) in a scratch copy of stubs."""
+    scratch_scripts(tmp_path, "test.sh")
+    return subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "test.sh")],
+        env={**clean_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def n8n_calls(tmp_path: Path) -> list[str]:
+    log = tmp_path / "calls.log.n8n"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_the_gate_installs_n8n_in_the_background_while_it_bootstraps(tmp_path):
+    done = run_gate(tmp_path, STUB_N8N_SECONDS="2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert n8n_calls(tmp_path) == ["--check", "install", "bootstrap ran meanwhile"]
+    assert "n8n-install.sh (in the background; failed)" not in done.stdout
+
+
+@pytest.mark.parametrize("env", [{"STUB_N8N_INSTALLED": "1"}, {"SAFESEND_SKIP_N8N": "1"}], ids=["installed", "skipped"])
+def test_the_gate_installs_no_n8n_when_it_is_there_or_skipped(tmp_path, env):
+    done = run_gate(tmp_path, **env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert n8n_calls(tmp_path) == (["--check"] if "STUB_N8N_INSTALLED" in env else [])
+
+
+def test_a_failed_background_install_is_shown_and_left_to_the_n8n_tests(tmp_path):
+    """The n8n tests install it themselves (n8n_support.ensure_n8n) and fail if they cannot."""
+    done = run_gate(tmp_path, STUB_N8N_FAILS="1")
+    assert done.returncode == 0, done.stdout + done.stderr  # the (stubbed) suite passed
+    shown = done.stdout.split("n8n-install.sh (in the background; failed)", 1)
+    assert len(shown) == 2 and "npm ERR! network unreachable" in shown[1], done.stdout
+
+
+def test_a_gate_cut_short_stops_the_background_install(tmp_path):
+    done = run_gate(tmp_path, STUB_N8N_SECONDS="60", STUB_FAILS_ON="--for test")  # the bootstrap fails
+    assert done.returncode == 1
+    pid = int((tmp_path / "calls.log.n8n.pid").read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists(), "the background n8n install outlived the gate"
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_the_full_gate_ends_with_where_its_time_went(tmp_path, status):
+    """A CI log has no timestamps: the last line says how long each part of the gate took."""
+    done = run_gate(tmp_path, STUB_FAILS_ON="coverage run" if status else "")
+    assert done.returncode == status, done.stderr
+    last = done.stdout.rstrip().splitlines()[-1]
+    parts = r"bootstrap \d+ s, lint \d+ s, suite \d+ s, coverage \d+ s, waiting for the mutation suite \d+ s"
+    assert re.fullmatch(rf"gate: {parts}; \d+ s in all", last), last
 
 
 @pytest.mark.parametrize("failing", ["coverage run", "coverage report", "test_mutations.py"])
@@ -506,9 +585,40 @@ exit 0
 """
 
 
+STUB_UV = """#!/usr/bin/env bash
+# The pinned uv: records each `uv pip install --quiet --python PY ARGS` as "PY ARGS" and when it ran.
+[[ "$1 $2" == "pip install" ]] || exit 0
+shift 2
+py="" args=()
+while (($#)); do
+    case "$1" in
+        --python) py="$2"; shift 2 ;;
+        --quiet) shift ;;
+        *) args+=("$1"); shift ;;
+    esac
+done
+venv="$(basename "$(dirname "$(dirname "$py")")")"
+printf 'start %s %s\\n' "$venv" "$(date +%s.%N)" >> "{log}.times"
+sleep "${STUB_UV_SECONDS:-0}"
+printf 'end %s %s\\n' "$venv" "$(date +%s.%N)" >> "{log}.times"
+printf '%s %s\\n' "$py" "${args[*]}" >> "{log}"
+if [[ "$venv" == "${STUB_UV_FAILS:-}" ]]; then echo "stub uv: no matching distribution" >&2; exit 1; fi
+exit 0
+"""
+
+
+def uv_requirement_in_lock() -> str:
+    """requirements-dev.txt's `uv==X` stanza (the line and its --hash lines)."""
+    lines = (ROOT / "requirements-dev.txt").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("uv=="))
+    end = next(i for i in range(start, len(lines)) if not lines[i].endswith("\\"))
+    return "\n".join(lines[start : end + 1])
+
+
 def scratch_bootstrap(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """bootstrap.sh with the project's locks, stub venvs and a stub Java + Cloud SDK: it runs for
-    real and records what it would pip install."""
+    """bootstrap.sh with the project's locks, stub venvs, the pinned uv already installed (a stub
+    with the stamp bootstrap.sh writes) and a stub Java + Cloud SDK: it runs for real and records
+    what it would install."""
     for name in ("scripts/bootstrap.sh", "requirements.txt", "requirements-dev.txt", "requirements-infra.in"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
@@ -521,6 +631,13 @@ def scratch_bootstrap(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         python.parent.mkdir(parents=True)
         python.write_text(STUB_PYTHON.replace("{log}", str(log)))
         python.chmod(0o755)
+    uv = tmp_path / ".local" / "bootstrap-uv" / "bin" / "uv"
+    uv.parent.mkdir(parents=True)
+    uv.write_text(STUB_UV.replace("{log}", str(log)))
+    uv.chmod(0o755)
+    tag = f"{sys.implementation.cache_tag} {sys.version.split()[0]}"
+    digest = hashlib.sha256((uv_requirement_in_lock() + "\n").encode()).hexdigest()
+    (uv.parents[1] / ".safesend-bootstrap.sha256").write_text(f"{tag} {digest}\n")
     sdk = tmp_path / "sdk" / "platform"
     (sdk / "cloud-firestore-emulator").mkdir(parents=True)
     (sdk / "cloud-firestore-emulator" / "cloud-firestore-emulator.jar").write_bytes(b"")
@@ -542,10 +659,8 @@ def scratch_bootstrap(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return log, env
 
 
-def pip_installs(tmp_path: Path, env: dict[str, str], log: Path, purpose: str) -> list[str]:
-    """The `-r FILE`s (and the venv) of each pip install one bootstrap run did."""
-    before = log.read_text().splitlines() if log.exists() else []
-    done = subprocess.run(
+def run_bootstrap(tmp_path: Path, env: dict[str, str], purpose: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         ["bash", str(tmp_path / "scripts" / "bootstrap.sh"), "--for", purpose],
         env=env,
         capture_output=True,
@@ -553,6 +668,12 @@ def pip_installs(tmp_path: Path, env: dict[str, str], log: Path, purpose: str) -
         timeout=120,
         check=False,
     )
+
+
+def pip_installs(tmp_path: Path, env: dict[str, str], log: Path, purpose: str) -> list[str]:
+    """The `-r FILE`s (and the venv) of each install one bootstrap run did."""
+    before = log.read_text().splitlines() if log.exists() else []
+    done = run_bootstrap(tmp_path, env, purpose)
     assert done.returncode == 0, done.stderr
     after = log.read_text().splitlines() if log.exists() else []
     installs = []
@@ -565,13 +686,55 @@ def pip_installs(tmp_path: Path, env: dict[str, str], log: Path, purpose: str) -
 
 def test_run_installs_the_runtime_lock_and_a_venv_made_for_the_tests_serves_it(tmp_path):
     log, env = scratch_bootstrap(tmp_path)
-    assert pip_installs(tmp_path, env, log, "run") == [
+    assert sorted(pip_installs(tmp_path, env, log, "run")) == [  # side by side: in any order
         ".venv functions/requirements-postgres.txt",  # the deployed runtime, not the test tools
         ".venv-tasks pinned",
     ]
     assert pip_installs(tmp_path, env, log, "run") == []  # stamped: nothing to do
     assert pip_installs(tmp_path, env, log, "fast") == [".venv requirements-dev.txt"]  # the tests add the rest
     assert pip_installs(tmp_path, env, log, "run") == []  # the dev set holds the runtime's pins
+
+
+def test_the_venvs_are_installed_side_by_side(tmp_path):
+    """One after another, a fresh clone's four venvs took ~3 min of the 2-core CI machine's gate."""
+    log, env = scratch_bootstrap(tmp_path)
+    done = run_bootstrap(tmp_path, {**env, "STUB_UV_SECONDS": "1.5"}, "run")
+    assert done.returncode == 0, done.stderr
+    times: dict[str, dict[str, float]] = {}
+    for what, venv, at in (line.split() for line in Path(f"{log}.times").read_text().splitlines()):
+        times.setdefault(venv, {})[what] = float(at)
+    assert sorted(times) == [".venv", ".venv-tasks"]
+    assert max(t["start"] for t in times.values()) < min(t["end"] for t in times.values()), times  # overlapped
+    assert done.stderr.index("installing into .venv ") < done.stderr.index("installing into .venv-tasks")  # in order
+
+
+def test_a_failing_part_fails_bootstrap_with_its_messages_and_the_others_finish(tmp_path):
+    _log, env = scratch_bootstrap(tmp_path)
+    done = run_bootstrap(tmp_path, {**env, "STUB_UV_FAILS": ".venv-tasks"}, "run")
+    assert done.returncode == 1
+    assert "stub uv: no matching distribution" in done.stderr
+    assert "uv pip install into .venv-tasks failed" in done.stderr
+    assert "bootstrap: ERROR: failed: tasks (messages above)" in done.stderr
+    assert "ok for run" not in done.stderr
+    assert (tmp_path / ".venv" / ".safesend-bootstrap.sha256").is_file()  # the other part finished
+    assert not (tmp_path / ".venv-tasks" / ".safesend-bootstrap.sha256").exists()  # not stamped: tried again
+
+
+def test_uv_is_installed_from_the_dev_locks_pin_with_its_hashes():
+    """bootstrap.sh's uv_requirement is exactly the lock's stanza, so pip --require-hashes checks it."""
+    script = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    function = re.search(r"^uv_requirement\(\) \{\n.*?^\}\n", script, re.MULTILINE | re.DOTALL)
+    assert function, "uv_requirement() not found"
+    done = subprocess.run(
+        ["bash", "-c", f'set -euo pipefail\nROOT="{ROOT}"\n{function.group(0)}uv_requirement'],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    stanza = uv_requirement_in_lock()
+    assert done.stdout.rstrip("\n") == stanza and stanza.count("--hash=sha256:") >= 2
+    assert "--require-hashes --no-deps -r <(printf '%s\\n' \"$requirement\")" in script
 
 
 def test_a_failure_on_a_worker_still_points_at_that_workers_emulator_logs(tmp_path):
