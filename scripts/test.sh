@@ -53,7 +53,9 @@ if (($# == 0)); then
     if [[ "${SAFESEND_SKIP_N8N:-}" != 1 ]] && ! bash scripts/n8n-install.sh --check >/dev/null 2>&1; then
         setsid bash scripts/n8n-install.sh >"$n8n_log" 2>&1 & # its own process group: npm and node-gyp too
         n8n_pid=$!
-        trap 'kill -- -"$n8n_pid" 2>/dev/null || true' EXIT
+        # The group, or the process itself if setsid has not made the group yet.
+        stop_n8n_install() { kill -- -"$n8n_pid" 2>/dev/null || kill "$n8n_pid" 2>/dev/null || true; }
+        trap stop_n8n_install EXIT
     fi
     bash scripts/bootstrap.sh --for test
     took bootstrap
@@ -66,7 +68,8 @@ if (($# == 0)); then
     # load 22 starved the storm's respawning gunicorn workers past their 20 s bound).
     nice -n 10 .venv/bin/python -m pytest -p no:cov "$MUTATIONS" --module-times="$TIMES/mutations.json" >"$mutations_log" 2>&1 &
     mutations_pid=$!
-    trap 'kill "$mutations_pid" ${n8n_pid:+-- -"$n8n_pid"} 2>/dev/null || true' EXIT # stopped if the gate is cut short
+    # stopped if the gate is cut short
+    trap 'kill "$mutations_pid" 2>/dev/null || true; [[ -z "$n8n_pid" ]] || stop_n8n_install' EXIT
     export COVERAGE_FILE="$ROOT/.coverage"
     .venv/bin/python -m coverage erase
     suite=0

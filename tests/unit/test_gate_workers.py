@@ -27,6 +27,8 @@ RECORDER = (
     '#!/usr/bin/env bash\nprintf "%s %s\\n" "{name}" "$*" >> "{log}"\n'
     'printf "%s %s\\n" "$(nice)" "$*" >> "{log}.nice"\n'
     'printf "%s %s %s\\n" "${{PYTHONDONTWRITEBYTECODE-unset}}" "${{PYTHONPYCACHEPREFIX-unset}}" "$*" >> "{log}.env"\n'
+    # STUB_WAITS_FOR: a file to wait for (10 s at most) before answering, to order a call after another.
+    'for _ in {{1..100}}; do [[ -z "${{STUB_WAITS_FOR:-}}" || -e "$STUB_WAITS_FOR" ]] && break; sleep 0.1; done\n'
     'if [[ -n "${{STUB_FAILS_ON:-}}" && "$*" == *"$STUB_FAILS_ON"* ]]; then exit 1; fi\n'
 )
 
@@ -184,7 +186,9 @@ def test_a_failed_background_install_is_shown_and_left_to_the_n8n_tests(tmp_path
 
 
 def test_a_gate_cut_short_stops_the_background_install(tmp_path):
-    done = run_gate(tmp_path, STUB_N8N_SECONDS="60", STUB_FAILS_ON="--for test")  # the bootstrap fails
+    """The bootstrap fails once the install is under way (it waits for the install's pid file)."""
+    pid_file = str(tmp_path / "calls.log.n8n.pid")
+    done = run_gate(tmp_path, STUB_N8N_SECONDS="60", STUB_FAILS_ON="--for test", STUB_WAITS_FOR=pid_file)
     assert done.returncode == 1
     pid = int((tmp_path / "calls.log.n8n.pid").read_text())
     deadline = time.monotonic() + 10
