@@ -5,8 +5,10 @@
 #   bash scripts/n8n-node-build.sh OUT_DIR    # prints the path of OUT_DIR/n8n-nodes-safesend-<v>.tgz
 #
 # Steps, on the pinned Node of scripts/n8n-install.sh (installs n8n and that Node first if missing):
-#   npm ci (package-lock.json, npm registry only; install scripts off: .npmrc), tsc --noEmit (the type
-#   check), n8n-node lint (n8n's eslint rules for community nodes, strict), n8n-node build, npm pack.
+#   npm ci (package-lock.json, npm registry only; install scripts off: .npmrc), n8n-node lint (n8n's
+#   eslint rules for community nodes, strict), n8n-node build (the type check: it empties dist/ and
+#   runs the package's tsc, which fails on any type error; a `tsc --noEmit` before it checked the same
+#   files with the same tsconfig again, 3 CPU-s), npm pack.
 # npm ci is skipped when node_modules matches package-lock.json (a stamp holds its sha256).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -34,8 +36,7 @@ if [[ "$(cat node_modules/.safesend-ci 2>/dev/null)" != "$want" ]]; then
     run "npm ci" npm ci --no-audit --no-fund --loglevel=error
     printf '%s\n' "$want" >node_modules/.safesend-ci
 fi
-run "type check (tsc --noEmit)" npx --no-install tsc --noEmit
 run "lint (n8n-node lint)" npx --no-install n8n-node lint
-run "build (n8n-node build)" npx --no-install n8n-node build
+run "type check and build (n8n-node build)" npx --no-install n8n-node build
 tgz="$(npm pack --silent --pack-destination "$OUT" | tail -n 1)"
 printf '%s\n' "$OUT/$tgz"

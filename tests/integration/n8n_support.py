@@ -236,6 +236,7 @@ class N8nFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         self.extra_env = dict(extra_env or {})
         self.encryption_key = secrets.token_hex(24)
+        self.runners_token = secrets.token_hex(16)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith(("N8N_", "DB_", "WEBHOOK_"))}
@@ -252,6 +253,12 @@ class N8nFolder:
                 # Modules no workflow here uses: about 2 s less per n8n process (each CLI command boots n8n),
                 # and mcp-registry's only job at start is fetching a catalogue from api.n8n.io.
                 "N8N_DISABLED_MODULES": DISABLED_MODULES,
+                # No workflow here has a Code node, the only user of a task runner: in "internal" mode
+                # every n8n process (each CLI command) starts a JS runner process, ~0.65 CPU-s per
+                # `n8n execute`. "external" starts none; a Code node would fail after the broker's
+                # request timeout with "no runner available", it would not run without one.
+                "N8N_RUNNERS_MODE": "external",
+                "N8N_RUNNERS_AUTH_TOKEN": self.runners_token,
                 "N8N_GRACEFUL_SHUTDOWN_TIMEOUT": "5",
                 "N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS": "true",
                 "N8N_LOG_LEVEL": "info",  # `n8n execute` prints its result through the logger: not below info

@@ -55,6 +55,7 @@ RESULT_NODES = (
     "Still in progress",
 )
 WRONG_KEY = "ssk_wrong-key_" + "A" * 43
+SERVER_EXAMPLE = "send-and-wait"  # the example `n8n start` serves (a Webhook trigger, Wait nodes)
 ORDERS_HEADER = ("X-Orders-Token", uuid.uuid4().hex)  # who may trigger send-and-wait's Webhook
 
 
@@ -148,6 +149,7 @@ def cli(n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy, tmp_path_fact
         runner.add("review branch", "send-and-poll", [order(new_customer(), "9", channel="payments")]),
         runner.add("long outage", retry, orders_of_one_customer("10", "11")),
         *(ns.load_example(name, proxy.url) for name in Cli.EXAMPLES),
+        ns.load_example(SERVER_EXAMPLE, proxy.url),  # for `server`, which publishes it
     ]
     runner.folder.import_credentials(credentials(stack.api_key, stack.hmac_secret))
     runner.folder.import_workflows(workflows)
@@ -155,14 +157,13 @@ def cli(n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy, tmp_path_fact
 
 
 @pytest.fixture(scope="module")
-def server(
-    n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ns.N8nServer]:
-    folder = ns.N8nFolder(n8n_bin, tmp_path_factory.mktemp("n8n-server"))
-    folder.import_credentials(credentials(stack.api_key, stack.hmac_secret))
-    workflow = ns.load_example("send-and-wait", proxy.url)
-    folder.import_workflow(workflow, publish=True)
-    with ns.N8nServer(folder) as running:
+def server(cli: Cli, proxy: ns.CountingProxy) -> Iterator[ns.N8nServer]:
+    """`n8n start` on the folder of `cli`, which imported send-and-wait and the credentials: each n8n
+    CLI command boots n8n, and the first in a new folder migrates its database (~2.5 CPU-s more). The
+    `n8n execute` tests come first in this module (tests/scheduling.py keeps a module's order)."""
+    workflow = ns.load_example(SERVER_EXAMPLE, proxy.url)
+    cli.folder.check("publish:workflow", f"--id={workflow['id']}")
+    with ns.N8nServer(cli.folder) as running:
         running.start(ready_paths=[ns.webhook_path(workflow)])
         running.webhook = ns.webhook_path(workflow)
         yield running

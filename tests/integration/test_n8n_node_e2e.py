@@ -1,7 +1,7 @@
 """The community node package n8n-nodes-safesend (integrations/n8n), for real.
 
-scripts/n8n-node-build.sh builds it from source on the pinned Node (npm ci, tsc --noEmit, n8n-node lint,
-n8n-node build) and packs it with `npm pack`; the tarball is installed with npm into a folder that
+scripts/n8n-node-build.sh builds it from source on the pinned Node (npm ci, n8n-node lint, n8n-node
+build with its tsc type check) and packs it with `npm pack`; the tarball is installed with npm into a folder that
 N8N_CUSTOM_EXTENSIONS names, as a self-hosted user installs a community package, and loaded by the
 same pinned n8n as test_n8n_e2e.py. Workflows that use the node run against the local stack with
 auth on, behind the counting proxy (what n8n sent) and the Gmail simulator (what was sent).
@@ -275,8 +275,11 @@ def by_order(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def runs(n8n_bin, extensions, stack, proxy, tmp_path_factory) -> Runs:
-    runner = Runs(folder(n8n_bin, extensions, tmp_path_factory.mktemp("n8n-node-cli")), proxy.url)
+def runs(n8n_bin, extensions, stack, proxy, receiver, tmp_path_factory) -> Runs:
+    """The one n8n folder of this module: the `n8n execute` scenarios and, imported in the same
+    command, the server's workflows (`server` publishes them): each n8n CLI command boots n8n, and
+    the first one in a new folder migrates its database (~2.5 CPU-s more)."""
+    runner = Runs(folder(n8n_bin, extensions, tmp_path_factory.mktemp("n8n-node")), proxy.url)
     customer = new_customer()
     runner.add("two orders", [order(customer, "1"), order(customer, "2")])
     runner.add("replay", [order(new_customer(), "1")])
@@ -310,7 +313,7 @@ def runs(n8n_bin, extensions, stack, proxy, tmp_path_factory) -> Runs:
         dedupKey="={{ $json.key.value }}",  # order 2 has no key: the expression fails for that item only
     )
     runner.folder.import_credentials([credential(stack, proxy.url), hmac_credential(stack, proxy.url)])
-    runner.folder.import_workflows(runner.workflows)
+    runner.folder.import_workflows([*runner.workflows, *server_workflows(receiver.url)])
     return runner
 
 
@@ -490,14 +493,12 @@ def test_hundred_items_with_faults_give_exactly_hundred_emails(runs, stack, prox
 
 # ----------------------------------------------------- n8n start: callback, trigger, credential test
 @pytest.fixture(scope="module")
-def server(n8n_bin, extensions, stack, proxy, receiver, tmp_path_factory) -> Iterator[ns.N8nServer]:
-    n8n = folder(n8n_bin, extensions, tmp_path_factory.mktemp("n8n-node-server"))
-    n8n.import_credentials([credential(stack, proxy.url)])
-    workflows = server_workflows(receiver.url)
-    n8n.import_workflows(workflows)
-    for workflow in workflows:
-        n8n.check("publish:workflow", f"--id={workflow['id']}")
-    with ns.N8nServer(n8n) as running:
+def server(runs: Runs, receiver: RecordingReceiver) -> Iterator[ns.N8nServer]:
+    """`n8n start` on the folder of `runs`, which imported the server's workflows and credential; the
+    `n8n execute` tests come first in this module (tests/scheduling.py keeps a module's order)."""
+    for workflow in server_workflows(receiver.url):
+        runs.folder.check("publish:workflow", f"--id={workflow['id']}")
+    with ns.N8nServer(runs.folder) as running:
         running.start(ready_paths=["node-callback"])
         yield running
 

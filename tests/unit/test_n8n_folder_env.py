@@ -1,0 +1,17 @@
+"""The environment every n8n process of the e2e tests gets (tests/integration/n8n_support.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.integration import n8n_support as ns
+
+
+def test_no_task_runner_process_is_started_and_each_folder_has_its_own_runner_token(tmp_path: Path) -> None:
+    """No workflow of the e2e tests has a Code node: external mode spares a runner process per n8n
+    process; its broker still demands a token, a secret of each folder."""
+    first = ns.N8nFolder(tmp_path / "n8n", tmp_path / "one").env()
+    second = ns.N8nFolder(tmp_path / "n8n", tmp_path / "two").env()
+    assert first["N8N_RUNNERS_MODE"] == second["N8N_RUNNERS_MODE"] == "external"
+    assert len(first["N8N_RUNNERS_AUTH_TOKEN"]) >= 32
+    assert first["N8N_RUNNERS_AUTH_TOKEN"] != second["N8N_RUNNERS_AUTH_TOKEN"]
