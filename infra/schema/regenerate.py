@@ -28,6 +28,12 @@ Only the types infra/**/*.tf uses are kept, so the snapshots stay small and revi
     python3 infra/schema/regenerate.py            # download the pinned wheels (pip), rewrite the snapshots
     python3 infra/schema/regenerate.py --check    # exit 1 if the committed snapshots are stale
     python3 infra/schema/regenerate.py --wheel-dir DIR   # use wheels already in DIR (no download)
+    python3 infra/schema/regenerate.py --cache-dir DIR   # keep each snapshot made, keyed by its inputs
+
+Reading google's assembly takes ~7 CPU-s, and the gate checks the same inputs up to three times
+(its suite, and the mutation suite's unmutated copy and snapshot edit): with --cache-dir a snapshot
+is made once per digest of everything it is made from (this script, the wheel, the types infra/
+uses, the discovery documents), and a change to any of them makes it anew.
 
 Run it with the repository's .venv python (it reads googleapiclient from there). After bumping a
 wheel below, pin the same provider version (printed, and recorded in the snapshot as
@@ -37,9 +43,11 @@ provider.version) in infra/modules/safesend/versions.tf; tests/infra checks that
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -371,6 +379,28 @@ def snapshot(wheel: Path, provider_name: str, wanted: dict[str, set[str]]) -> di
     }
 
 
+def cached_snapshot(wheel: Path, provider_name: str, wanted: dict[str, set[str]], cache: Path | None) -> dict:
+    """snapshot(), kept in `cache` (when given) under a digest of everything snapshot() reads."""
+    if cache is None:
+        return snapshot(wheel, provider_name, wanted)
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(f"\0{wheel.name}\0{provider_name}\0".encode())
+    digest.update(json.dumps({kind: sorted(types) for kind, types in wanted.items()}, sort_keys=True).encode())
+    with wheel.open("rb") as wheel_file:
+        digest.update(hashlib.file_digest(wheel_file, "sha256").digest())
+    for doc in sorted({doc for doc, _, _ in DISCOVERY_ENUMS.values()}):
+        digest.update(doc.encode() + (discovery_documents() / f"{doc}.json").read_bytes())
+    path = cache / f"{provider_name}-{digest.hexdigest()}.json"
+    if path.exists():
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    data = snapshot(wheel, provider_name, wanted)
+    cache.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed: a parallel reader never sees half
+    partial.write_text(json.dumps(data), encoding="utf-8")
+    partial.replace(path)
+    return data
+
+
 def download(requirement: str, into: Path) -> Path:
     subprocess.run(  # noqa: S603 - fixed argv, pinned requirement
         [
@@ -403,6 +433,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="compare with the committed snapshots, write nothing")
     parser.add_argument("--wheel-dir", type=Path, help="directory that already holds the pinned wheels")
+    parser.add_argument("--cache-dir", type=Path, help="directory that keeps the snapshots made, keyed by their inputs")
     args = parser.parse_args()
     wanted = used_types()
     unknown_providers = sorted(
@@ -418,7 +449,7 @@ def main() -> int:
                 continue
             expected_files.add(filename)
             wheel = find_wheel(requirement, args.wheel_dir) if args.wheel_dir else download(requirement, Path(tmp))
-            data = snapshot(wheel, provider_name, wanted[provider_name])
+            data = cached_snapshot(wheel, provider_name, wanted[provider_name], args.cache_dir)
             text = json.dumps(data, indent=1, sort_keys=False) + "\n"
             target = SCHEMA_DIR / filename
             print(

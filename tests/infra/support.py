@@ -58,6 +58,9 @@ def tf_files() -> list[Path]:
 # (tests/infra/test_mutations.py sets it): each copy differs from the others in one file at most,
 # and python-hcl2 took ~0.8 CPU-s per copy to parse the same 26 files again.
 PARSE_CACHE = "SAFESEND_INFRA_PARSE_CACHE"
+# Likewise a directory of the provider snapshots infra/schema/regenerate.py makes (--cache-dir, keyed
+# by all its inputs): the unmutated copy and the snapshot edit read google's assembly (~7 CPU-s) once.
+SNAPSHOT_CACHE = "SAFESEND_INFRA_SNAPSHOT_CACHE"
 
 
 @functools.cache

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from .mutation_stop import NEEDLES
-from .support import PARSE_CACHE, ROOT
+from .shared_bytecode import share_bytecode
+from .support import PARSE_CACHE, ROOT, SNAPSHOT_CACHE
 
 M = "infra/modules/safesend"
 GCLOUD = "cloudbuild-gcloud.yaml"
@@ -1038,13 +1039,8 @@ def keyword(needles) -> str:
     return " or ".join(names)
 
 
-def run_checks(
-    tree: Path, tests: tuple[str, ...], needles: tuple[str, ...], stop: bool, timeout: float = 900
-) -> tuple[set[str], str]:
-    """The tests the needles name, run in the copy: (the failed test ids, the output's tail).
-    stop: end the run once every needle names a failed test (the verdict is then made). A run
-    that crashes reports no failed test; one past `timeout` is interrupted (SIGINT: its session
-    fixtures stop their servers), killed 30 s later if need be, and reported as timed out."""
+def nested_env(tree: Path) -> dict[str, str]:
+    """The environment of a pytest run in a copy."""
     # Outside the gate's coverage measurement (COVERAGE_PROCESS_CONFIG would start it in every run):
     # a scratch copy's infra checks measure nothing of functions/, and tracing made each run ~1.7x slower.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SAFESEND_", "COVERAGE_"))}
@@ -1053,20 +1049,57 @@ def run_checks(
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     # The copies side by side share their .tf files' parses (keyed by the files' bytes).
     env[PARSE_CACHE] = str(tree.parent / "hcl-parses")
+    env[SNAPSHOT_CACHE] = str(tree.parent / "schema-snapshots")
+    return env
+
+
+def nested_pytest(tree: Path) -> list[str]:
+    """The start of a pytest command line run in a copy (its own pytest.ini and rootdir)."""
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "pytest_timeout",
+        "-p",
+        "tests.infra.mutation_stop",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-c",
+        str(tree / "pytest.ini"),
+        "--rootdir",
+        str(tree),
+    ]
+
+
+def compile_template(tree: Path, tests: tuple[str, ...], timeout: float = 600) -> None:
+    """Collects `tests` in the copy as a nested run would: its test modules (assertions rewritten)
+    and what they import are compiled once, for shared_bytecode to give the other copies. The
+    outcome is not a verdict: the copy's own run (the baseline) reports any error of its checks."""
+    subprocess.run(
+        [*nested_pytest(tree), "--collect-only", *tests],
+        cwd=tree,
+        env=nested_env(tree),
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def run_checks(
+    tree: Path, tests: tuple[str, ...], needles: tuple[str, ...], stop: bool, timeout: float = 900
+) -> tuple[set[str], str]:
+    """The tests the needles name, run in the copy: (the failed test ids, the output's tail).
+    stop: end the run once every needle names a failed test (the verdict is then made). A run
+    that crashes reports no failed test; one past `timeout` is interrupted (SIGINT: its session
+    fixtures stop their servers), killed 30 s later if need be, and reported as timed out."""
+    env = nested_env(tree)
     env[NEEDLES] = json.dumps(sorted(needles) if stop else [])
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "pytest_timeout",
-            "-p",
-            "tests.infra.mutation_stop",
-            "-q",
+            *nested_pytest(tree),
             "-rf",
-            "-p",
-            "no:cacheprovider",
             "--no-header",
             # Each test may take the whole run's bound, not pytest.ini's 300 s: the suite runs niced
             # beside the gate's workers, and a fresh-clone gate starved the baseline's real
@@ -1074,10 +1107,6 @@ def run_checks(
             # clock starts first, so it always fires before this one and reports TIMED OUT).
             "-o",
             f"timeout={timeout + 60:.0f}",
-            "-c",
-            str(tree / "pytest.ini"),
-            "--rootdir",
-            str(tree),
             "-k",
             keyword(needles),
             *tests,
@@ -1109,10 +1138,13 @@ def uncaught(mutation: Mutation, failed: set[str]) -> list[str]:
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict[str, tuple[set[str], str]]:
     base = tmp_path_factory.mktemp("mutations")
+    template = make_copy(base / "baseline")
+    every_test = tuple(sorted({t for m in MUTATIONS for t in m.tests}))
+    compile_template(template, every_test)
     jobs = {
         "baseline": (
-            make_copy(base / "baseline"),
-            tuple(sorted({t for m in MUTATIONS for t in m.tests})),
+            template,
+            every_test,
             tuple(n for m in MUTATIONS for n in m.fails),
             False,  # every check runs and must pass
         )
@@ -1125,6 +1157,7 @@ def outcomes(tmp_path_factory) -> dict[str, tuple[set[str], str]]:
         except AssertionError as exc:  # reported by that mutation's test alone
             broken[mutation.name] = (set(), f"NOT APPLIED: {exc}")
             continue
+        share_bytecode(template, tree)  # after apply: the mutated file is compiled from its own bytes
         jobs[mutation.name] = (tree, mutation.tests, mutation.fails, True)
     workers = max(2, min(4, (os.cpu_count() or 2)))
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:

@@ -21,6 +21,7 @@ expressions, provider-side validation beyond enums (formats, ranges), API behavi
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from .support import (
     META_ARGUMENTS,
     MODULE,
     ROOT,
+    SNAPSHOT_CACHE,
     VENV_INFRA,
     Block,
     blocks,
@@ -367,7 +369,15 @@ def test_snapshots_are_exactly_what_regenerate_makes_from_the_pinned_wheels():
             )
             assert proc.returncode == 0, f"pip download {requirement} (PyPI is needed once):\n{proc.stderr[-2000:]}"
     proc = subprocess.run(
-        [sys.executable, str(SCHEMA / "regenerate.py"), "--check", "--wheel-dir", str(WHEEL_CACHE)],
+        [
+            sys.executable,
+            str(SCHEMA / "regenerate.py"),
+            "--check",
+            "--wheel-dir",
+            str(WHEEL_CACHE),
+            # The mutation suite's copies side by side share the snapshots made (keyed by their inputs).
+            *(["--cache-dir", os.environ[SNAPSHOT_CACHE]] if os.environ.get(SNAPSHOT_CACHE) else []),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -376,6 +386,35 @@ def test_snapshots_are_exactly_what_regenerate_makes_from_the_pinned_wheels():
     assert proc.returncode == 0, f"stale snapshots: run python3 infra/schema/regenerate.py\n{proc.stdout}{proc.stderr}"
     for name, data in snapshots().items():
         assert data["unknown_types"] == [], f"{name}: infra uses types the provider lacks: {data['unknown_types']}"
+
+
+def test_regenerate_makes_a_snapshot_once_per_set_of_inputs(monkeypatch, tmp_path):
+    """Reading google's assembly costs ~7 CPU-s and the gate checked the same inputs up to three
+    times: with --cache-dir a snapshot is made once per inputs, and again when any of them changes."""
+    sys.path.insert(0, str(SCHEMA))
+    try:
+        import regenerate
+    finally:
+        sys.path.remove(str(SCHEMA))
+    made: list[tuple[bytes, dict]] = []
+
+    def fake_snapshot(wheel: Path, provider_name: str, wanted: dict) -> dict:
+        made.append((wheel.read_bytes(), wanted))
+        return {"snapshot": len(made)}
+
+    monkeypatch.setattr(regenerate, "snapshot", fake_snapshot)
+    wheel, cache = tmp_path / "cdktn_provider_time-1-py3-none-any.whl", tmp_path / "cache"
+    wheel.write_bytes(b"one")
+    wanted = {"resource": {"time_sleep"}, "data": set()}
+    first = regenerate.cached_snapshot(wheel, "time", wanted, cache)
+    assert regenerate.cached_snapshot(wheel, "time", wanted, cache) == first == {"snapshot": 1}
+    assert regenerate.cached_snapshot(wheel, "time", {"resource": {"time_sleep"}, "data": {"x"}}, cache) == {
+        "snapshot": 2
+    }
+    wheel.write_bytes(b"two")
+    assert regenerate.cached_snapshot(wheel, "time", wanted, cache) == {"snapshot": 3}
+    assert regenerate.cached_snapshot(wheel, "time", wanted, None) == {"snapshot": 4}  # no cache: always made
+    assert [data for data, _ in made] == [b"one", b"one", b"two", b"two"]
 
 
 def test_every_type_used_is_in_a_snapshot_and_every_snapshot_type_is_used():

@@ -246,3 +246,45 @@ def test_a_nested_run_that_hangs_is_interrupted_and_reported(tmp_path, parent_si
     assert time.monotonic() - started < 80
     assert not failed and output.startswith("TIMED OUT after 20 s"), output
     assert (tree / "started").exists() and (tree / "torn-down").exists()
+
+
+SHARED = """from . import helper
+def test_value():
+    assert helper.VALUE == 1
+"""
+
+
+def test_a_copy_loads_the_templates_bytecode_for_its_unchanged_files_only(monkeypatch, tmp_path):
+    """Each of the ~92 copies compiled the same tests/infra modules again under its own path (~0.3
+    CPU-s per nested run): a copy now loads the template's .pyc (relocated to its own path) for
+    every file with the template's bytes, and compiles the file it changed from its own bytes."""
+    import marshal
+    import shutil
+
+    from tests.infra import shared_bytecode, test_mutations
+
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # as scripts/test.sh runs the suite
+    template = fake_tree(tmp_path, SHARED)
+    (template / "tests" / "infra" / "helper.py").write_text("VALUE = 1\n")
+    tests = ("tests/infra/test_fake.py",)
+    test_mutations.compile_template(template, tests)
+    tree = tmp_path / "mutated"
+    shutil.copytree(template, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "tests" / "infra" / "helper.py").write_text("VALUE = 2\n")
+
+    shared = shared_bytecode.share_bytecode(template, tree)
+    assert Path("tests/infra/test_fake.py") in shared and Path("tests/infra/__init__.py") in shared
+    assert Path("tests/infra/helper.py") not in shared
+    pycs = [p for f in shared for p in shared_bytecode.bytecode_paths(tree / f) if p.is_file()]
+    assert shared_bytecode.bytecode_paths(tree / tests[0])[1] in pycs  # pytest's, assertions rewritten
+    before = {p: p.stat().st_mtime_ns for p in pycs}
+
+    failed, output = test_mutations.run_checks(tree, tests, ("test_value",), True)
+    assert failed == {"tests/infra/test_fake.py::test_value"}, output  # the copy's own helper.py ran
+    assert str(template) not in output, output  # tracebacks name the copy's files
+    assert {p: p.stat().st_mtime_ns for p in pycs} == before  # loaded as they were, not recompiled
+    helper = shared_bytecode.bytecode_paths(tree / "tests" / "infra" / "helper.py")[0]
+    code = marshal.loads(helper.read_bytes()[shared_bytecode.HEADER :])  # noqa: S302 - the nested run wrote it
+    assert 2 in code.co_consts and code.co_filename == str(tree / "tests" / "infra" / "helper.py")
+    failed, output = test_mutations.run_checks(template, tests, ("test_value",), False)
+    assert not failed and "1 passed" in output, output
