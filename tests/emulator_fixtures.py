@@ -8,6 +8,9 @@ the requesting tests (never skips): a silently skipped integration suite would
 hide a broken CI machine. Logs go to a per-session temp dir whose path is
 printed in the failure message and in the summary when anything failed.
 
+``shared_emulators`` is the set a LocalStack runs on (``shared_emulators.stack(config, "name")``):
+started once per session (per xdist worker), each stack in a project of its own.
+
 The fixtures do not touch os.environ; tests point clients at an emulator with
 ``monkeypatch.setenv(*emulator.env().popitem())`` or similar, so unit tests in
 the same session keep seeing a clean environment.
@@ -15,11 +18,15 @@ the same session keep seeing a clean environment.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import os
 import signal
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -27,9 +34,13 @@ from devstack.emulators import (
     CloudTasksEmulator,
     DevstackError,
     Emulator,
+    EmulatorStack,
     FirestoreEmulator,
     PubSubEmulator,
 )
+
+if TYPE_CHECKING:  # imported where used: every pytest process loads this plugin, few start a stack
+    from devstack.stack import LocalStack, StackConfig
 
 E = TypeVar("E", bound=Emulator)
 
@@ -103,6 +114,63 @@ def pubsub_emulator(emulator_log_dir: Path) -> Iterator[PubSubEmulator]:
 def tasks_emulator(emulator_log_dir: Path) -> Iterator[CloudTasksEmulator]:
     """Running Cloud Tasks emulator; .client() gives a tasks_v2 client, .queue_path(id) a queue name."""
     yield from _run(CloudTasksEmulator(log_dir=emulator_log_dir), emulator_log_dir)
+
+
+def unique_project(name: str) -> str:
+    """A project no other stack of this session uses: the shared emulators keep projects apart."""
+    return f"demo-{name}-{uuid.uuid4().hex[:6]}"
+
+
+class SharedEmulators:
+    """Firestore, Pub/Sub and Cloud Tasks started once for every LocalStack a pytest process runs
+    (two JVM boots, a Tasks emulator and their warm-up saved per stack; each stack keeps its own
+    project, devstack/stack.py). ``thaw`` resumes every group (SIGCONT: a chaos freeze never outlives
+    its test); an emulator found dead by ``ready`` restarts them all."""
+
+    def __init__(self, log_dir: Path | None = None) -> None:
+        self.log_dir = log_dir
+        self.stack: EmulatorStack | None = None
+
+    def ready(self) -> EmulatorStack:
+        if self.stack is not None and not all(e.is_running() for e in self.stack.emulators):
+            self.close()
+        if self.stack is None:
+            self.stack = EmulatorStack(log_dir=self.log_dir, tasks_max_retries=5).start()
+        return self.stack
+
+    def stack_for(self, name: str, config: StackConfig | None = None) -> LocalStack:
+        """A LocalStack (not started) on the ready emulators, in a unique project named after `name`."""
+        from devstack.stack import LocalStack, StackConfig
+
+        return LocalStack(dataclasses.replace(config or StackConfig(), project=unique_project(name)), self.ready())
+
+    def thaw(self) -> None:
+        for emulator in self.stack.emulators if self.stack else ():
+            if emulator.pgid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(emulator.pgid, signal.SIGCONT)
+
+    def close(self) -> None:
+        if self.stack is not None:
+            stack, self.stack = self.stack, None
+            stack.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_emulators(emulator_log_dir: Path) -> Iterator[SharedEmulators]:
+    """Session-scoped, so per xdist worker: tests/scheduling.py gives each module (and each storm
+    phase) to one worker, and each worker starts the emulators once, for its first stack."""
+    with contextlib.closing(SharedEmulators(emulator_log_dir)) as shared:
+        yield shared
+
+
+@pytest.fixture
+def emulators(shared_emulators: SharedEmulators) -> Iterator[EmulatorStack]:
+    """The shared emulators for one test, thawed after it whatever happened (the storm freezes them)."""
+    try:
+        yield shared_emulators.ready()
+    finally:
+        shared_emulators.thaw()
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent when it is not installed

@@ -19,6 +19,7 @@ from safesend.adapters.callback_http import HttpNotifier
 from safesend.adapters.chat_webhooks import chat_webhook
 from safesend.core.auth import SIGNATURE_HEADER, verify_signature
 from safesend.core.callbacks import CallbackPolicy
+from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_stack import SETTLED, Client
 
 pytestmark = pytest.mark.integration
@@ -71,8 +72,8 @@ def test_a_retry_after_answer_is_reported_with_its_wait(receiver):
 
 # --------------------------------------------------------------------------- on the stack
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack() as running:  # auth on: the API key of this run
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
+    with shared_emulators.stack_for("callbacks") as running:  # auth on: the API key of this run
         yield running
 
 

@@ -29,6 +29,7 @@ import requests
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # requirements-dev.txt
 
 from devstack.stack import REPO_ROOT, LocalStack, StackConfig
+from tests.emulator_fixtures import SharedEmulators
 
 pytestmark = pytest.mark.integration
 
@@ -55,10 +56,10 @@ BODY = "Your payout of 1.234,00 EUR is on its way. IBAN DE89 3704 0044 0532 0130
 
 # ----------------------------------------------------------------------------- the stack and the browser
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         pytest.fail(f"{CHROMIUM} not found: run scripts/install-browser.sh (Debian's chromium)")
-    running = LocalStack(StackConfig())
+    running = shared_emulators.stack_for("console", StackConfig())
     # The console's local settings (the stack may set them too; these win): a development identity,
     # shown in a red banner, accepted from loopback only; CSRF tokens; our own origin.
     running.config.service_env = {

@@ -27,13 +27,11 @@ every webhook try, the chaos log) is written to storm-report.json in the stack's
 
 from __future__ import annotations
 
-import contextlib
 import html
 import json
 import os
 import random
 import re
-import signal
 import sys
 import time
 import uuid
@@ -825,51 +823,6 @@ def limit_mailboxes(stack: LocalStack, phase: Phase) -> None:
 def storm_project(name: str) -> str:
     """Each phase's own project on the shared emulators: no document, queue or message is shared."""
     return f"demo-storm-{name}"
-
-
-class SharedEmulators:
-    """Firestore, Pub/Sub and Cloud Tasks started once for the phases a pytest process runs (two JVM
-    boots and their warm-up saved per phase; each phase keeps its own project, devstack/stack.py).
-    After each phase every group is thawed (SIGCONT: a chaos freeze never outlives its phase); an
-    emulator found dead restarts them all."""
-
-    def __init__(self) -> None:
-        self.stack: EmulatorStack | None = None
-
-    def ready(self) -> EmulatorStack:
-        if self.stack is not None and not all(e.is_running() for e in self.stack.emulators):
-            self.close()
-        if self.stack is None:
-            self.stack = EmulatorStack(tasks_max_retries=5).start()
-        return self.stack
-
-    def thaw(self) -> None:
-        for emulator in self.stack.emulators if self.stack else ():
-            if emulator.pgid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(emulator.pgid, signal.SIGCONT)
-
-    def close(self) -> None:
-        if self.stack is not None:
-            stack, self.stack = self.stack, None
-            stack.stop()
-
-
-@pytest.fixture(scope="session")
-def shared_emulators() -> Iterator[SharedEmulators]:
-    """Session-scoped, not module-scoped: tests/scheduling.py runs this module's phases as groups of
-    their own on the gate's workers, so each worker starts the emulators once, at its first phase."""
-    with contextlib.closing(SharedEmulators()) as shared:
-        yield shared
-
-
-@pytest.fixture
-def emulators(shared_emulators: SharedEmulators) -> Iterator[EmulatorStack]:
-    """The shared emulators for one phase, thawed after it whatever happened."""
-    try:
-        yield shared_emulators.ready()
-    finally:
-        shared_emulators.thaw()
 
 
 @pytest.fixture

@@ -9,13 +9,14 @@ from datetime import datetime
 import pytest
 
 from devstack.stack import LocalStack, StackConfig
+from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_stack import SETTLED, Client
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
     config = StackConfig(sim_index_lag_s=4.0)  # the search index is slow here...
     config.service_env = {
         **config.service_env,
@@ -23,7 +24,7 @@ def stack() -> Iterator[LocalStack]:
         "SAFESEND_UNKNOWN_WINDOW_S": "8",
         "SAFESEND_HISTORY_CHECK_S": "0.5",
     }
-    with LocalStack(config) as running:
+    with shared_emulators.stack_for("history", config) as running:
         running.sim.set_history_lag(0.3)  # ...the change log is not
         yield running
 

@@ -14,6 +14,7 @@ import pytest
 
 from devstack.receiver import RecordingReceiver
 from devstack.stack import LocalStack, StackConfig, fetch_health
+from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_never_silent_stack import wait_verified_or_review
 from tests.integration.test_operations_stack import signal_lines
 from tests.integration.test_stack import Client
@@ -24,7 +25,7 @@ LAG_TEXT = "search index lagged"
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
     config = StackConfig()
     config.service_env = {
         **config.service_env,
@@ -33,7 +34,7 @@ def stack() -> Iterator[LocalStack]:
         "SAFESEND_HISTORY_CHECK_S": "0",  # the search alone settles a job in doubt: the window matters
         "SAFESEND_VERIFY_MESSAGE_ID_EVERY": "1",  # every accepted send is a lag sample
     }
-    with LocalStack(config) as running:
+    with shared_emulators.stack_for("index-lag", config) as running:
         yield running
 
 

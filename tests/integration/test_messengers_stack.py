@@ -25,6 +25,7 @@ import requests
 
 from devstack.receiver import RecordingReceiver
 from devstack.stack import LocalStack, StackConfig
+from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_stack import SETTLED, Client
 
 pytestmark = pytest.mark.integration
@@ -34,14 +35,14 @@ VERIFY_HORIZON_S = 5
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
     config = StackConfig()
     config.service_env = {
         **config.service_env,
         "SAFESEND_CALLBACK_HORIZON_S": str(CALLBACK_HORIZON_S),
         "SAFESEND_VERIFY_HORIZON_S": str(VERIFY_HORIZON_S),
     }
-    with LocalStack(config) as running:
+    with shared_emulators.stack_for("messengers", config) as running:
         yield running
 
 

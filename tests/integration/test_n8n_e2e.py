@@ -34,6 +34,7 @@ import pytest
 
 from devstack.stack import LocalStack, StackConfig
 from safesend.core.keys import compose_dedup_key, job_id_for
+from tests.emulator_fixtures import SharedEmulators
 from tests.integration import n8n_support as ns
 
 _INSTALLED = subprocess.run(["bash", str(ns.INSTALL_SCRIPT), "--check"], capture_output=True).returncode == 0
@@ -65,8 +66,8 @@ def n8n_bin() -> Path:
 
 
 @pytest.fixture(scope="module")
-def stack(n8n_bin: Path) -> Iterator[LocalStack]:
-    with LocalStack(StackConfig(auth=True)) as running:
+def stack(n8n_bin: Path, shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
+    with shared_emulators.stack_for("n8n", StackConfig(auth=True)) as running:
         assert running.api_key and running.hmac_secret
         yield running
 

@@ -28,6 +28,7 @@ import pytest
 
 from devstack.receiver import RecordingReceiver
 from devstack.stack import LocalStack, StackConfig
+from tests.emulator_fixtures import SharedEmulators
 from tests.integration import n8n_support as ns
 from tests.integration.test_n8n_e2e import WRONG_KEY, emails_for, new_customer, order
 
@@ -86,11 +87,11 @@ def extensions(n8n_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def stack(n8n_bin: Path) -> Iterator[LocalStack]:
+def stack(n8n_bin: Path, shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
     config = StackConfig(auth=True)
     # Decisions by API for the node's API key only: the HMAC credential stays without them.
     config.service_env = {**config.service_env, "SAFESEND_API_DECIDERS": "key:local-caller"}
-    with LocalStack(config) as running:
+    with shared_emulators.stack_for("n8n-node", config) as running:
         yield running
 
 

@@ -16,6 +16,7 @@ import pytest
 from google.cloud import pubsub_v1
 
 from devstack.stack import LocalStack, StackConfig
+from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_stack import SETTLED, Client, pull_review_item
 
 pytestmark = pytest.mark.integration
@@ -23,7 +24,7 @@ DOMAIN = "notifications.mail.example-shop.com"
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
     config = StackConfig()
     # The change log off: these reproductions are about the search path (with it, the 8.1 copy is
     # found in seconds and no resend happens at all: tests/integration/test_history_stack.py).
@@ -33,7 +34,7 @@ def stack() -> Iterator[LocalStack]:
         "SAFESEND_VERIFY_HORIZON_S": "8",
         "SAFESEND_HISTORY_CHECK_S": "0",
     }
-    with LocalStack(config) as running:
+    with shared_emulators.stack_for("never-silent", config) as running:
         yield running
 
 

@@ -11,14 +11,15 @@ from datetime import datetime
 import pytest
 
 from devstack.stack import LocalStack
+from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_stack import Client
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack() as running:
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
+    with shared_emulators.stack_for("notify") as running:
         yield running
 
 

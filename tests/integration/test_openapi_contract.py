@@ -50,6 +50,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from devstack.stack import LocalStack, StackConfig
+from tests.emulator_fixtures import SharedEmulators
 from tests.integration import openapi_hooks
 
 pytestmark = pytest.mark.integration
@@ -76,11 +77,11 @@ def after_call(context, case, response) -> None:  # schemathesis hook signature
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
     config = StackConfig(auth=False)
     # /decide past its 403: the fuzzed decisions reach validation and the decision path (400, 409).
     config.service_env = {**config.service_env, "SAFESEND_API_DECIDERS": "unauthenticated-local"}
-    with LocalStack(config) as running:
+    with shared_emulators.stack_for("openapi", config) as running:
         yield running
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from devstack.stack import LocalStack, StackConfig, SweepTicker, fetch_health
 from safesend.core.signals import SIGNALS
+from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_never_silent_stack import wait_verified_or_review
 from tests.integration.test_stack import Client
 
@@ -24,7 +25,7 @@ CAPTURE_ENV = "SAFESEND_SIGNAL_CAPTURE"  # append the stack's signal lines here 
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
     config = StackConfig()
     config.service_env = {
         **config.service_env,
@@ -32,7 +33,7 @@ def stack() -> Iterator[LocalStack]:
         "SAFESEND_VERIFY_HORIZON_S": "8",
         "SAFESEND_HISTORY_CHECK_S": "0",
     }
-    with LocalStack(config) as running:
+    with shared_emulators.stack_for("operations", config) as running:
         yield running
         capture = os.environ.get(CAPTURE_ENV)
         if capture:

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from devstack.stack import LocalStack, StackConfig
+from tests.emulator_fixtures import SharedEmulators
 
 pytestmark = pytest.mark.integration
 UNITS_PER_MINUTE = 1200  # 12 sends a minute, reads included
@@ -28,9 +29,9 @@ MAILBOXES = {
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
     config = StackConfig(function_processes=2, mailboxes=MAILBOXES, reviewers=False)
-    with LocalStack(config) as running:
+    with shared_emulators.stack_for("pacing", config) as running:
         assert running.sim is not None
         running.sim.set_limits(SHOP, units_per_window=UNITS_PER_MINUTE)  # Gmail enforces the same limit
         yield running

@@ -17,14 +17,15 @@ import pytest
 import requests
 
 from devstack.stack import LocalStack, StackConfig
+from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_stack import SETTLED, Client, job_id_of
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack(StackConfig(store="postgres")) as running:
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
+    with shared_emulators.stack_for("postgres", StackConfig(store="postgres")) as running:
         yield running
 
 

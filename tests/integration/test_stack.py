@@ -22,14 +22,15 @@ import requests
 from google.cloud import pubsub_v1
 
 from devstack.stack import LocalStack
+from tests.emulator_fixtures import SharedEmulators
 
 pytestmark = pytest.mark.integration
 SETTLED = {"sent", "review", "failed", "cancelled"}
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack() as running:
+def stack(shared_emulators: SharedEmulators) -> Iterator[LocalStack]:
+    with shared_emulators.stack_for("stack") as running:
         yield running
 
 
