@@ -3,7 +3,7 @@
 #
 #   bash scripts/test.sh          the full gate (README, .ci/run): scripts/lint.sh (ruff, ruff
 #                                 format, mypy; seconds), then every test on $SAFESEND_TEST_WORKERS
-#                                 pytest-xdist workers (default 2; tests/scheduling.py), under
+#                                 pytest-xdist workers (default 3; tests/scheduling.py), under
 #                                 coverage.py: `coverage run` measures pytest, and through
 #                                 [tool.coverage.run] patch=subprocess every Python process it
 #                                 starts (the workers, functions-framework under gunicorn, ...), each
@@ -32,10 +32,14 @@ cd "$ROOT"
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX="$ROOT/.local/pycache"
 rm -rf "$PYTHONPYCACHEPREFIX"
-# Default: 2 workers, as many as the 2-core CI machine has cores (4 beside the mutation suite drove
-# its load to 17 and timed stack tests failed, fresh-clone run of 2026-12-01); 1 runs serially.
-WORKERS="${SAFESEND_TEST_WORKERS:-2}"
-[[ "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
+# Workers: SAFESEND_TEST_WORKERS, 1 runs serially. The full gate's default is 3 on the 2-core CI
+# machine: its stack tests spend ~40 % of their time waiting on timed answers, so two workers left
+# half a core idle (fresh clones of 75177cc, idle machine, 2026-12-02: 2 workers 1,117 s at 1.5
+# cores busy, 3 workers 786 s, load at most 14); 4 beside the mutation suite drove the load to 17
+# and timed stack tests failed (2026-12-01, before the CPU cuts). The unit tests (--fast) are pure
+# CPU: 2, one per core.
+WORKERS="${SAFESEND_TEST_WORKERS:-}"
+[[ -z "$WORKERS" || "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
 MUTATIONS=tests/infra/test_mutations.py
 TIMES="$ROOT/.local/test-times" # --module-times of the last full gate
 # took PART: one "PART N s" entry of the full gate's time line, printed at its end (CI logs show
@@ -44,6 +48,7 @@ took_at=$SECONDS
 took=()
 took() { took+=("$1 $((SECONDS - took_at)) s"); took_at=$SECONDS; }
 if (($# == 0)); then
+    WORKERS="${WORKERS:-3}"
     # On a new machine the pinned n8n and its Node (tests/integration's real-n8n modules) take minutes
     # to install, mostly downloads and sqlite3's native build: started now, in the background, they
     # overlap the bootstrap and lint instead of holding a worker mid-suite. The n8n tests wait for it
@@ -99,6 +104,7 @@ if (($# == 0)); then
 fi
 if [[ "$1" == "--fast" ]]; then
     (($# == 1)) || { printf 'test.sh: --fast takes no other argument\n' >&2; exit 2; }
+    WORKERS="${WORKERS:-2}"
     bash scripts/bootstrap.sh --for fast
     bash scripts/lint.sh
     exec .venv/bin/python -m pytest tests/unit -n "$WORKERS" --dist loadgroup --no-loadscope-reorder

@@ -8,7 +8,7 @@ the requesting tests (never skips): a silently skipped integration suite would
 hide a broken CI machine. Logs go to a per-session temp dir whose path is
 printed in the failure message and in the summary when anything failed.
 
-``shared_emulators`` is the set a LocalStack runs on (``shared_emulators.stack(config, "name")``):
+``shared_emulators`` is the set a LocalStack runs on (``shared_emulators.stack_for("name", config)``):
 started once per session (per xdist worker), each stack in a project of its own.
 
 The fixtures do not touch os.environ; tests point clients at an emulator with

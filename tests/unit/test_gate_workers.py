@@ -115,7 +115,7 @@ MUTATIONS_ALONE = (
 )
 SUITE_WITH_COVERAGE = [
     "python -m coverage erase",
-    "python -m coverage run -m pytest -n 2 --dist loadgroup --no-loadscope-reorder"
+    "python -m coverage run -m pytest -n 3 --dist loadgroup --no-loadscope-reorder"
     " --ignore=tests/infra/test_mutations.py --module-times={root}/.local/test-times/suite.json",
     "python -m coverage combine -q",
     "python -m coverage report",
