@@ -358,10 +358,10 @@ part_postgres() {
     bash "$ROOT/scripts/install-postgres.sh"
 }
 
-# The parts run side by side: each venv is pip work (downloads, unpacking) in a directory of its
+# The parts run side by side: each venv is uv's work (downloads, unpacking) in a directory of its
 # own, and the system parts (apt-get; they share dpkg's lock) run one after another beside them.
-# A fresh clone's venvs took ~3 min one after another on the 2-core CI machine, mostly waiting on
-# the network and the disk. Each part's messages are held and printed whole when it ends, in order.
+# A fresh clone's venvs took ~3 min one after another with pip on the 2-core CI machine, mostly
+# waiting on the network and the disk. Each part's messages are held and printed whole when it ends, in order.
 case " ${PARTS[*]} " in
     *" venv "* | *" tasks "* | *" infra "* | *" tfplugin "*) ensure_uv ;;
 esac
