@@ -51,9 +51,16 @@ def terraform_bin() -> str:
     return found
 
 
+# Go's collector at GOGC=400 instead of 100: Terraform decodes the google providers' large schemas
+# for every `run` block, and collecting four times less often took a `terraform test` of the module
+# from 61 to 48 CPU-s (2026-12-02, 2-core machine) for a peak of 0.5 GB instead of 0.24; GOMEMLIMIT
+# makes it collect harder again near 1 GiB. A caller's own settings win.
+GO_GC_ENV = {"GOGC": "400", "GOMEMLIMIT": "1GiB"}
+
+
 def base_env() -> dict[str, str]:
-    """No CLI config of the user's, no checkpoint calls, no colour, no prompts."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_", "GOOGLE_"))}
+    """No CLI config of the user's, no checkpoint calls, no colour, no prompts; a lazier collector."""
+    env = {**GO_GC_ENV, **{k: v for k, v in os.environ.items() if not k.startswith(("TF_", "GOOGLE_"))}}
     env.update(TF_CLI_CONFIG_FILE=os.devnull, CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1", TF_INPUT="0")
     return env
 

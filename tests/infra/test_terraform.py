@@ -67,6 +67,14 @@ def test_terraform_fmt_finds_nothing_to_change():
     assert proc.returncode == 0, f"run `terraform fmt -recursive infra`:\n{proc.stdout}{proc.stderr}"
 
 
+def test_terraform_collects_lazily_unless_the_caller_says_otherwise(monkeypatch):
+    monkeypatch.delenv("GOGC", raising=False)
+    monkeypatch.delenv("GOMEMLIMIT", raising=False)
+    assert {k: T.base_env()[k] for k in ("GOGC", "GOMEMLIMIT")} == {"GOGC": "400", "GOMEMLIMIT": "1GiB"}
+    monkeypatch.setenv("GOGC", "100")
+    assert T.base_env()["GOGC"] == "100"
+
+
 @pytest.mark.parametrize("config", sorted(T.CONFIGS))
 def test_terraform_validate(config, terraform, inits):
     proc = terraform.run(initialized(inits, config), "validate")

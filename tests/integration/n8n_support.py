@@ -265,6 +265,10 @@ class N8nFolder:
                 "N8N_LOG_OUTPUT": "console",
             }
         )
+        # Node's on-disk compile cache (Node >= 22.1; keyed by Node's version and each file's bytes):
+        # every CLI command boots n8n and compiled its JavaScript anew; with the cache an
+        # `n8n execute` took 2.5 CPU-s instead of 2.8 (2026-12-02). Beside the install it belongs to.
+        env.setdefault("NODE_COMPILE_CACHE", str(self.bin.parent.parent / "compile-cache"))
         env.update(self.extra_env)
         env.update(extra)
         return env

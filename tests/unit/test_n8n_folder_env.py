@@ -15,3 +15,15 @@ def test_no_task_runner_process_is_started_and_each_folder_has_its_own_runner_to
     assert first["N8N_RUNNERS_MODE"] == second["N8N_RUNNERS_MODE"] == "external"
     assert len(first["N8N_RUNNERS_AUTH_TOKEN"]) >= 32
     assert first["N8N_RUNNERS_AUTH_TOKEN"] != second["N8N_RUNNERS_AUTH_TOKEN"]
+
+
+def test_node_compiles_each_file_once_into_a_cache_beside_the_install_unless_told_otherwise(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Each CLI command boots n8n: Node's compile cache spares compiling its JavaScript every time."""
+    monkeypatch.delenv("NODE_COMPILE_CACHE", raising=False)
+    home = tmp_path / "n8n-home"
+    folder = ns.N8nFolder(home / "bin" / "n8n", tmp_path / "one")
+    assert folder.env()["NODE_COMPILE_CACHE"] == str(home / "compile-cache")
+    monkeypatch.setenv("NODE_COMPILE_CACHE", str(tmp_path / "mine"))
+    assert folder.env()["NODE_COMPILE_CACHE"] == str(tmp_path / "mine")
