@@ -266,8 +266,9 @@ class N8nFolder:
             }
         )
         # Node's on-disk compile cache (Node >= 22.1; keyed by Node's version and each file's bytes):
-        # every CLI command boots n8n and compiled its JavaScript anew; with the cache an
-        # `n8n execute` took 2.5 CPU-s instead of 2.8 (2026-12-02). Beside the install it belongs to.
+        # every CLI command boots n8n and compiled its JavaScript anew; with the cache a trivial
+        # `n8n execute` took 4-9 % less CPU (2.8 -> 2.5 CPU-s, then 3.4 -> 3.3 in 5 runs interleaved,
+        # 2026-12-02): small, but there are ~40 n8n processes a gate. Beside the install it belongs to.
         env.setdefault("NODE_COMPILE_CACHE", str(self.bin.parent.parent / "compile-cache"))
         env.update(self.extra_env)
         env.update(extra)
