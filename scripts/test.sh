@@ -36,8 +36,9 @@ rm -rf "$PYTHONPYCACHEPREFIX"
 # machine: its stack tests spend ~40 % of their time waiting on timed answers, so two workers left
 # half a core idle (fresh clones of 75177cc, idle machine, 2026-12-02: 2 workers 1,117 s at 1.5
 # cores busy, 3 workers 786 s, load at most 14); 4 beside the mutation suite drove the load to 17
-# and timed stack tests failed (2026-12-01, before the CPU cuts). The unit tests (--fast) are pure
-# CPU: 2, one per core.
+# and timed stack tests failed (2026-12-01, before the CPU cuts); after them 4 passed in 789 s for
+# 1,521 CPU-s against 774 s for 1,348 on 3 (2026-12-02: both cores busy throughout, so more workers
+# only added contention). The unit tests (--fast) are pure CPU: 2, one per core.
 WORKERS="${SAFESEND_TEST_WORKERS:-}"
 [[ -z "$WORKERS" || "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
 MUTATIONS=tests/infra/test_mutations.py
