@@ -30,37 +30,35 @@ import pytest
 SPLIT_MODULES: frozenset[str] = frozenset({"tests/integration/test_fault_storm.py"})
 
 STORM = "tests/integration/test_fault_storm.py::"
-# Longest first: modules, or single tests of a SPLIT_MODULES module, then the rest of the integration
-# tests, the infra checks, and the unit tests last. The mutation suite runs beside the workers in a
-# process of its own (scripts/test.sh). Wall and CPU seconds of each in a serial run under coverage
-# (2026-12-02, idle 2-core machine): the modules that mostly wait on timed answers (~0.2 cores) are
-# interleaved with the CPU-bound ones (~0.9), so that the first minutes, when every worker has a
-# long group, do not ask for more than the two cores while the last ones leave them idle.
+# Longest first: modules, or single tests of a SPLIT_MODULES module (wall seconds each in the serial
+# gate, 2026-12-02, idle 2-core machine; the storm's phases 2026-12-01), then the rest of the
+# integration tests, the infra checks, and the unit tests last. The mutation suite runs beside the
+# workers in a process of its own (scripts/test.sh).
 SLOW_FIRST: tuple[str, ...] = (
-    "tests/integration/test_n8n_node_e2e.py",  # 126 s, 0.9 cores
-    "tests/integration/test_n8n_e2e.py",  # 100 s, 0.9
-    STORM + "test_fault_storm[graph-pool]",  # 113 s, 0.9
-    "tests/integration/test_pacing_stack.py",  # 86 s, 0.2: one test on a module-scoped stack
-    STORM + "test_fault_storm[paced-pool]",  # 117 s, 0.5
-    "tests/integration/test_messengers_stack.py",  # 70 s, 0.2
-    "tests/unit/test_mutation_runs.py",  # 46 s, 0.15: two nested runs that hang for 20 s each
-    STORM + "test_fault_storm_messengers",  # 60 s, 0.5
-    "tests/integration/test_callbacks_live.py",  # 45 s, 0.2
-    "tests/integration/test_store_contract.py",  # 59 s, 0.9
-    STORM + "test_fault_storm[beyond-window]",  # 56 s, 0.6
-    "tests/integration/test_openapi_contract.py",  # 46 s, 0.9
-    "tests/unit/test_gate_workers.py",  # 27 s, 0.6: nested pytest runs
-    STORM + "test_fault_storm[inside-window]",  # 50 s, 0.6
-    "tests/integration/test_pacing_bench.py",  # 51 s, 0.7
-    STORM + "test_fault_storm[reviewers]",  # 46 s, 0.5
-    "tests/integration/test_console_browser.py",  # 43 s, 0.9
-    "tests/infra/test_terraform.py",  # 39 s, 1.6
-    "tests/integration/test_stack.py",  # 34 s, 0.4
-    "tests/integration/test_notify_stack.py",  # 17 s, 0.2
-    "tests/integration/test_never_silent_stack.py",  # 33 s on a worker
+    "tests/integration/test_n8n_node_e2e.py",  # 206 s
+    "tests/integration/test_n8n_e2e.py",  # 132 s
+    STORM + "test_fault_storm[paced-pool]",  # 117 s
+    STORM + "test_fault_storm[graph-pool]",  # 96 s
+    "tests/integration/test_pacing_stack.py",  # 95 s: one test on a module-scoped stack
+    "tests/unit/test_mutation_runs.py",  # 76 s: two nested runs that hang for 20 s each
+    "tests/integration/test_messengers_stack.py",  # 73 s
+    "tests/unit/test_gate_workers.py",  # 65 s: nested pytest runs
+    STORM + "test_fault_storm_messengers",  # 63 s
+    "tests/integration/test_openapi_contract.py",  # 63 s
+    STORM + "test_fault_storm[beyond-window]",  # 59 s
+    "tests/infra/test_terraform.py",  # 51 s
+    STORM + "test_fault_storm[inside-window]",  # 50 s
+    "tests/integration/test_store_contract.py",  # 50 s
+    "tests/integration/test_callbacks_live.py",  # 49 s
+    "tests/integration/test_console_browser.py",  # 45 s
+    "tests/integration/test_stack.py",  # 41 s
+    STORM + "test_fault_storm[reviewers]",  # 40 s
+    "tests/integration/test_pacing_bench.py",  # 35 s
+    "tests/integration/test_notify_stack.py",  # 34 s
+    "tests/integration/test_never_silent_stack.py",  # 33 s
     "tests/infra/test_env_parity.py",  # 37 s on a worker (97 s before its stub became bash)
-    "tests/infra/test_gcloud_cli.py",  # 33 s on a worker
-    "tests/integration/test_index_lag_stack.py",  # 30 s on a worker
+    "tests/infra/test_gcloud_cli.py",  # 33 s
+    "tests/integration/test_index_lag_stack.py",  # 30 s
 )
 SUITE_ORDER: tuple[str, ...] = ("tests/integration", "tests/infra", "tests/unit")
 

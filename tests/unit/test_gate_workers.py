@@ -365,15 +365,15 @@ def test_the_storms_phases_are_handed_out_longest_first_among_the_slow_modules(c
     )
     storm = [nodeid.split("::", 1)[1] for nodeid in ids if "test_fault_storm.py" in nodeid]
     assert storm == [
-        "test_fault_storm[graph-pool]",
         "test_fault_storm[paced-pool]",
+        "test_fault_storm[graph-pool]",
         "test_fault_storm_messengers",
         "test_fault_storm[beyond-window]",
         "test_fault_storm[inside-window]",
         "test_fault_storm[reviewers]",
     ]
     pacing = next(i for i, nodeid in enumerate(ids) if "test_pacing_stack.py" in nodeid)
-    assert ids[pacing - 1].endswith("[graph-pool]") and ids[pacing + 1].endswith("[paced-pool]")
+    assert ids[pacing - 1].endswith("[graph-pool]") and ids[pacing + 1].endswith("test_fault_storm_messengers")
     assert "test_fault_relay.py" in ids[-1]  # not in the slow list: after it
 
 
