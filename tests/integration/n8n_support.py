@@ -2,9 +2,12 @@
 
 - `ensure_n8n()`: the n8n wrapper, installing it first when missing (minutes, once per machine).
 - `N8nFolder`: one `N8N_USER_FOLDER` (its own SQLite database): import workflows and credentials,
-  publish, `n8n execute --id ... --rawOutput` with the run data parsed.
-- `N8nServer`: `n8n start` on a loopback port, for Webhook-triggered workflows and Wait nodes
-  that resume "On Webhook Call" (a CLI `execute` has no webhook server).
+  publish, list, with n8n's CLI.
+- `N8nServer`: `n8n start` on a loopback port: production webhooks of published workflows, Wait
+  nodes that resume "On Webhook Call", and manual runs of Manual Trigger workflows as the editor's
+  "Execute workflow" button starts them (`execute()`: n8n's REST API, the run data read back through
+  its public API). One server runs a module's workflows: an `n8n execute` per run booted n8n each time
+  (~3 CPU-s and seconds of wall per run, about 30 runs a gate).
 - `CountingProxy`: a byte-exact HTTP forwarder in front of safesend that records every request,
   so a test can say "the service saw exactly one request" without reading logs.
 - `load_example()`: an example workflow from examples/n8n/, with the local send URL pointed at
@@ -57,6 +60,9 @@ DISABLED_MODULES = ",".join(
 
 
 UNREGISTERED_RETRY_S = 20.0  # N8nServer.post_webhook: how long a 404 "not registered" is retried
+REST_TIMEOUT_S = 60.0  # one call to n8n's REST or public API
+OWNER_EMAIL = "owner@example.com"  # the owner N8nServer.sign_in sets up in a new folder
+UNFINISHED = frozenset({"new", "running", "waiting", "unknown"})  # n8n execution statuses before the end
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -171,26 +177,40 @@ def webhook_path(workflow: Mapping[str, Any]) -> str:
 
 
 @dataclass
-class Execution:
-    """One `n8n execute` run: exit code, output, and the run data of every node."""
+class CliRun:
+    """One n8n CLI command: exit code and output."""
 
     returncode: int
     stdout: str
     stderr: str
     seconds: float
-    result: dict[str, Any] | None = None
+
+    def describe(self) -> str:
+        tail = "\n".join((self.stdout + "\n" + self.stderr).strip().splitlines()[-40:])
+        return f"n8n exit {self.returncode} after {self.seconds:.1f}s\n{tail}"
+
+
+@dataclass
+class Execution:
+    """One manual run of a workflow: n8n's final status for it and the run data of every node."""
+
+    execution_id: str
+    status: str  # n8n's execution status: success, error, crashed, canceled, ...
+    seconds: float
+    result: dict[str, Any]  # the execution's data: {"resultData": {"runData": ..., "error": ...}, ...}
+    log: str = ""  # the server's log tail when the run did not succeed
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and self.result is not None and not self.error
+        return self.status == "success" and not self.error
 
     @property
     def error(self) -> Any:
-        return (self.result or {}).get("data", {}).get("resultData", {}).get("error")
+        return self.result.get("resultData", {}).get("error")
 
     @property
     def run_data(self) -> dict[str, Any]:
-        return (self.result or {}).get("data", {}).get("resultData", {}).get("runData", {})
+        return self.result.get("resultData", {}).get("runData", {})
 
     def items(self, node: str, output: int = 0) -> list[dict[str, Any]]:
         """The json of every item `node` emitted on `output`, over all its runs (loops run a node again)."""
@@ -205,26 +225,10 @@ class Execution:
         return len(self.run_data.get(node, []))
 
     def describe(self) -> str:
-        tail = "\n".join((self.stdout + "\n" + self.stderr).strip().splitlines()[-40:])
-        return f"n8n execute exit {self.returncode} after {self.seconds:.1f}s, error={self.error!r}\n{tail}"
-
-
-def parse_execute_output(stdout: str) -> dict[str, Any] | None:
-    """`n8n execute --rawOutput` prints the run as pretty JSON starting with a '{' line, amid log lines
-    (the task runner may log after it)."""
-    decoder = json.JSONDecoder()
-    offset = 0
-    for line in stdout.splitlines(keepends=True):
-        if line.rstrip("\r\n") == "{":
-            try:
-                result, _ = decoder.raw_decode(stdout, offset)
-            except json.JSONDecodeError:
-                pass
-            else:
-                if isinstance(result, dict) and "data" in result:
-                    return result
-        offset += len(line)
-    return None
+        return (
+            f"n8n execution {self.execution_id}: {self.status} after {self.seconds:.1f}s, error={self.error!r}\n"
+            f"{self.log}"
+        )
 
 
 class N8nFolder:
@@ -261,7 +265,7 @@ class N8nFolder:
                 "N8N_RUNNERS_AUTH_TOKEN": self.runners_token,
                 "N8N_GRACEFUL_SHUTDOWN_TIMEOUT": "5",
                 "N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS": "true",
-                "N8N_LOG_LEVEL": "info",  # `n8n execute` prints its result through the logger: not below info
+                "N8N_LOG_LEVEL": "info",  # a failed run's description shows the server's log
                 "N8N_LOG_OUTPUT": "console",
             }
         )
@@ -274,17 +278,16 @@ class N8nFolder:
         env.update(extra)
         return env
 
-    def run(self, *args: str, timeout_s: float = 120) -> Execution:
+    def run(self, *args: str, timeout_s: float = 120) -> CliRun:
         """`n8n <args>` in its own process group; again (3 times at most) if a port it needs was taken
         before it could bind it: n8n checks that before it touches the database or runs anything."""
         for _ in range(3):
             result = self._run_once(args, timeout_s)
-            port_taken = "is already in use" in result.stdout + result.stderr
-            if result.returncode == 0 or not port_taken or parse_execute_output(result.stdout) is not None:
+            if result.returncode == 0 or "is already in use" not in result.stdout + result.stderr:
                 return result
         return result
 
-    def _run_once(self, args: tuple[str, ...], timeout_s: float) -> Execution:
+    def _run_once(self, args: tuple[str, ...], timeout_s: float) -> CliRun:
         started = time.monotonic()
         proc = subprocess.Popen(
             [str(self.bin), *args],
@@ -301,12 +304,12 @@ class N8nFolder:
             stop_group(proc.pid, timeout_s=2, leader=proc)
             out, err = proc.communicate()
             err += f"\n[n8n_support] killed after {timeout_s:.0f} s"
-            return Execution(-9, out, err, time.monotonic() - started)
+            return CliRun(-9, out, err, time.monotonic() - started)
         finally:
             stop_group(proc.pid, timeout_s=2)  # task runners it may have left behind
-        return Execution(proc.returncode, out, err, time.monotonic() - started)
+        return CliRun(proc.returncode, out, err, time.monotonic() - started)
 
-    def check(self, *args: str, timeout_s: float = 120) -> Execution:
+    def check(self, *args: str, timeout_s: float = 120) -> CliRun:
         result = self.run(*args, timeout_s=timeout_s)
         if result.returncode != 0:
             raise RuntimeError(f"n8n {' '.join(args)} failed:\n{result.describe()}")
@@ -339,11 +342,6 @@ class N8nFolder:
         finally:
             target.unlink(missing_ok=True)  # holds secrets in clear
 
-    def execute(self, workflow_id: str, timeout_s: float = 120) -> Execution:
-        result = self.run("execute", f"--id={workflow_id}", "--rawOutput", timeout_s=timeout_s)
-        result.result = parse_execute_output(result.stdout)
-        return result
-
 
 class N8nServer:
     """`n8n start` on 127.0.0.1:<port> for one folder; production webhooks of published workflows."""
@@ -356,6 +354,9 @@ class N8nServer:
         self.webhook: str | None = None  # the path of the workflow under test, for the tests' convenience
         self.log_path = folder.path / "n8n-start.log"
         self._log = None
+        self._cookie: str | None = None  # the owner's auth cookie (sign_in)
+        self._key: str | None = None  # a public-API key (_api_key)
+        self.owner_password: str | None = None
 
     def start(self, ready_paths: Iterable[str] = (), timeout_s: float = 90) -> N8nServer:
         env = self.folder.env(
@@ -438,6 +439,97 @@ class N8nServer:
             return status, json.loads(body)
         except json.JSONDecodeError:
             return status, body.decode("utf-8", "replace")
+
+    # ------------------------------------------------------------------ REST: the editor's calls
+    def _request(
+        self, method: str, path: str, payload: Any = None, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, Any, Any]:
+        """One call to n8n's REST (/rest/...) or public (/api/v1/...) API: status, JSON body, headers."""
+        request = urllib.request.Request(
+            f"{self.url}{path}",
+            data=None if payload is None else json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json", **(headers or {})},
+            method=method,
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=REST_TIMEOUT_S) as response:
+                body, status, got = response.read(), response.status, response.headers
+        except urllib.error.HTTPError as exc:
+            body, status, got = exc.read(), exc.code, exc.headers
+        try:
+            return status, json.loads(body), got
+        except json.JSONDecodeError:
+            return status, body.decode("utf-8", "replace"), got
+
+    def rest(self, method: str, path: str, payload: Any = None) -> tuple[int, Any]:
+        """/rest/<path> as the signed-in owner (signing in first): the editor's API."""
+        status, body, _ = self._request(method, f"/rest/{path}", payload, {"Cookie": self.sign_in()})
+        return status, body
+
+    def sign_in(self) -> str:
+        """The owner's auth cookie, setting the owner up on first use (a new folder has none)."""
+        if self._cookie is None:
+            self.owner_password = "Passw0rd-" + secrets.token_hex(12)
+            owner = {"email": OWNER_EMAIL, "firstName": "Test", "lastName": "Owner", "password": self.owner_password}
+            status, body, headers = self._request("POST", "/rest/owner/setup", owner)
+            cookie = headers.get("Set-Cookie") if headers is not None else None
+            if status != 200 or not cookie:
+                raise RuntimeError(f"n8n owner setup failed ({status}): {body!r}")
+            self._cookie = cookie.split(";", 1)[0]
+        return self._cookie
+
+    def _api_key(self) -> str:
+        """A public-API key that may read executions (created once, as a user creates one in Settings)."""
+        if self._key is None:
+            status, body = self.rest(
+                "POST", "api-keys", {"label": "safesend tests", "scopes": ["execution:read"], "expiresAt": None}
+            )
+            if status != 200:
+                raise RuntimeError(f"n8n API key not created ({status}): {body!r}")
+            self._key = body["data"]["rawApiKey"]
+        return self._key
+
+    def create_workflow(self, workflow: Mapping[str, Any]) -> str:
+        """Save a new workflow (its id kept), as the editor does: no CLI import beside a running n8n."""
+        fields = ("id", "name", "nodes", "connections", "settings")
+        status, body = self.rest("POST", "workflows", {key: workflow[key] for key in fields if key in workflow})
+        if status != 200:
+            raise RuntimeError(f"n8n did not save workflow {workflow.get('id')} ({status}): {body!r}")
+        return body["data"]["id"]
+
+    def execute(self, workflow_id: str, timeout_s: float = 120) -> Execution:
+        """Run a Manual Trigger workflow as the editor's "Execute workflow" button does, wait for its end
+        (bounded by timeout_s) and read its run data back through the public API, as plain JSON (the
+        editor's own execution endpoint answers in the `flatted` encoding, which has no Python library)."""
+        started = time.monotonic()
+        status, body = self.rest("GET", f"workflows/{workflow_id}")
+        if status != 200:
+            raise RuntimeError(f"n8n has no workflow {workflow_id} ({status}): {body!r}")
+        triggers = [n["name"] for n in body["data"]["nodes"] if n["type"] == "n8n-nodes-base.manualTrigger"]
+        if len(triggers) != 1:
+            raise RuntimeError(f"workflow {workflow_id} has {len(triggers)} Manual Trigger nodes, not one")
+        status, body = self.rest("POST", f"workflows/{workflow_id}/run", {"triggerToStartFrom": {"name": triggers[0]}})
+        execution_id = body.get("data", {}).get("executionId") if isinstance(body, dict) else None
+        if status != 200 or not execution_id:
+            raise RuntimeError(f"n8n did not start workflow {workflow_id} ({status}): {body!r}")
+        deadline = started + timeout_s
+        pause = 0.05
+        while True:
+            status, found, _ = self._request(
+                "GET", f"/api/v1/executions/{execution_id}?includeData=true", headers={"X-N8N-API-KEY": self._api_key()}
+            )
+            final = status == 200 and isinstance(found, dict) and found.get("status") not in UNFINISHED
+            if final or time.monotonic() > deadline:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        if not final:
+            unfinished = f"not finished within {timeout_s:.0f} s"
+            return Execution(str(execution_id), unfinished, timeout_s, {}, self.log_tail())
+        run = Execution(str(execution_id), found["status"], time.monotonic() - started, found.get("data") or {})
+        if not run.ok:
+            run.log = self.log_tail()
+        return run
 
     def log_tail(self, lines: int = 60) -> str:
         try:

@@ -5,11 +5,12 @@ machine) imports each example into a temporary N8N_USER_FOLDER; only what exampl
 tells a user to change is changed: the send URL (here the test's counting proxy in front of the
 stack), the credentials (created with the stack's API key and HMAC secret), and the sample orders.
 
-- Manual Trigger workflows run with `n8n execute --id ... --rawOutput`; their output is the run data
-  of the named result nodes.
-- send-and-wait (a Webhook trigger and a Wait node that resumes "On Webhook Call") needs n8n's
-  webhook server: `n8n start`, triggered through its production webhook URL; its output is the
-  Respond to Webhook answer, which n8n holds until the last Wait has resumed.
+One `n8n start` serves the module:
+- Manual Trigger workflows run as the editor's "Execute workflow" runs them (n8n's REST API); their
+  output is the run data of the named result nodes.
+- send-and-wait (a Webhook trigger and a Wait node that resumes "On Webhook Call") is published and
+  triggered through its production webhook URL; its output is the Respond to Webhook answer, which
+  n8n holds until the last Wait has resumed.
 
 Every "how many emails" assertion reads the Gmail simulator's acceptance log; every "how many
 requests" assertion reads the counting proxy, which sees what n8n sent before safesend does.
@@ -106,9 +107,10 @@ def credentials(api_key: str, hmac_secret: str) -> list[dict[str, Any]]:
 
 
 class Cli:
-    """One n8n user folder for the `n8n execute` tests, every scenario imported up front in one go
-    (each n8n CLI command boots n8n: seconds). A scenario is an example workflow as shipped, with its
-    sample orders replaced and an id of its own; the examples themselves are imported with their ids."""
+    """One n8n user folder and the `n8n start` server on it, every scenario imported up front in one
+    go (each n8n CLI command boots n8n: seconds). A scenario is an example workflow as shipped, with
+    its sample orders replaced and an id of its own; the examples themselves are imported with their
+    ids. Scenarios run on the server, as the editor's "Execute workflow" runs them."""
 
     EXAMPLES = ("send-with-retry", "send-hmac", "send-and-poll")
 
@@ -116,6 +118,7 @@ class Cli:
         self.folder = folder
         self.proxy_url = proxy_url
         self.scenarios: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+        self.server = ns.N8nServer(folder)
 
     def add(self, scenario: str, example: str, orders: list[dict[str, Any]]) -> dict[str, Any]:
         workflow = ns.load_example(example, self.proxy_url, orders=orders)
@@ -128,19 +131,25 @@ class Cli:
         return self.scenarios[scenario][1]
 
     def run(self, scenario: str, timeout_s: float = 150) -> ns.Execution:
-        result = self.folder.execute(self.scenarios[scenario][0], timeout_s=timeout_s)
+        result = self.server.execute(self.scenarios[scenario][0], timeout_s=timeout_s)
         assert result.ok, result.describe()
         return result
 
 
 @pytest.fixture(scope="module")
-def cli(n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy, tmp_path_factory: pytest.TempPathFactory) -> Cli:
+def cli(
+    n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cli]:
+    """The folder: credentials and workflows imported, send-and-wait published (each n8n CLI command
+    boots n8n, and the first in a new folder migrates its database: ~2.5 CPU-s more), then `n8n start`
+    on it, for the manual runs and send-and-wait's production webhook."""
     runner = Cli(ns.N8nFolder(n8n_bin, tmp_path_factory.mktemp("n8n-cli")), proxy.url)
     retry = "send-with-retry"
     workflows = [
         runner.add("two orders", retry, orders_of_one_customer("1001", "1002")),
         runner.add("rerun", retry, [order(new_customer(), "7")]),
         runner.add("next to a wrong key", retry, [order(new_customer(), "1")]),
+        wrong_key(runner.add("wrong key", retry, orders_of_one_customer("1", "2"))),
         runner.add("invalid", retry, [dict(order(new_customer(), "5"), to=["not an address"])]),
         runner.add("503 then a drop", retry, [order(new_customer(), "42")]),
         runner.add("hmac", "send-hmac", orders_of_one_customer("1", "2")),
@@ -149,24 +158,37 @@ def cli(n8n_bin: Path, stack: LocalStack, proxy: ns.CountingProxy, tmp_path_fact
         runner.add("review branch", "send-and-poll", [order(new_customer(), "9", channel="payments")]),
         runner.add("long outage", retry, orders_of_one_customer("10", "11")),
         *(ns.load_example(name, proxy.url) for name in Cli.EXAMPLES),
-        ns.load_example(SERVER_EXAMPLE, proxy.url),  # for `server`, which publishes it
+        ns.load_example(SERVER_EXAMPLE, proxy.url),  # published below: its production webhook
     ]
-    runner.folder.import_credentials(credentials(stack.api_key, stack.hmac_secret))
+    runner.folder.import_credentials([*credentials(stack.api_key, stack.hmac_secret), WRONG_KEY_CREDENTIAL])
     runner.folder.import_workflows(workflows)
-    return runner
+    served = ns.load_example(SERVER_EXAMPLE, proxy.url)
+    runner.folder.check("publish:workflow", f"--id={served['id']}")
+    with runner.server:
+        runner.server.start(ready_paths=[ns.webhook_path(served)])
+        runner.server.webhook = ns.webhook_path(served)
+        yield runner
+
+
+WRONG_KEY_CREDENTIAL = {
+    "id": "SafesendWrongKey",
+    "name": "wrong API key",
+    "type": "httpBearerAuth",
+    "data": {"token": WRONG_KEY},
+}
+
+
+def wrong_key(workflow: dict[str, Any]) -> dict[str, Any]:
+    """The workflow with its API-key credential swapped for one that holds a wrong key (a user's typo)."""
+    swapped = json.dumps(workflow).replace('"SafesendApiKey01"', f'"{WRONG_KEY_CREDENTIAL["id"]}"')
+    assert swapped != json.dumps(workflow)
+    return json.loads(swapped)
 
 
 @pytest.fixture(scope="module")
-def server(cli: Cli, proxy: ns.CountingProxy) -> Iterator[ns.N8nServer]:
-    """`n8n start` on the folder of `cli`, which imported send-and-wait and the credentials: each n8n
-    CLI command boots n8n, and the first in a new folder migrates its database (~2.5 CPU-s more). The
-    `n8n execute` tests come first in this module (tests/scheduling.py keeps a module's order)."""
-    workflow = ns.load_example(SERVER_EXAMPLE, proxy.url)
-    cli.folder.check("publish:workflow", f"--id={workflow['id']}")
-    with ns.N8nServer(cli.folder) as running:
-        running.start(ready_paths=[ns.webhook_path(workflow)])
-        running.webhook = ns.webhook_path(workflow)
-        yield running
+def server(cli: Cli) -> ns.N8nServer:
+    """The `n8n start` of `cli`, serving send-and-wait's production webhook."""
+    return cli.server
 
 
 # --------------------------------------------------------------------------- helpers
@@ -205,7 +227,7 @@ def by_order(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {item["order_id"]: item for item in items}
 
 
-# --------------------------------------------------------------------------- send-with-retry (n8n execute)
+# --------------------------------------------------------------------------- send-with-retry (manual runs)
 def test_send_with_retry_two_orders_two_emails(cli, stack, proxy):
     orders = cli.orders("two orders")
     result = cli.run("two orders")
@@ -227,19 +249,15 @@ def test_send_with_retry_rerun_replays_and_sends_nothing_more(cli, stack):
     assert emails_for(stack, cli.orders("rerun")[0]) == 1
 
 
-def test_wrong_api_key_is_401_on_the_error_branch_and_never_retried(n8n_bin, cli, stack, proxy, tmp_path_factory):
-    """Two `n8n execute` at once (own folders, own runner broker ports): one with a wrong key."""
-    wrong = ns.N8nFolder(n8n_bin, tmp_path_factory.mktemp("n8n-wrong-key"))
-    wrong.import_credentials(credentials(WRONG_KEY, stack.hmac_secret))
-    bad_customer = new_customer()
-    bad_orders = [order(bad_customer, "1"), order(bad_customer, "2")]
-    bad_wf = ns.load_example("send-with-retry", proxy.url, orders=bad_orders)
-    wrong.import_workflow(bad_wf)
+def test_wrong_api_key_is_401_on_the_error_branch_and_never_retried(cli, stack, proxy):
+    """Two runs at once on one n8n: one with a credential that holds a wrong key."""
     with ThreadPoolExecutor(2) as pool:
-        bad_future = pool.submit(wrong.execute, bad_wf["id"], 150)
+        bad_future = pool.submit(cli.server.execute, cli.scenarios["wrong key"][0], 150)
         good_future = pool.submit(cli.run, "next to a wrong key")
         bad, good = bad_future.result(), good_future.result()
     assert bad.ok, bad.describe()
+    bad_orders = cli.orders("wrong key")
+    bad_customer = bad_orders[0]["customer_id"]
 
     rejected = by_order(bad.items("Rejected (not retried)"))
     assert set(outputs(bad)) == {"Rejected (not retried)"}, outputs(bad)

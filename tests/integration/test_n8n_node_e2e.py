@@ -6,10 +6,13 @@ N8N_CUSTOM_EXTENSIONS names, as a self-hosted user installs a community package,
 same pinned n8n as test_n8n_e2e.py. Workflows that use the node run against the local stack with
 auth on, behind the counting proxy (what n8n sent) and the Gmail simulator (what was sent).
 
-- `n8n execute`: Send Email (No / Poll), Get Status; the outputs are read from the node's run data.
-- `n8n start`: Wait for Outcome "Callback" (resumed by safesend's signed callback), the Safesend
-  Trigger, and the credential test (n8n's REST API, as the editor's "Test" button calls it). Their
-  results are posted by HTTP Request nodes to a recording receiver, one path per output.
+One `n8n start` serves the module:
+- manual runs (as the editor's "Execute workflow" starts them): Send Email (No / Poll), Get Status,
+  Decide; the outputs are read from the node's run data;
+- production webhooks: Wait for Outcome "Callback" (resumed by safesend's signed callback) and the
+  Safesend Trigger; their results are posted by HTTP Request nodes to a recording receiver, one path
+  per output;
+- the credential test (n8n's REST API, as the editor's "Test" button calls it).
 """
 
 from __future__ import annotations
@@ -245,10 +248,11 @@ def server_workflows(receiver_url: str) -> list[dict[str, Any]]:
     return [send, trigger]
 
 
-# --------------------------------------------------------------------------- the n8n execute runs
+# --------------------------------------------------------------------------- the manual runs
 class Runs:
     def __init__(self, folder: ns.N8nFolder, proxy_url: str):
         self.folder = folder
+        self.server = ns.N8nServer(folder)
         self.proxy_url = proxy_url
         self.scenarios: dict[str, tuple[str, list[dict[str, Any]]]] = {}
         self.workflows: list[dict[str, Any]] = []
@@ -265,7 +269,7 @@ class Runs:
         return self.scenarios[name][1]
 
     def run(self, name: str, timeout_s: float = 300) -> dict[str, list[dict[str, Any]]]:
-        result = self.folder.execute(self.scenarios[name][0], timeout_s=timeout_s)
+        result = self.server.execute(self.scenarios[name][0], timeout_s=timeout_s)
         assert result.ok, result.describe()
         return {out: result.items("Safesend", n) for n, out in enumerate(OUTPUTS)}
 
@@ -275,10 +279,10 @@ def by_order(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def runs(n8n_bin, extensions, stack, proxy, receiver, tmp_path_factory) -> Runs:
-    """The one n8n folder of this module: the `n8n execute` scenarios and, imported in the same
-    command, the server's workflows (`server` publishes them): each n8n CLI command boots n8n, and
-    the first one in a new folder migrates its database (~2.5 CPU-s more)."""
+def runs(n8n_bin, extensions, stack, proxy, receiver, tmp_path_factory) -> Iterator[Runs]:
+    """The one n8n folder of this module and its `n8n start`: the manual scenarios and the webhook
+    workflows imported in one command, the webhook workflows published (each n8n CLI command boots
+    n8n, and the first one in a new folder migrates its database: ~2.5 CPU-s more), then the server."""
     runner = Runs(folder(n8n_bin, extensions, tmp_path_factory.mktemp("n8n-node")), proxy.url)
     customer = new_customer()
     runner.add("two orders", [order(customer, "1"), order(customer, "2")])
@@ -313,8 +317,13 @@ def runs(n8n_bin, extensions, stack, proxy, receiver, tmp_path_factory) -> Runs:
         dedupKey="={{ $json.key.value }}",  # order 2 has no key: the expression fails for that item only
     )
     runner.folder.import_credentials([credential(stack, proxy.url), hmac_credential(stack, proxy.url)])
-    runner.folder.import_workflows([*runner.workflows, *server_workflows(receiver.url)])
-    return runner
+    webhooks = server_workflows(receiver.url)
+    runner.folder.import_workflows([*runner.workflows, *webhooks])
+    for workflow in webhooks:
+        runner.folder.check("publish:workflow", f"--id={workflow['id']}")
+    with runner.server:
+        runner.server.start(ready_paths=["node-callback"])
+        yield runner
 
 
 def test_sent_two_items_two_emails(runs, stack, proxy):
@@ -415,9 +424,10 @@ def test_decide_resends_a_job_in_review_and_a_stale_review_id_is_a_clear_item_er
         dict(n, onError="continueRegularOutput") if n["name"] == "Safesend" else n for n in decided["nodes"]
     ]
     refused = decide_workflow("decide off", [{**ask, "decision": "cancel"}], credentials=HMAC_CREDENTIAL)
-    runs.folder.import_workflows([decided, refused])
+    for workflow in (decided, refused):
+        runs.server.create_workflow(workflow)  # as a user adds one in the editor, beside the running n8n
 
-    result = runs.folder.execute(decided["id"], timeout_s=120)
+    result = runs.server.execute(decided["id"], timeout_s=120)
     assert result.ok, result.describe()
     sent, stale = result.items("Safesend", 0), result.items("Safesend", 3)
     assert [(i["state"], i["result"], i["replayed"], i["outcome"]) for i in sent] == [("sent", "resent", False, "sent")]
@@ -429,7 +439,7 @@ def test_decide_resends_a_job_in_review_and_a_stale_review_id_is_a_clear_item_er
     [decision] = [e for e in status_of(stack, held["job_id"])["events"] if e["kind"] == "decision"]
     assert decision["reviewer"] == "api key:local-caller for Ann (Slack)"
 
-    off = runs.folder.execute(refused["id"], timeout_s=120)
+    off = runs.server.execute(refused["id"], timeout_s=120)
     assert not off.ok and "Decisions by API are off for this credential (403)" in json.dumps(off.error), off.describe()
     assert [r.status for r in proxy.requests("POST", "/decide")][-1] == 403
     assert emails_for(stack, job) == 1 and stack.hmac_secret not in json.dumps(off.result)
@@ -493,14 +503,9 @@ def test_hundred_items_with_faults_give_exactly_hundred_emails(runs, stack, prox
 
 # ----------------------------------------------------- n8n start: callback, trigger, credential test
 @pytest.fixture(scope="module")
-def server(runs: Runs, receiver: RecordingReceiver) -> Iterator[ns.N8nServer]:
-    """`n8n start` on the folder of `runs`, which imported the server's workflows and credential; the
-    `n8n execute` tests come first in this module (tests/scheduling.py keeps a module's order)."""
-    for workflow in server_workflows(receiver.url):
-        runs.folder.check("publish:workflow", f"--id={workflow['id']}")
-    with ns.N8nServer(runs.folder) as running:
-        running.start(ready_paths=["node-callback"])
-        yield running
+def server(runs: Runs) -> ns.N8nServer:
+    """The `n8n start` of `runs`, serving the callback and trigger workflows' production webhooks."""
+    return runs.server
 
 
 def test_callback_resumes_with_sent_after_a_dropped_gmail_answer(server, stack, proxy, receiver):
@@ -552,36 +557,14 @@ def test_trigger_starts_on_a_signed_outcome_and_refuses_a_bad_signature(server, 
     assert refused.value.code == 401
 
 
-def rest(server: ns.N8nServer, path: str, payload: Any, cookie: str | None = None) -> tuple[int, Any, str | None]:
-    request = urllib.request.Request(
-        f"{server.url}/rest/{path}",
-        data=json.dumps(payload).encode(),
-        headers={"Content-Type": "application/json", **({"Cookie": cookie} if cookie else {})},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read()), response.headers.get("Set-Cookie")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode("utf-8", "replace"), None
-
-
 def test_credential_test_fails_for_a_wrong_key_and_passes_for_the_right_one(server, stack, proxy):
-    status, _, cookie = rest(
-        server,
-        "owner/setup",
-        {"email": "owner@example.com", "firstName": "O", "lastName": "W", "password": "Passw0rd-" + uuid.uuid4().hex},
-    )
-    assert status == 200 and cookie, status
-    auth_cookie = cookie.split(";", 1)[0]
     results = {}
     for name, key in (("right", stack.api_key), ("wrong", WRONG_KEY)):
         cred = credential(stack, proxy.url, api_key=key)
-        status, body, _ = rest(
-            server,
+        status, body = server.rest(
+            "POST",
             "credentials/test",
             {"credentials": {"id": cred["id"], "name": cred["name"], "type": cred["type"], "data": cred["data"]}},
-            auth_cookie,
         )
         assert status == 200, body
         results[name] = body["data"]
