@@ -6,9 +6,10 @@ and stop count for the module that asked for it, and a session emulator for the 
 used it) and prints the slowest modules in the summary. Under pytest-xdist the workers' reports reach
 the controller, which adds them up: the numbers are worker time, not the run's wall time.
 
-Beside it, ``<PATH stem>.timeline.json`` says when each module ran: its worker, its first test's
-start and its last test's end in seconds from the run's start, longest-running last to end first
-in the summary. It shows the tail of a parallel run: which modules still ran while cores sat idle.
+Beside it, ``<PATH stem>.timeline.json`` says when each scheduling group ran (a module, or one test
+of a split module: tests/scheduling.py): its worker, its first test's start and its last test's end
+in seconds from the run's start; the summary lists the groups that ended last. It shows the tail of
+a parallel run: which groups still ran while cores sat idle.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.scheduling import group_of
 
 SHOWN = 25  # modules listed in the summary; the file has them all
 SHOWN_LAST = 8  # modules listed in the summary's "ended last"
@@ -41,27 +44,27 @@ class ModuleTimes:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.seconds: defaultdict[str, float] = defaultdict(float)
-        self.spans: dict[str, list[float]] = {}  # module: [first start, last stop] (epoch seconds)
-        self.workers: dict[str, str] = {}  # module: the xdist worker that ran it ("-" in a serial run)
+        self.spans: dict[str, list[float]] = {}  # group: [first start, last stop] (epoch seconds)
+        self.workers: dict[str, str] = {}  # group: the xdist worker that ran it ("-" in a serial run)
         self.started = time.time()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        module = report.nodeid.split("::", 1)[0]
-        self.seconds[module] += report.duration
-        span = self.spans.setdefault(module, [report.start, report.stop])
+        self.seconds[report.nodeid.split("::", 1)[0]] += report.duration
+        group = group_of(report.nodeid)
+        span = self.spans.setdefault(group, [report.start, report.stop])
         span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
         node = getattr(report, "node", None)  # set by xdist on the controller
-        self.workers[module] = getattr(getattr(node, "gateway", None), "id", "-")
+        self.workers[group] = getattr(getattr(node, "gateway", None), "id", "-")
 
     def timeline(self) -> list[dict[str, Any]]:
         rows = [
             {
-                "module": module,
-                "worker": self.workers.get(module, "-"),
+                "group": group,
+                "worker": self.workers.get(group, "-"),
                 "start_s": round(start - self.started, 1),
                 "end_s": round(stop - self.started, 1),
             }
-            for module, (start, stop) in self.spans.items()
+            for group, (start, stop) in self.spans.items()
         ]
         return sorted(rows, key=lambda row: row["start_s"])
 
@@ -79,7 +82,7 @@ class ModuleTimes:
         terminalreporter.write_line(f"ended last (from the run's start; all in {timeline_path}):")
         for row in sorted(timeline, key=lambda row: -row["end_s"])[:SHOWN_LAST]:
             terminalreporter.write_line(
-                f"{row['start_s']:9.1f}s to {row['end_s']:7.1f}s  {row['worker']:>4}  {row['module']}"
+                f"{row['start_s']:9.1f}s to {row['end_s']:7.1f}s  {row['worker']:>4}  {row['group']}"
             )
 
 

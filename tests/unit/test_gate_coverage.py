@@ -160,7 +160,7 @@ def test_module_times_count_a_modules_fixtures_on_the_controller(tmp_path):
         assert list(times) == ["test_slow.py", "test_quick.py"], times  # slowest first
         assert times["test_slow.py"] >= 0.6 > times["test_quick.py"]
         assert "time per module" in done.stdout
-        timeline = {row["module"]: row for row in json.loads((tmp_path / "times.timeline.json").read_text())}
+        timeline = {row["group"]: row for row in json.loads((tmp_path / "times.timeline.json").read_text())}
         assert sorted(timeline) == ["test_quick.py", "test_slow.py"]
         slow = timeline["test_slow.py"]
         assert slow["start_s"] >= 0 and slow["end_s"] - slow["start_s"] >= 0.6  # its fixture's start included

@@ -122,6 +122,12 @@ SUITE_WITH_COVERAGE = [
 ]
 
 
+WARM_BYTECODE = sorted(
+    f"python -m pytest --collect-only -q -p no:cov -p no:randomly --ignore=tests/infra/test_mutations.py {part}"
+    for part in ("tests/integration tests/infra", "tests/unit")
+)
+
+
 def gate_calls(tmp_path: Path) -> list[str]:
     root = tmp_path.resolve()
     return sorted([MUTATIONS_ALONE.format(root=root), *(call.format(root=root) for call in SUITE_WITH_COVERAGE)])
@@ -129,8 +135,9 @@ def gate_calls(tmp_path: Path) -> list[str]:
 
 def test_the_full_gate_is_lint_then_the_suite_with_coverage_beside_the_mutation_suite(tmp_path):
     calls = run_script(tmp_path, "test.sh")
-    assert calls[:2] == ["bootstrap --for test", "lint "]
-    assert sorted(calls[2:]) == gate_calls(tmp_path)  # every test, each once
+    assert calls[0] == "bootstrap --for test"
+    assert sorted(calls[1:4]) == sorted(["lint ", *WARM_BYTECODE])  # lint, and the bytecode cache filled beside it
+    assert sorted(calls[4:]) == gate_calls(tmp_path)  # every test, each once
     suite = [call for call in calls if "coverage" in call]
     assert suite == [call.format(root=tmp_path.resolve()) for call in SUITE_WITH_COVERAGE]  # in this order
 
@@ -210,7 +217,7 @@ def test_the_full_gate_ends_with_where_its_time_went(tmp_path, status):
 @pytest.mark.parametrize("failing", ["coverage run", "coverage report", "test_mutations.py"])
 def test_the_full_gate_fails_when_either_run_fails(tmp_path, failing):
     calls = run_script(tmp_path, "test.sh", fails_on=failing, status=1)
-    assert sorted(calls[2:]) == gate_calls(tmp_path)  # both ran to the end
+    assert sorted(calls[4:]) == gate_calls(tmp_path)  # both ran to the end
 
 
 def test_the_full_gates_workers_can_be_set(tmp_path):
