@@ -140,14 +140,22 @@ def for_local_parse(argv: tuple[str, ...], local: tuple[int, ...], pinned: tuple
     return tuple(kept)
 
 
+PARSE_BOUND_S = 180  # a gcloud call that has not ended by then hangs: the test fails (TimeoutExpired)
+
+
 def parse(call: Call, argv: tuple[str, ...], config_dir: Path) -> tuple[int, str, float]:
+    """gcloud's exit code, output and wall time for one call. No bound on the time but the hang
+    bound: every connection attempt fails at once (offline_env), so a slow call is a starved one,
+    not one that waited on the network: the mutation suite runs these niced beside the gate's
+    workers, and on a 2-core machine half as fast as the first one (2026-12-02) three calls that
+    failed for want of credentials, as they must, took 36-44 s; a 30-s bound failed the gate."""
     started = time.monotonic()
     proc = subprocess.run(
         [gcloud_bin(), *argv],
         cwd=call.cwd,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=PARSE_BOUND_S,
         env=offline_env(config_dir),
         stdin=subprocess.DEVNULL,
     )
@@ -162,7 +170,7 @@ def refusals(calls: list[Call], local, pinned, config_dir: Path) -> list[str]:
     wrong = []
     for (_, argv), (code, output, seconds) in zip(jobs, results, strict=True):
         first = output.strip().splitlines()[0] if output.strip() else ""
-        if code == 0 or PARSE_ERRORS.search(output) or not WANT_OF_CREDENTIALS.search(output) or seconds > 30:
+        if code == 0 or PARSE_ERRORS.search(output) or not WANT_OF_CREDENTIALS.search(output):
             wrong.append(f"gcloud {' '.join(argv)}\n  -> exit {code} after {seconds:.1f}s: {first}")
     return wrong
 
