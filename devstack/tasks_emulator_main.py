@@ -17,6 +17,9 @@ Why not `python -m gcloud_tasks_emulator start`:
   token bucket of max_burst_size refilled at max_dispatches_per_second, at most
   max_concurrent_dispatches in flight, retries count as dispatches), and GetQueue shows the derived
   max_burst_size. A queue without rate_limits keeps upstream's one-at-a-time dispatch.
+  Each paced dispatch carries X-Devstack-Dispatch-Granted: the CLOCK_MONOTONIC second (system-wide
+  on Linux) at which the pacer granted it, so a test checks the pacing itself and not the loopback
+  and thread scheduling between the grant and the receiver (a busy machine bunches those).
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ _QUEUE_RE = re.compile(r"^projects/[^/]+/locations/[^/]+/queues/[^/]+$")
 _LOOP_SLEEP_S = 0.1  # upstream's poll interval
 _WAIT_STEP_S = 0.01  # re-check interval while a paced queue waits for a token or a free slot
 _DISPATCH_WORKERS = 64  # threads per paced queue: the local ceiling of max_concurrent_dispatches
+GRANTED_HEADER = "X-Devstack-Dispatch-Granted"
+
+_dispatch_context = threading.local()  # the grant time of the paced dispatch this thread is sending
 
 logger = logging.getLogger("tasks_emulator_main")
 
@@ -122,6 +128,9 @@ def _make_request_shim(timeout: float) -> types.SimpleNamespace:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def urlopen(req: urllib.request.Request) -> _Response:
+        granted = getattr(_dispatch_context, "granted_at", None)
+        if granted is not None:
+            req.add_header(GRANTED_HEADER, f"{granted:.6f}")
         with opener.open(req, timeout=timeout) as resp:
             resp.read()
             return _Response(int(resp.status))
@@ -189,8 +198,9 @@ def _patch_rate_limits(server_mod: Any, exceptions: Any) -> None:
             self._queues[queue.name].rate_limits = queue.rate_limits
         return self._queues[queue.name]
 
-    def dispatch(state: Any, queue_name: str, task: Any, pacer: Any) -> None:
+    def dispatch(state: Any, queue_name: str, task: Any, pacer: Any, granted_at: float) -> None:
         """Upstream's submit_task for one task already taken out of the list, then the slot is freed."""
+        _dispatch_context.granted_at = granted_at
         try:
             task.dispatch_count += 1
             try:
@@ -208,6 +218,7 @@ def _patch_rate_limits(server_mod: Any, exceptions: Any) -> None:
                     if tasks is not None:
                         tasks.append(task)
         finally:
+            _dispatch_context.granted_at = None
             pacer.release()
 
     def take(state: Any, queue_name: str, task: Any) -> bool:
@@ -242,8 +253,9 @@ def _patch_rate_limits(server_mod: Any, exceptions: Any) -> None:
                         for task in [t for t in state._queue_tasks[queue_name][:] if due(t)]:
                             if not self._wait_for_slot(pacer):
                                 break
+                            granted_at = time.monotonic()
                             if take(state, queue_name, task):
-                                pool.submit(dispatch, state, queue_name, task, pacer)
+                                pool.submit(dispatch, state, queue_name, task, pacer, granted_at)
                             else:
                                 pacer.release()  # purged or run meanwhile: the token is spent anyway
                 time.sleep(_LOOP_SLEEP_S)
