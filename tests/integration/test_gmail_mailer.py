@@ -49,6 +49,30 @@ def test_send_is_accepted_and_gmail_keeps_our_message_id(sim, mailer):
     assert [h.gmail_id for h in hits] == [outcome.gmail_id] and hits[0].is_sent
 
 
+def test_sends_and_reads_build_the_api_resources_once(sim, mailer, monkeypatch):
+    """users().messages() built a new Resource and every method of it from the discovery document
+    on each call (2.3 ms CPU a send): now once per mailer, shared by sends, reads and threads."""
+    from googleapiclient import discovery
+
+    built: list[object] = []
+    original = discovery.Resource._set_service_methods  # counting what the client builds
+
+    def counting(resource, *args, **kwargs):
+        built.append(resource)
+        return original(resource, *args, **kwargs)
+
+    monkeypatch.setattr(discovery.Resource, "_set_service_methods", counting)
+    first = mailer.send(RAW)
+    after_first = len(built)  # the service, users, messages, history (and their nested resources)
+    assert isinstance(first, Accepted) and after_first >= 4
+    for n in range(3):
+        assert isinstance(mailer.send(other_raw(n)), Accepted)
+    assert mailer.stored_message_id(first.gmail_id) == MESSAGE_ID
+    assert [h.gmail_id for h in mailer.find_by_message_id(MESSAGE_ID)] == [first.gmail_id]
+    mailer.current_history_id()
+    assert len(built) == after_first
+
+
 def test_close_after_forward_sends_exactly_once(sim, relay, mailer):
     """The trap: stock httplib2 re-sends this POST (see test_fault_relay). Our transport must not."""
     relay.set_mode("close-after-forward", count=1)

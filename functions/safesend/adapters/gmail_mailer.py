@@ -84,6 +84,9 @@ class GmailMailer:
         self._read_timeout_s = read_timeout_s
         self._sleep = sleep
         self._service: Any = None
+        self._users: Any = None
+        self._messages: Any = None
+        self._history: Any = None
         self._service_lock = threading.Lock()
         self._message_ids: OrderedDict[str, str] = OrderedDict()  # gmail id -> stored Message-ID (LRU)
         self._message_ids_lock = threading.Lock()
@@ -135,7 +138,7 @@ class GmailMailer:
         with self._service_lock:  # message_ids_of reads from several threads
             if self._service is None:
                 options = {"api_endpoint": self._api_endpoint} if self._api_endpoint else None
-                self._service = build(
+                service = build(
                     "gmail",
                     "v1",
                     http=self._http(OneShotHttp(timeout=self._read_timeout_s)),
@@ -143,7 +146,32 @@ class GmailMailer:
                     static_discovery=True,
                     cache_discovery=False,
                 )
+                # Each users()/messages()/history() call builds a new Resource and all its methods
+                # from the discovery document again (2.3 ms CPU per send on the 2-core test machine,
+                # 0.08 ms reused): built once here. A Resource only makes HttpRequests; it holds no
+                # per-request state, so threads share it as they share the service.
+                users = service.users()
+                self._users, self._messages, self._history = users, users.messages(), users.history()
+                self._service = service
             return self._service
+
+    @property
+    def _messages_api(self) -> Any:
+        """users().messages(), built once with the service."""
+        _ = self.service
+        return self._messages
+
+    @property
+    def _users_api(self) -> Any:
+        """users(), built once with the service."""
+        _ = self.service
+        return self._users
+
+    @property
+    def _history_api(self) -> Any:
+        """users().history(), built once with the service."""
+        _ = self.service
+        return self._history
 
     def warm(self) -> None:
         """Build the discovery client now, from the bundled static document: the start-up's
@@ -166,7 +194,7 @@ class GmailMailer:
         refresh_failure = self._refresh_credentials_if_needed(transport)
         if refresh_failure is not None:
             return refresh_failure
-        request = self.service.users().messages().send(userId=self.user, body={"raw": encode_raw(raw)})
+        request = self._messages_api.send(userId=self.user, body={"raw": encode_raw(raw)})
         try:
             response = request.execute(http=self._http(transport), num_retries=0)
         except HttpError as exc:
@@ -201,15 +229,11 @@ class GmailMailer:
         """Raises MailboxUnavailableError if any read fails or the search outlives read_deadline_s."""
         deadline = time.monotonic() + self._search_budget_s
         listing = self._read(
-            lambda: (
-                self.service.users()
-                .messages()
-                .list(
-                    userId=self.user,
-                    q=f"rfc822msgid:{bare_message_id(message_id)}",
-                    includeSpamTrash=True,
-                    maxResults=MAX_HITS_INSPECTED,
-                )
+            lambda: self._messages_api.list(
+                userId=self.user,
+                q=f"rfc822msgid:{bare_message_id(message_id)}",
+                includeSpamTrash=True,
+                maxResults=MAX_HITS_INSPECTED,
             ),
             deadline,
         )
@@ -217,7 +241,7 @@ class GmailMailer:
         for item in (listing.get("messages") or [])[:MAX_HITS_INSPECTED]:
 
             def minimal(item: Any = item) -> Any:
-                return self.service.users().messages().get(userId=self.user, id=item["id"], format="minimal")
+                return self._messages_api.get(userId=self.user, id=item["id"], format="minimal")
 
             meta = self._read(minimal, deadline)
             hits.append(
@@ -230,10 +254,8 @@ class GmailMailer:
     def stored_message_id(self, gmail_id: str) -> str | None:
         """One try (it runs inside the send's lease); raises MailboxUnavailableError if it fails."""
         meta = self._read(
-            lambda: (
-                self.service.users()
-                .messages()
-                .get(userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"])
+            lambda: self._messages_api.get(
+                userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"]
             ),
             time.monotonic() + self._read_timeout_s,
             tries=1,
@@ -244,7 +266,7 @@ class GmailMailer:
     def profile(self) -> dict[str, Any]:
         """users.getProfile (1 unit): emailAddress, messagesTotal, threadsTotal, historyId."""
         profile: dict[str, Any] = self._read(
-            lambda: self.service.users().getProfile(userId=self.user), time.monotonic() + self._search_budget_s
+            lambda: self._users_api.getProfile(userId=self.user), time.monotonic() + self._search_budget_s
         )
         return profile
 
@@ -286,7 +308,7 @@ class GmailMailer:
                 }
                 if token:
                     params["pageToken"] = token
-                return self.service.users().history().list(**params)
+                return self._history_api.list(**params)
 
             response = self._read(request, deadline, not_found=expired)
             pages += 1
@@ -335,10 +357,8 @@ class GmailMailer:
 
         def fetch(gmail_id: str) -> tuple[str, str | None]:
             meta = self._read(
-                lambda: (
-                    self.service.users()
-                    .messages()
-                    .get(userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"])
+                lambda: self._messages_api.get(
+                    userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"]
                 ),
                 deadline,
                 not_found=lambda: None,
