@@ -1,1 +1,7 @@
-pytest_plugins = ["tests.emulator_fixtures", "tests.postgres_fixtures", "tests.scheduling", "tests.module_times"]
+pytest_plugins = [
+    "tests.emulator_fixtures",
+    "tests.postgres_fixtures",
+    "tests.scheduling",
+    "tests.module_times",
+    "tests.coverage_pause",
+]

@@ -12,6 +12,8 @@ import pytest
 from .cloudbuild_sim import Sim
 from .support import CLOUDBUILD_FILES, ROOT, infra_bin, parsed_yaml, run_tool
 
+pytestmark = pytest.mark.functions_out_of_process  # tests/coverage_pause.py
+
 # Cloud Build's built-in substitutions (cloud.google.com/build/docs/configuring-builds/substitute-variable-values).
 BUILT_INS = {
     "PROJECT_ID",

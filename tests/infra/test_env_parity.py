@@ -25,6 +25,8 @@ from .cloudbuild_sim import Sim, flags, inputs_digest, read_env_yaml
 from .support import FUNCTIONS, INFRA, MODULE, locals_of, reference, resources, top_level
 from .tfmodel import PROJECT_NUMBER, SQL_PRIVATE_IP, ModuleModel
 
+pytestmark = pytest.mark.functions_out_of_process  # tests/coverage_pause.py
+
 SPEC_MODULE = INFRA / "env_spec.py"
 
 # Terraform module variable -> Cloud Build substitution of cloudbuild-gcloud.yaml feeding the same fact.

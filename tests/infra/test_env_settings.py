@@ -17,6 +17,8 @@ import pytest
 from . import hcl_eval as H  # noqa: N812 - H reads like the HCL it evaluates
 from .support import ENVS, INFRA, MODULE, top_level
 
+pytestmark = pytest.mark.functions_out_of_process  # tests/coverage_pause.py
+
 # The settings dev and prod may choose differently (each also may leave it to the module's default).
 ENV_CHOICES = {
     "firestore_point_in_time_recovery",

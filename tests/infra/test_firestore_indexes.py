@@ -15,6 +15,8 @@ from .cloudbuild_sim import Sim
 from .support import FUNCTIONS, INFRA, MODULE, ROOT, resources, top_level
 from .tfmodel import ModuleModel
 
+pytestmark = pytest.mark.functions_out_of_process  # tests/coverage_pause.py
+
 STORE = FUNCTIONS / "safesend" / "adapters" / "firestore_store.py"
 # Firestore's REST operators (StructuredQuery.FieldFilter.Operator) that are equality for indexing.
 EQUALITY = {"EQUAL", "IN", "ARRAY_CONTAINS", "ARRAY_CONTAINS_ANY"}

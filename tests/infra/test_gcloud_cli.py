@@ -27,6 +27,8 @@ import pytest
 from .support import CLOUDBUILD_FILES, parsed_yaml
 from .test_env_parity import MAILBOXES, REVIEWERS, gcloud_run
 
+pytestmark = pytest.mark.functions_out_of_process  # tests/coverage_pause.py
+
 INSTALL_GCLOUD = """gcloud (the Google Cloud CLI) is not installed; the gate parses the gcloud pipeline with it.
 Debian/Ubuntu: https://cloud.google.com/sdk/docs/install#deb (apt-get install google-cloud-cli),
 or set SAFESEND_GCLOUD to its path."""

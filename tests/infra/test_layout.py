@@ -10,6 +10,8 @@ import pytest
 
 from .support import ENVS, INFRA, MODULE, parsed_hcl, top_level
 
+pytestmark = pytest.mark.functions_out_of_process  # tests/coverage_pause.py
+
 REQUIRED_INPUTS = {"project_id", "message_id_domain", "default_from"}
 NEEDED_OUTPUTS = {
     "send_url",

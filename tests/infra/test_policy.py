@@ -28,6 +28,8 @@ from .support import (
 )
 from .tfmodel import PROJECT_NUMBER, SQL_PRIVATE_IP, ModuleModel
 
+pytestmark = pytest.mark.functions_out_of_process  # tests/coverage_pause.py
+
 PRIMITIVE_ROLES = re.compile(r"roles/(owner|editor|viewer)\b")
 PUBLIC_MEMBERS = re.compile(r"\ballUsers\b|\ballAuthenticatedUsers\b")
 # Settings of local stacks and tests only (config.py / reviewer_auth.py): never in deployed configuration.

@@ -14,6 +14,8 @@ import pytest
 from .support import ENVS, INFRA, MODULE, top_level
 from .tfmodel import ModuleModel
 
+pytestmark = pytest.mark.functions_out_of_process  # tests/coverage_pause.py
+
 SECTION = "## PostgreSQL job store (Cloud SQL)"
 PREFIX = "safesend"  # the module's default name_prefix, what the README's commands use ($pfx)
 PROJECT = "P"  # the README's placeholder project

@@ -48,6 +48,8 @@ from .support import (
     top_level,
 )
 
+pytestmark = pytest.mark.functions_out_of_process  # tests/coverage_pause.py
+
 SCHEMA = INFRA / "schema"
 PROVIDERS = ("google", "google-beta", "archive", "time")
 WHEEL_CACHE = VENV_INFRA / "schema-wheels"

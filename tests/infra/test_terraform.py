@@ -19,6 +19,8 @@ import pytest
 from . import terraform_run as T  # noqa: N812 - T for Terraform
 from .support import INFRA, ROOT
 
+pytestmark = pytest.mark.functions_out_of_process  # tests/coverage_pause.py
+
 TEST_ARGS = {
     "dev": ("-var-file=terraform.tfvars.example",),
     "prod": ("-var-file=terraform.tfvars.example",),

@@ -31,7 +31,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright  # requir
 from devstack.stack import REPO_ROOT, LocalStack, StackConfig
 from tests.emulator_fixtures import SharedEmulators
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.functions_out_of_process]
 
 CHROMIUM = os.environ.get("SAFESEND_CHROMIUM", "/usr/bin/chromium")
 # As root, in a sandbox with no outside network: these keep Chromium from phoning home at every start.

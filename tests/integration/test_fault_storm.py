@@ -61,7 +61,7 @@ from devstack.poll_backoff import PollBackoff
 from devstack.receiver import RecordingReceiver
 from devstack.stack import LocalStack, StackConfig
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.functions_out_of_process]
 
 DEFAULT_SEED = 20240611
 SETTLED = {"sent", "review", "failed", "cancelled"}

@@ -19,7 +19,7 @@ from tests.integration.test_never_silent_stack import wait_verified_or_review
 from tests.integration.test_operations_stack import signal_lines
 from tests.integration.test_stack import Client
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.functions_out_of_process]
 WINDOW_S, HORIZON_S = 3.0, 20.0
 LAG_TEXT = "search index lagged"
 

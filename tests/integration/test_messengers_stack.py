@@ -28,7 +28,7 @@ from devstack.stack import LocalStack, StackConfig
 from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_stack import SETTLED, Client
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.functions_out_of_process]
 
 CALLBACK_HORIZON_S = 10
 VERIFY_HORIZON_S = 5

@@ -41,6 +41,7 @@ from tests.integration import n8n_support as ns
 _INSTALLED = subprocess.run(["bash", str(ns.INSTALL_SCRIPT), "--check"], capture_output=True).returncode == 0
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.functions_out_of_process,
     # The first run installs n8n inside the first test's setup (bounded by ns.INSTALL_TIMEOUT_S).
     pytest.mark.timeout(300 if _INSTALLED else ns.INSTALL_TIMEOUT_S + 300),
     pytest.mark.skipif(os.environ.get("SAFESEND_SKIP_N8N") == "1", reason="SAFESEND_SKIP_N8N=1"),

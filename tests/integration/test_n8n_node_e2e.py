@@ -38,6 +38,7 @@ from tests.integration.test_n8n_e2e import WRONG_KEY, emails_for, new_customer, 
 _INSTALLED = subprocess.run(["bash", str(ns.INSTALL_SCRIPT), "--check"], capture_output=True).returncode == 0
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.functions_out_of_process,
     pytest.mark.timeout(420 if _INSTALLED else ns.INSTALL_TIMEOUT_S + 420),
     pytest.mark.skipif(os.environ.get("SAFESEND_SKIP_N8N") == "1", reason="SAFESEND_SKIP_N8N=1"),
 ]

@@ -19,7 +19,7 @@ from devstack.stack import LocalStack, StackConfig
 from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_stack import SETTLED, Client, pull_review_item
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.functions_out_of_process]
 DOMAIN = "notifications.mail.example-shop.com"
 
 

@@ -14,7 +14,7 @@ from devstack.stack import LocalStack
 from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_stack import Client
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.functions_out_of_process]
 
 
 @pytest.fixture(scope="module")

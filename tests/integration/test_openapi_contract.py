@@ -53,7 +53,7 @@ from devstack.stack import LocalStack, StackConfig
 from tests.emulator_fixtures import SharedEmulators
 from tests.integration import openapi_hooks
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.functions_out_of_process]
 
 MAX_EXAMPLES = 50  # fuzzed cases per operation (explicit examples and coverage cases come on top)
 REQUEST_TIMEOUT_S = 30

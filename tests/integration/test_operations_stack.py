@@ -19,7 +19,7 @@ from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_never_silent_stack import wait_verified_or_review
 from tests.integration.test_stack import Client
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.functions_out_of_process]
 INTERVAL_S = 1.0
 CAPTURE_ENV = "SAFESEND_SIGNAL_CAPTURE"  # append the stack's signal lines here (tests/infra/fixtures)
 

@@ -17,7 +17,7 @@ import requests
 from devstack.stack import LocalStack, StackConfig
 from tests.emulator_fixtures import SharedEmulators
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.functions_out_of_process]
 UNITS_PER_MINUTE = 1200  # 12 sends a minute, reads included
 SHOP = "shop@safesend.localhost"
 MAILBOXES = {

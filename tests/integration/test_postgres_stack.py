@@ -20,7 +20,7 @@ from devstack.stack import LocalStack, StackConfig
 from tests.emulator_fixtures import SharedEmulators
 from tests.integration.test_stack import SETTLED, Client, job_id_of
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.functions_out_of_process]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from google.cloud import pubsub_v1
 from devstack.stack import LocalStack
 from tests.emulator_fixtures import SharedEmulators
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.functions_out_of_process]
 SETTLED = {"sent", "review", "failed", "cancelled"}
 
 

@@ -1,0 +1,50 @@
+"""Pause this process's coverage tracer while a module marked `functions_out_of_process` runs.
+
+Such a module runs the service in subprocesses (functions-framework under gunicorn, measured there
+through [tool.coverage.run] patch=subprocess), or none of it (the infra checks), and in this process
+only the harness: the simulators, relays, receivers, schemathesis, the webhook clients, the HCL
+parser. None of that is in coverage's `source`, so the tracer measures nothing here, yet on Python
+3.11 it still runs on every call of that code: the contract test's pytest process took 64 CPU-s with
+the tracer on and 40 with it paused (31 without coverage at all; 2026-12-02, the 2-core test
+machine), its functions' subprocesses measured the same either way. Tracing resumes after each
+marked test, pass or fail, so unmarked tests (which do run functions/ in this process) are measured
+as before. Without coverage running (`--fast`, a plain pytest run) this does nothing.
+
+A thread the harness starts while the tracer is paused stays untraced after it resumes (coverage
+traces a thread from its start): a marked module must not leave threads running functions/ code for
+later tests. The gate's coverage total (scripts/test.sh) would show it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+MARKER = "functions_out_of_process"
+
+
+def _running_coverage() -> object | None:
+    try:
+        import coverage
+    except ImportError:  # the runtime venv of a deployed function has no coverage
+        return None
+    return coverage.Coverage.current()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    cov = _running_coverage() if item.get_closest_marker(MARKER) else None
+    if cov is None:
+        return (yield)
+    cov.stop()  # type: ignore[attr-defined]
+    try:
+        return (yield)
+    finally:
+        with warnings.catch_warnings():
+            # A restart warns "already imported a file that will be measured" for every functions/
+            # module: true of any restart, and no sign of a module measured too late (it was measured
+            # from the process's start).
+            warnings.simplefilter("ignore")
+            cov.start()  # type: ignore[attr-defined]
