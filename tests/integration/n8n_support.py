@@ -417,34 +417,26 @@ class N8nServer:
         that the webhook is not registered: under load n8n 2.41 was seen to answer a GET as for a
         live POST webhook (start()'s readiness check) and the POST right after with this 404, which
         means no execution started, so the retry cannot run a workflow twice."""
-        request = urllib.request.Request(
-            f"{self.url}/webhook/{path}",
-            data=json.dumps(payload).encode(),
-            headers={"Content-Type": "application/json", **(headers or {})},
-            method="POST",
-        )
         deadline = time.monotonic() + UNREGISTERED_RETRY_S
         while True:
-            try:
-                with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                    body = response.read()
-                    status = response.status
-            except urllib.error.HTTPError as exc:
-                body, status = exc.read(), exc.code
-            unregistered = status == 404 and b"is not registered" in body
+            status, body, _ = self._request("POST", f"/webhook/{path}", payload, headers, timeout_s=timeout_s)
+            text = body if isinstance(body, str) else json.dumps(body)  # n8n's 404 is JSON: {"message": ...}
+            unregistered = status == 404 and "is not registered" in text
             if not unregistered or time.monotonic() > deadline:
-                break
+                return status, body
             time.sleep(0.5)
-        try:
-            return status, json.loads(body)
-        except json.JSONDecodeError:
-            return status, body.decode("utf-8", "replace")
 
     # ------------------------------------------------------------------ REST: the editor's calls
     def _request(
-        self, method: str, path: str, payload: Any = None, headers: Mapping[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        payload: Any = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = REST_TIMEOUT_S,
     ) -> tuple[int, Any, Any]:
-        """One call to n8n's REST (/rest/...) or public (/api/v1/...) API: status, JSON body, headers."""
+        """One call to n8n's REST (/rest/...), public (/api/v1/...) or webhook (/webhook/...) API:
+        status, body (parsed JSON, else text), headers."""
         request = urllib.request.Request(
             f"{self.url}{path}",
             data=None if payload is None else json.dumps(payload).encode(),
@@ -452,7 +444,7 @@ class N8nServer:
             method=method,
         )
         try:
-            with urllib.request.urlopen(request, timeout=REST_TIMEOUT_S) as response:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 body, status, got = response.read(), response.status, response.headers
         except urllib.error.HTTPError as exc:
             body, status, got = exc.read(), exc.code, exc.headers
