@@ -16,7 +16,8 @@
 #                                 does. Each run writes its time per test module (tests/module_times.py).
 #   bash scripts/test.sh --fast   the inner loop: scripts/lint.sh, then the unit and property tests
 #                                 (tests/unit) on $SAFESEND_TEST_WORKERS pytest-xdist workers
-#                                 (default 2; tests/scheduling.py); no emulator, no coverage
+#                                 (default 3; tests/scheduling.py); no emulator, no coverage, each
+#                                 property on a quarter of its examples (tests/props.py)
 #   bash scripts/test.sh ARGS...  just pytest with ARGS (e.g. tests/unit -x): no lint, no coverage
 #
 # pytest's other options come from pytest.ini.
@@ -38,7 +39,9 @@ rm -rf "$PYTHONPYCACHEPREFIX"
 # cores busy, 3 workers 786 s, load at most 14); 4 beside the mutation suite drove the load to 17
 # and timed stack tests failed (2026-12-01, before the CPU cuts); after them 4 passed in 789 s for
 # 1,521 CPU-s against 774 s for 1,348 on 3 (2026-12-02: both cores busy throughout, so more workers
-# only added contention). The unit tests (--fast) are pure CPU: 2, one per core.
+# only added contention). --fast's default is 3 as well: a few unit tests wait on nested runs (two
+# hang for 20 s on purpose), which left a core idle on 2 workers (tests/unit with a quarter of the
+# property examples, 2-core machine, 2026-12-02: 2 workers 100 s at 1.25 cores busy, 3 workers 80 s).
 WORKERS="${SAFESEND_TEST_WORKERS:-}"
 [[ -z "$WORKERS" || "$WORKERS" =~ ^[1-9][0-9]?$ ]] || { printf 'test.sh: SAFESEND_TEST_WORKERS must be 1-99\n' >&2; exit 2; }
 MUTATIONS=tests/infra/test_mutations.py
@@ -98,7 +101,10 @@ if (($# == 0)); then
     .venv/bin/python -m coverage run -m pytest "${workers[@]}" --ignore="$MUTATIONS" \
         --module-times="$TIMES/suite.json" || suite=$?
     took suite
-    .venv/bin/python -m coverage combine -q || suite=$((suite ? suite : 2)) # no data: nothing measured
+    # --append: .coverage was erased above, so any data in it now is this run's, combined by a stray
+    # report command some test ran with this environment (parallel = true makes `coverage json`
+    # combine and delete the data files saved so far); without it the combine below wrote over them.
+    .venv/bin/python -m coverage combine --append -q || suite=$((suite ? suite : 2)) # no data: nothing measured
     .venv/bin/python -m coverage report || suite=$((suite ? suite : 2)) # 2: under the floor
     took coverage
     mutations=0
@@ -119,9 +125,12 @@ if (($# == 0)); then
 fi
 if [[ "$1" == "--fast" ]]; then
     (($# == 1)) || { printf 'test.sh: --fast takes no other argument\n' >&2; exit 2; }
-    WORKERS="${WORKERS:-2}"
+    WORKERS="${WORKERS:-3}"
     bash scripts/bootstrap.sh --for fast
     bash scripts/lint.sh
+    # Every unit and property test, each property on a quarter of its examples (tests/props.py);
+    # the full gate runs them all on their full counts.
+    export SAFESEND_TEST_FAST=1
     exec .venv/bin/python -m pytest tests/unit -n "$WORKERS" --dist loadgroup --no-loadscope-reorder
 fi
 bash scripts/bootstrap.sh --for test

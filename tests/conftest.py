@@ -1,3 +1,5 @@
+from tests.props import load_profile
+
 pytest_plugins = [
     "tests.emulator_fixtures",
     "tests.postgres_fixtures",
@@ -5,3 +7,5 @@ pytest_plugins = [
     "tests.module_times",
     "tests.coverage_pause",
 ]
+
+load_profile()  # `test.sh --fast`: every property on a quarter of its examples (tests/props.py)

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safesend.core.backoff import backoff_delay
+from tests.props import examples
 
-PROPS = settings(max_examples=200, deadline=None)
+PROPS = settings(max_examples=examples(200), deadline=None)
 retry_numbers = st.integers(min_value=1, max_value=200)
 bases = st.floats(min_value=0.0, max_value=1000.0, allow_nan=False)
 caps = st.floats(min_value=0.0, max_value=10_000.0, allow_nan=False)

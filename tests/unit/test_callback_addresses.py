@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safesend.core.callbacks import CallbackPolicy, CallbackUrlError
+from tests.props import examples
 from tests.unit.conftest import CALLBACKS
 
 PRIVATE_V4 = ["127.0.0.1", "10.1.2.3", "169.254.169.254", "192.168.0.1", "172.16.0.1", "100.64.0.1", "0.0.0.0"]
@@ -53,14 +54,14 @@ def test_an_ipv6_form_carrying_a_private_or_metadata_ipv4_is_refused(form, v4):
     assert CALLBACKS.address_allowed(FORMS[form](v4)) is False
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(form=st.sampled_from(sorted(FORMS)), v4=st.integers(min_value=0, max_value=2**32 - 1))
 def test_every_address_of_the_embedding_ranges_is_refused_whatever_it_carries(form, v4):
     """Refused outright, so even a public IPv4 inside is never reached through a translator."""
     assert CALLBACKS.address_allowed(FORMS[form](str(ipaddress.IPv4Address(v4)))) is False
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(min_value=0, max_value=2**128 - 1))
 def test_no_allowed_ipv6_address_embeds_a_non_global_ipv4_in_a_known_form(value):
     ip = ipaddress.IPv6Address(value)
@@ -86,7 +87,7 @@ def test_a_callback_host_outside_letters_digits_dots_and_hyphens_is_refused(host
         CALLBACKS.check_url(f"https://{host}/webhook-waiting/1")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(alphabet=string.ascii_letters + string.digits + "-._~!$&'()*+;=", min_size=1, max_size=30))
 def test_only_letters_digits_dots_and_hyphens_can_pass_the_host_check(label):
     url = f"https://{label}.app.n8n.cloud/x"

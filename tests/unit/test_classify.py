@@ -24,8 +24,9 @@ from safesend.core.lifecycle import ReviewReason, Timing
 from safesend.core.model import Bucket
 from safesend.core.policy import ChannelPolicy
 from safesend.core.states import State
+from tests.props import examples
 
-PROPS = settings(max_examples=200, deadline=None)
+PROPS = settings(max_examples=examples(200), deadline=None)
 NOT, MAYBE = Bucket.NOT_ACCEPTED, Bucket.MAYBE_ACCEPTED
 RATE_LIMIT_REASONS = ["rateLimitExceeded", "userRateLimitExceeded", "quotaExceeded"]
 # Gmail's daily sending-limit refusal, as its guide and reported answers word it (sources in classify.py).

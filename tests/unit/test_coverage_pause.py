@@ -57,16 +57,22 @@ markers =
 """
 
 
+def scratch_env(tmp_path: Path) -> dict[str, str]:
+    """Without the gate's COVERAGE_* (its data file: a report run with them combines and deletes the
+    gate's data files so far) and PYTEST_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE_", "PYTEST_"))}
+    env.update(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
+    return env
+
+
 def run_scratch(tmp_path: Path, *prefix: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "lib.py").write_text(LIBRARY)
     (tmp_path / "test_scratch.py").write_text(SUITE)
     (tmp_path / "pytest.ini").write_text(INI)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE_", "PYTEST_"))}
-    env.update(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
     return subprocess.run(
         [sys.executable, "-m", *prefix, "pytest", "-p", "tests.coverage_pause", "-q", "-p", "no:cacheprovider"],
         cwd=tmp_path,
-        env=env,
+        env=scratch_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=120,
@@ -78,6 +84,7 @@ def executed_functions(tmp_path: Path) -> set[str]:
     subprocess.run(
         [sys.executable, "-m", "coverage", "json", "-q", "-o", "cov.json"],
         cwd=tmp_path,
+        env=scratch_env(tmp_path),
         check=True,
         timeout=60,
         capture_output=True,

@@ -29,6 +29,7 @@ from safesend.adapters.firestore_values import (
     format_timestamp,
     parse_timestamp,
 )
+from tests.props import examples
 
 utc_times = st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31), timezones=st.just(UTC))
 scalars = (
@@ -72,7 +73,7 @@ def same_instants(ours: Any, theirs: Any) -> bool:
     return bool(ours == theirs)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(values)
 def test_our_encoding_is_the_client_librarys_and_both_decode_to_the_value(value: Any) -> None:
     ours = encode_value(value)

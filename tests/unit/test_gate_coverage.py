@@ -76,6 +76,11 @@ def test_second(tmp_path):
     assert ready.exists()
     server.send_signal(signal.SIGTERM)
     assert server.wait(timeout=30) == -signal.SIGTERM
+    # A stray report run with the gate's environment (a test that forgot to clear COVERAGE_*): with
+    # parallel = true it combines the data files saved so far, the server's, into COVERAGE_FILE and
+    # deletes them. The gate's own combine must add to that file, not write over it.
+    stray = [sys.executable, "-m", "coverage", "json", "-q", "-o", str(tmp_path / "stray.json")]
+    subprocess.run(stray, cwd=elsewhere, check=True, timeout=60, capture_output=True)
 """
 
 

@@ -26,7 +26,8 @@ ALL_PARTS = ["venv", "tasks", "infra", "tfplugin", "emulators", "chromium", "pos
 RECORDER = (
     '#!/usr/bin/env bash\nprintf "%s %s\\n" "{name}" "$*" >> "{log}"\n'
     'printf "%s %s\\n" "$(nice)" "$*" >> "{log}.nice"\n'
-    'printf "%s %s %s\\n" "${{PYTHONDONTWRITEBYTECODE-unset}}" "${{PYTHONPYCACHEPREFIX-unset}}" "$*" >> "{log}.env"\n'
+    'printf "%s %s %s %s\\n" "${{PYTHONDONTWRITEBYTECODE-unset}}" "${{PYTHONPYCACHEPREFIX-unset}}" '
+    '"${{SAFESEND_TEST_FAST-unset}}" "$*" >> "{log}.env"\n'
     # STUB_WAITS_FOR: a file to wait for (10 s at most) before answering, to order a call after another.
     'for _ in {{1..100}}; do [[ -z "${{STUB_WAITS_FOR:-}}" || -e "$STUB_WAITS_FOR" ]] && break; sleep 0.1; done\n'
     'if [[ -n "${{STUB_FAILS_ON:-}}" && "$*" == *"$STUB_FAILS_ON"* ]]; then exit 1; fi\n'
@@ -117,7 +118,7 @@ SUITE_WITH_COVERAGE = [
     "python -m coverage erase",
     "python -m coverage run -m pytest -n 3 --dist loadgroup --no-loadscope-reorder"
     " --ignore=tests/infra/test_mutations.py --module-times={root}/.local/test-times/suite.json",
-    "python -m coverage combine -q",
+    "python -m coverage combine --append -q",
     "python -m coverage report",
 ]
 
@@ -261,8 +262,21 @@ def test_fast_is_lint_then_the_unit_and_property_tests_without_emulators(tmp_pat
     assert calls == [
         "bootstrap --for fast",
         "lint ",
-        "python -m pytest tests/unit -n 2 --dist loadgroup --no-loadscope-reorder",
+        "python -m pytest tests/unit -n 3 --dist loadgroup --no-loadscope-reorder",
     ]
+
+
+@pytest.mark.parametrize("args", [(), ("--fast",), ("tests/unit",)])
+def test_only_fast_draws_fewer_property_examples(tmp_path, args):
+    """--fast runs each property on a quarter of its examples (tests/props.py); the gate, and a
+    plain pytest run, on all of them."""
+    run_script(tmp_path, "test.sh", *args, env={"SAFESEND_TEST_FAST": "0"})
+    pytest_runs = [
+        line.split(" ", 3)
+        for line in (tmp_path / "calls.log.env").read_text().splitlines()
+        if " -m pytest " in f" {line.split(' ', 3)[3]} " and "--collect-only" not in line
+    ]
+    assert pytest_runs and {run[2] for run in pytest_runs} == {"1" if args == ("--fast",) else "0"}, pytest_runs
 
 
 def test_fasts_workers_can_be_set_and_nonsense_is_refused(tmp_path):

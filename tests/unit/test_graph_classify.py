@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 from safesend.core.classify import RefusalKind, refusal_kind
 from safesend.core.graph_classify import classify_graph, graph_error_code, retry_after_seconds
 from safesend.core.model import Bucket
+from tests.props import examples
 
-PROPS = settings(max_examples=200, deadline=None)
+PROPS = settings(max_examples=examples(200), deadline=None)
 NOT, MAYBE = Bucket.NOT_ACCEPTED, Bucket.MAYBE_ACCEPTED
 
 # (status, Graph error code) -> (bucket, retryable), as documented in graph_classify.py.

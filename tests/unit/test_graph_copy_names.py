@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safesend.adapters.graph_mailer import first_copy_id, named_copies
+from tests.props import examples
 
-PROPS = settings(max_examples=300, deadline=None)
+PROPS = settings(max_examples=examples(300), deadline=None)
 MID = "<job-1@mail.example.com>"
 
 

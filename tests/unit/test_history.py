@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
 from safesend.core.states import State
+from tests.props import examples
 from tests.unit.conftest import make_world
 
 TIMEOUT = classify_transport(TransportErrorKind.TIMEOUT, "read timed out")
@@ -115,7 +116,7 @@ def test_the_checkpoint_costs_no_gmail_call_per_send_and_predates_the_attempt():
     assert world.mailer.profile_reads == 2
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     script=st.lists(
         st.sampled_from(

@@ -16,9 +16,10 @@ from safesend.core.keys import (
     job_id_for,
     message_id_for,
 )
+from tests.props import examples
 
 DOMAIN = "mail.example.com"
-PROPS = settings(max_examples=200, deadline=None)
+PROPS = settings(max_examples=examples(200), deadline=None)
 # Any text a JSON body can carry as UTF-8 (no lone surrogates).
 keys = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
 

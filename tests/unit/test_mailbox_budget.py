@@ -15,6 +15,7 @@ from safesend.core import mailbox_budget
 from safesend.core.mailbox_budget import Budget, Refusal, Reservation
 from safesend.core.mailboxes import PRESETS, Mailbox, MailboxLimits
 from tests.ledger_properties import START, TIGHT, Call, assert_within_budget, calls, run_interleaved
+from tests.props import examples
 
 WORKSPACE = Mailbox("shop", "shop@example.com", token_secret="t", limits=PRESETS["workspace"])
 
@@ -139,7 +140,7 @@ def test_a_damaged_budget_is_an_error_never_an_empty_one():
             raise AssertionError(f"accepted {text!r}")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=calls, threads=st.integers(1, 8))
 def test_no_interleaving_of_reservations_exceeds_the_budget_in_memory(script: list[Call], threads: int):
     admitted = run_interleaved(InMemoryMailboxLedger(), TIGHT, script, threads)

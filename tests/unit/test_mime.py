@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from safesend.core.keys import job_id_for, message_id_for
 from safesend.core.mime import OutgoingMessage, build_mime, encode_raw
+from tests.props import examples
 
-PROPS = settings(max_examples=200, deadline=None)
+PROPS = settings(max_examples=examples(200), deadline=None)
 DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
 KEY = "cust-1:order_paid:42"
 JOB_ID = job_id_for(KEY)

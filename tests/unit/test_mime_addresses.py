@@ -17,6 +17,7 @@ from safesend.core.errors import RequestValidationError
 from safesend.core.keys import job_id_for, message_id_for
 from safesend.core.mime import OutgoingMessage, build_mime
 from safesend.core.validation import parse_send_request
+from tests.props import examples
 
 DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
 KEY = "cust-1:order_paid:42"
@@ -41,7 +42,7 @@ def address_header_lines(raw: bytes) -> list[list[bytes]]:
     return [h for h in headers if h]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(display=st.lists(names, min_size=1, max_size=8))
 def test_address_headers_use_short_encoded_words_and_fold_at_78(display):
     mailboxes = [f'"{name}" <user{i}@example.com>' for i, name in enumerate(display)]

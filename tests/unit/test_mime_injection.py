@@ -18,6 +18,7 @@ from safesend.core.errors import RequestValidationError
 from safesend.core.keys import job_id_for, message_id_for
 from safesend.core.mime import OutgoingMessage, build_mime
 from safesend.core.validation import parse_send_request
+from tests.props import examples
 
 EXPECTED_HEADERS = {
     "from",
@@ -43,7 +44,7 @@ printable = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Zl
 field = st.one_of(printable, printable, hostile)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(subject=field, display=field, text=field, key_suffix=st.from_regex(r"[!-~]{0,20}", fullmatch=True))
 def test_hostile_fields_are_refused_or_contained(subject, display, text, key_suffix):
     body = {
@@ -168,7 +169,7 @@ hostile_payloads = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     charset=st.sampled_from(["utf-8", "UTF-8", "us-ascii", "iso-8859-1"]),
     encoding=st.sampled_from(["q", "Q", "b", "B"]),
@@ -265,7 +266,7 @@ last_names = st.sampled_from(
 display_names = st.lists(st.one_of(first_names, last_names), min_size=0, max_size=6).map(" ".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(names=st.lists(display_names, min_size=1, max_size=15), field=st.sampled_from(sorted(HEADER_OF)))
 def test_every_accepted_mailbox_reaches_the_wire_exactly(names, field):
     """Validation may refuse; what it accepts builds, with every mailbox and nothing else."""

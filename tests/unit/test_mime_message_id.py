@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from safesend.core.keys import is_valid_hostname, job_id_for, message_id_for
 from safesend.core.mime import OutgoingMessage, build_mime
+from tests.props import examples
 
-PROPS = settings(max_examples=300, deadline=None)
+PROPS = settings(max_examples=examples(300), deadline=None)
 DATE = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
 KEY = "cust-1:order_paid:42"
 MAX_LABEL = 63

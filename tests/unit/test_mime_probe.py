@@ -11,6 +11,7 @@ from hypothesis import given, settings
 
 from safesend.core import mime
 from safesend.core.keys import is_valid_message_id
+from tests.props import examples
 from tests.unit.test_mime_message_id import assert_single_unfolded_message_id, hostnames
 
 
@@ -41,7 +42,7 @@ def test_probe_is_deterministic_and_works_without_a_sender():
     assert parse(mime.probe_mime("mail.example.com"))["From"].addresses[0].domain == "mail.example.com"
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(domain=hostnames())
 def test_probe_passes_for_every_valid_domain(domain):
     raw = mime.probe_mime(domain, "shop@example.com")

@@ -17,6 +17,7 @@ from safesend.core.mailbox_budget import Budget, MailboxSnapshot, Reservation
 from safesend.core.mailboxes import PRESETS, Mailbox, MailboxLimits
 from safesend.core.pacing import bind, choose_mailbox, may_move, retry_after_s
 from tests.ledger_properties import START
+from tests.props import examples
 
 DAY = 24 * 3600 + 600  # the day window plus one 10-minute bucket
 WORKSPACE = Mailbox("shop", "shop@example.com", token_secret="t", limits=PRESETS["workspace"])
@@ -118,7 +119,7 @@ def test_retry_after_of_an_exhausted_mailbox_is_its_exhaustion_end():
     assert retry_after_s(snapshot, ahead=0, now=at(0)) == 3600
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(
     mailboxes=st.integers(2, 5),
     jobs=st.integers(300, 900),

@@ -21,8 +21,9 @@ from safesend.core.policy import ChannelPolicy, OnUnknown
 from safesend.core.review import gmail_search_link, review_attributes, review_item
 from safesend.core.states import State
 from safesend.core.validation import parse_send_request
+from tests.props import examples
 
-PROPS = settings(max_examples=200, deadline=None)
+PROPS = settings(max_examples=examples(200), deadline=None)
 T0 = datetime(2024, 5, 6, 12, 0, tzinfo=UTC)
 TIMING = Timing(lease_s=120, index_lag_s=90, unknown_window_s=300, recheck_s=60, publish_lease_s=60)
 DOMAIN = "mail.example.com"

@@ -23,6 +23,7 @@ from safesend.core.states import State
 from safesend.entrypoints.views import http_status_for, retry_after_s
 from safesend.usecases.senders import SenderMailboxes
 from tests.fakes import FakeMailbox, FakeMailer
+from tests.props import examples
 from tests.unit.conftest import TIMING, World, make_world
 from tests.unit.test_signals import events, lines  # noqa: F401 - the fixture
 
@@ -273,7 +274,7 @@ def test_status_tells_a_queued_job_its_place_at_its_mailbox():
     assert pool.service.queue_place(pool.world.store.get(jobs[0].id)) is None
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs=st.integers(2, 14), threads=st.integers(2, 6), per_minute=st.sampled_from([200, 300, 500]))
 def test_no_interleaving_of_concurrent_sends_exceeds_a_mailbox_budget(jobs: int, threads: int, per_minute: int):
     """Property (issue 24): however concurrent requests interleave, the sends Gmail sees from one

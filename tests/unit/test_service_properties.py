@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
 from safesend.core.states import State
+from tests.props import examples
 from tests.unit.conftest import make_world
 
 ACCEPT = "accept"
@@ -32,7 +33,7 @@ outcomes = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     script=st.lists(outcomes, min_size=1, max_size=6),
     channel=st.sampled_from(["receipts", "payments"]),
@@ -69,7 +70,7 @@ def test_every_outcome_script_settles_with_an_honest_mailbox(script, channel, du
         assert "attempt_started" not in kinds[kinds.index("outcome_unknown") :]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     script=st.lists(outcomes, min_size=1, max_size=6),
     duplicates=st.integers(min_value=0, max_value=2),

@@ -11,6 +11,7 @@ from safesend.adapters.graph_mailer import first_copy_id, named_copies
 from safesend.core.classify import TransportErrorKind, classify_transport
 from safesend.core.graph_classify import classify_graph
 from safesend.core.states import State
+from tests.props import examples
 from tests.unit.conftest import make_world
 
 ACCEPT = "accept"
@@ -35,7 +36,7 @@ def names_of_all_copies(world, message_id: str) -> list[str]:
     return sorted(h.gmail_id for h in named_copies(items))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     script=st.lists(outcomes, min_size=1, max_size=6),
     channel=st.sampled_from(["receipts", "payments"]),
@@ -65,7 +66,7 @@ def test_every_graph_outcome_script_settles_with_an_honest_mailbox(script, chann
     assert final.attempts - script.count(THROTTLED) <= 3
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(script=st.lists(outcomes, min_size=1, max_size=6), duplicates=st.integers(min_value=0, max_value=2))
 def test_past_the_window_every_graph_duplicate_reaches_a_human(script, duplicates):
     world = make_world(script=list(script), index_lag_s=400, provider="graph")

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devstack.task_pacing import DispatchPacer, QueueRateLimits, derived_burst_size
+from tests.props import examples
 
 
 @pytest.mark.parametrize(
@@ -56,7 +57,7 @@ def test_the_concurrency_limit_holds_dispatches_until_one_is_released():
     assert pacer.try_acquire() == 0.0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     rate=st.sampled_from([1.0, 2.0, 5.0, 12.5, 100.0]),
     steps=st.lists(st.floats(0.0, 2.0, allow_nan=False), min_size=1, max_size=80),

@@ -18,8 +18,9 @@ from safesend.core.validation import (
     parse_send_request,
     payload_hash,
 )
+from tests.props import examples
 
-PROPS = settings(max_examples=200, deadline=None)
+PROPS = settings(max_examples=examples(200), deadline=None)
 DEFAULT_FROM = "Shop <shop@example.com>"
 _DROP = object()  # body(field=_DROP) leaves the field out
 

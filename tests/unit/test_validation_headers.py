@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from safesend.core.errors import RequestValidationError
 from safesend.core.validation import parse_send_request
+from tests.props import examples
 
 DEFAULT_FROM = "Shop <shop@example.com>"
 ADDRESS_FIELDS = ["to", "cc", "bcc", "reply_to", "from"]
@@ -96,7 +97,7 @@ def test_near_forms_that_cannot_start_an_encoded_word_are_accepted(subject):
     assert accepted(body(subject=subject)).message.subject == subject
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(before=st.text(max_size=20), after=st.text(max_size=20))
 def test_any_subject_containing_equals_question_mark_is_refused(before, after):
     with pytest.raises(RequestValidationError) as info:

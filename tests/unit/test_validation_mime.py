@@ -14,8 +14,9 @@ from safesend.core.errors import RequestValidationError
 from safesend.core.keys import job_id_for, message_id_for
 from safesend.core.mime import build_mime
 from safesend.core.validation import message_from_payload, parse_send_request
+from tests.props import examples
 
-PROPS = settings(max_examples=200, deadline=None)
+PROPS = settings(max_examples=examples(200), deadline=None)
 CREATED_AT = datetime(2026, 11, 29, 10, 11, 12, 345678, tzinfo=UTC)
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 names = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=40)
