@@ -20,25 +20,18 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 
+import coverage
 import pytest
 
 MARKER = "functions_out_of_process"
 
 
-def _running_coverage() -> object | None:
-    try:
-        import coverage
-    except ImportError:  # the runtime venv of a deployed function has no coverage
-        return None
-    return coverage.Coverage.current()
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    cov = _running_coverage() if item.get_closest_marker(MARKER) else None
+    cov = coverage.Coverage.current() if item.get_closest_marker(MARKER) else None
     if cov is None:
         return (yield)
-    cov.stop()  # type: ignore[attr-defined]
+    cov.stop()
     try:
         return (yield)
     finally:
@@ -47,4 +40,4 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             # module: true of any restart, and no sign of a module measured too late (it was measured
             # from the process's start).
             warnings.simplefilter("ignore")
-            cov.start()  # type: ignore[attr-defined]
+            cov.start()

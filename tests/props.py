@@ -31,6 +31,6 @@ def examples(full: int) -> int:
 
 def load_profile() -> None:
     """The tests that keep hypothesis' default count get the same share in the inner loop."""
-    settings.register_profile("fast", max_examples=examples(HYPOTHESIS_DEFAULT))
     if fast():
+        settings.register_profile("fast", max_examples=examples(HYPOTHESIS_DEFAULT))
         settings.load_profile("fast")

@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import Credentials
@@ -65,6 +65,14 @@ _HISTORY_ID = re.compile(r"[0-9]{1,20}")
 _OAUTH_ERROR_CODE = re.compile(r"[a-z_]{1,40}")  # RFC 6749 error codes: safe to log, unlike the body
 
 
+class _Resources(NamedTuple):
+    """The Gmail API resources the adapter calls, built once per mailer (see GmailMailer.service)."""
+
+    users: Any
+    messages: Any
+    history: Any
+
+
 class GmailMailer:
     """Gmail for one mailbox (`user`, "me" or the delegated address). Service built lazily, once."""
 
@@ -84,9 +92,7 @@ class GmailMailer:
         self._read_timeout_s = read_timeout_s
         self._sleep = sleep
         self._service: Any = None
-        self._users: Any = None
-        self._messages: Any = None
-        self._history: Any = None
+        self._resources: _Resources | None = None
         self._service_lock = threading.Lock()
         self._message_ids: OrderedDict[str, str] = OrderedDict()  # gmail id -> stored Message-ID (LRU)
         self._message_ids_lock = threading.Lock()
@@ -151,27 +157,16 @@ class GmailMailer:
                 # 0.08 ms reused): built once here. A Resource only makes HttpRequests; it holds no
                 # per-request state, so threads share it as they share the service.
                 users = service.users()
-                self._users, self._messages, self._history = users, users.messages(), users.history()
+                self._resources = _Resources(users, users.messages(), users.history())
                 self._service = service
             return self._service
 
     @property
-    def _messages_api(self) -> Any:
-        """users().messages(), built once with the service."""
+    def _api(self) -> _Resources:
+        """users(), users().messages() and users().history(), built once with the service."""
         _ = self.service
-        return self._messages
-
-    @property
-    def _users_api(self) -> Any:
-        """users(), built once with the service."""
-        _ = self.service
-        return self._users
-
-    @property
-    def _history_api(self) -> Any:
-        """users().history(), built once with the service."""
-        _ = self.service
-        return self._history
+        assert self._resources is not None  # noqa: S101 - set with the service, under its lock
+        return self._resources
 
     def warm(self) -> None:
         """Build the discovery client now, from the bundled static document: the start-up's
@@ -194,7 +189,7 @@ class GmailMailer:
         refresh_failure = self._refresh_credentials_if_needed(transport)
         if refresh_failure is not None:
             return refresh_failure
-        request = self._messages_api.send(userId=self.user, body={"raw": encode_raw(raw)})
+        request = self._api.messages.send(userId=self.user, body={"raw": encode_raw(raw)})
         try:
             response = request.execute(http=self._http(transport), num_retries=0)
         except HttpError as exc:
@@ -229,7 +224,7 @@ class GmailMailer:
         """Raises MailboxUnavailableError if any read fails or the search outlives read_deadline_s."""
         deadline = time.monotonic() + self._search_budget_s
         listing = self._read(
-            lambda: self._messages_api.list(
+            lambda: self._api.messages.list(
                 userId=self.user,
                 q=f"rfc822msgid:{bare_message_id(message_id)}",
                 includeSpamTrash=True,
@@ -241,7 +236,7 @@ class GmailMailer:
         for item in (listing.get("messages") or [])[:MAX_HITS_INSPECTED]:
 
             def minimal(item: Any = item) -> Any:
-                return self._messages_api.get(userId=self.user, id=item["id"], format="minimal")
+                return self._api.messages.get(userId=self.user, id=item["id"], format="minimal")
 
             meta = self._read(minimal, deadline)
             hits.append(
@@ -254,7 +249,7 @@ class GmailMailer:
     def stored_message_id(self, gmail_id: str) -> str | None:
         """One try (it runs inside the send's lease); raises MailboxUnavailableError if it fails."""
         meta = self._read(
-            lambda: self._messages_api.get(
+            lambda: self._api.messages.get(
                 userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"]
             ),
             time.monotonic() + self._read_timeout_s,
@@ -266,7 +261,7 @@ class GmailMailer:
     def profile(self) -> dict[str, Any]:
         """users.getProfile (1 unit): emailAddress, messagesTotal, threadsTotal, historyId."""
         profile: dict[str, Any] = self._read(
-            lambda: self._users_api.getProfile(userId=self.user), time.monotonic() + self._search_budget_s
+            lambda: self._api.users.getProfile(userId=self.user), time.monotonic() + self._search_budget_s
         )
         return profile
 
@@ -308,7 +303,7 @@ class GmailMailer:
                 }
                 if token:
                     params["pageToken"] = token
-                return self._history_api.list(**params)
+                return self._api.history.list(**params)
 
             response = self._read(request, deadline, not_found=expired)
             pages += 1
@@ -357,7 +352,7 @@ class GmailMailer:
 
         def fetch(gmail_id: str) -> tuple[str, str | None]:
             meta = self._read(
-                lambda: self._messages_api.get(
+                lambda: self._api.messages.get(
                     userId=self.user, id=gmail_id, format="metadata", metadataHeaders=["Message-ID"]
                 ),
                 deadline,
