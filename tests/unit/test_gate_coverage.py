@@ -114,7 +114,9 @@ def scratch_gate(tmp_path: Path) -> Path:
     (tree / "pytest.ini").write_text(
         "[pytest]\ntestpaths = tests\naddopts = -p no:cacheprovider\npythonpath = functions\n"
     )
-    (tree / "conftest.py").write_text('pytest_plugins = ["tests.scheduling", "tests.module_times"]\n')
+    (tree / "conftest.py").write_text(
+        'pytest_plugins = ["tests.scheduling", "tests.module_times", "tests.mutation_baseline"]\n'
+    )
     (tree / "functions").mkdir()
     (tree / "functions" / "served.py").write_text(SERVED)
     (tree / "tests" / "infra").mkdir(parents=True)
