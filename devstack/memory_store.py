@@ -25,10 +25,10 @@ from safesend.core.model import Job, as_utc
 from safesend.core.ports import Cursor
 from safesend.core.states import State
 
-
 # Values kept as they are, without a call: most of a document. Every store call copies whole
 # documents (a job's events included), and as one call per value _stored was ~780k calls in one
-# 300-example service property, each also a call event for coverage's tracer in the gate.
+# 300-example service property, each also a call event for coverage's tracer in the gate (the
+# service properties under coverage 33.9 -> 26.5 CPU-s, 2026-12-02, 2-core machine).
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
