@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import struct
 import threading
 import time
 import zlib
@@ -23,14 +24,24 @@ MAX_BODY_BYTES = 1 << 20
 BOMB_INFLATED_BYTES = 512 << 20  # issue 18.7: what a hostile callback host answered with
 
 
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # deflate, no name, no mtime, best compression
+MIB = 1 << 20
+
+
 @functools.lru_cache(maxsize=2)
 def gzip_bomb(inflated_bytes: int = BOMB_INFLATED_BYTES) -> bytes:
-    """A gzip body of ~inflated_bytes/1000 that inflates to `inflated_bytes` zeros (built in 1 MiB
-    steps: the bomb itself is never held inflated)."""
-    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    chunk = bytes(1 << 20)
-    parts = [packer.compress(chunk) for _ in range(inflated_bytes >> 20)]
-    return b"".join(parts) + packer.compress(bytes(inflated_bytes & ((1 << 20) - 1))) + packer.flush()
+    """A gzip body of ~inflated_bytes/1000 that inflates to `inflated_bytes` zeros (the bomb itself
+    is never held inflated). After a full flush deflate refers to nothing before it, so every MiB of
+    zeros compresses to the same block: one is compressed and repeated, and only the CRC is computed
+    over every MiB (512 MiB: 2.6 CPU-s when all of it was compressed, 0.3 now; 2026-12-02, 2-core
+    machine)."""
+    whole, rest = divmod(inflated_bytes, MIB)
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)  # raw deflate: the gzip frame is ours
+    block = packer.compress(bytes(MIB)) + packer.flush(zlib.Z_FULL_FLUSH) if whole else b""
+    last = packer.compress(bytes(rest)) + packer.flush()
+    crc = functools.reduce(lambda value, _: zlib.crc32(bytes(MIB), value), range(whole), 0)
+    trailer = struct.pack("<II", zlib.crc32(bytes(rest), crc), inflated_bytes & 0xFFFFFFFF)
+    return GZIP_HEADER + block * whole + last + trailer
 
 
 MAX_DELAY_S = 30.0
