@@ -80,16 +80,25 @@ if (($# == 0)); then
         .venv/bin/python -m pytest --collect-only -q -p no:cov -p no:randomly --ignore="$MUTATIONS" $part >/dev/null 2>&1 &
         warm+=($!)
     done
-    trap 'kill "${warm[@]}" 2>/dev/null || true; [[ -z "$n8n_pid" ]] || stop_n8n_install' EXIT
+    # The tests the mutation suite's baseline runs in its scratch copy, listed once on the checkout:
+    # the suite below leaves them to it instead of running them twice (tests/mutation_baseline.py;
+    # ~125 CPU-s). Collected beside lint; a failure to list them fails the gate before any test.
+    mkdir -p "$TIMES"
+    baseline_ids="$TIMES/mutation-baseline-ids.txt"
+    rm -f "$baseline_ids"
+    .venv/bin/python -m tests.mutation_baseline "$baseline_ids" &
+    ids_pid=$!
+    trap 'kill "${warm[@]}" "$ids_pid" 2>/dev/null || true; [[ -z "$n8n_pid" ]] || stop_n8n_install' EXIT
     bash scripts/lint.sh
     wait "${warm[@]}" || true
+    wait "$ids_pid" || { printf 'test.sh: could not list the mutation baseline'"'"'s tests (above)\n' >&2; exit 1; }
     took lint
-    mkdir -p "$TIMES"
     mutations_log="$(mktemp "${TMPDIR:-/tmp}/safesend-mutations.XXXXXX")"
     # Niced: the mutation suite is pure CPU and times nothing, while the stack tests on the workers
     # wait on servers whose answers are timed; it takes the CPU they leave (a fresh-clone run at
     # load 22 starved the storm's respawning gunicorn workers past their 20 s bound).
-    nice -n 10 .venv/bin/python -m pytest -p no:cov "$MUTATIONS" --module-times="$TIMES/mutations.json" >"$mutations_log" 2>&1 &
+    nice -n 10 .venv/bin/python -m pytest -p no:cov "$MUTATIONS" --module-times="$TIMES/mutations.json" \
+        --mutation-baseline-ids="$baseline_ids" >"$mutations_log" 2>&1 &
     mutations_pid=$!
     # stopped if the gate is cut short
     trap 'kill "$mutations_pid" 2>/dev/null || true; [[ -z "$n8n_pid" ]] || stop_n8n_install' EXIT
@@ -99,7 +108,7 @@ if (($# == 0)); then
     workers=() # the suite on $WORKERS pytest-xdist workers (tests/scheduling.py); 1: serially, no xdist
     ((WORKERS > 1)) && workers=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
     .venv/bin/python -m coverage run -m pytest "${workers[@]}" --ignore="$MUTATIONS" \
-        --module-times="$TIMES/suite.json" || suite=$?
+        --module-times="$TIMES/suite.json" --mutation-baseline-ids="$baseline_ids" || suite=$?
     took suite
     # --append: .coverage was erased above, so any data in it now is this run's, combined by a stray
     # report command some test ran with this environment (parallel = true makes `coverage json`

@@ -6,6 +6,7 @@ pytest_plugins = [
     "tests.scheduling",
     "tests.module_times",
     "tests.coverage_pause",
+    "tests.mutation_baseline",
 ]
 
 load_profile()  # `test.sh --fast`: every property on a quarter of its examples (tests/props.py)

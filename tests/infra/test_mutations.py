@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import mutation_baseline
+
 from .mutation_stop import NEEDLES
 from .shared_bytecode import share_bytecode
 from .support import PARSE_CACHE, ROOT, SNAPSHOT_CACHE
@@ -1136,18 +1138,24 @@ def uncaught(mutation: Mutation, failed: set[str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory) -> dict[str, tuple[set[str], str]]:
+def baseline_ids(request) -> list[str] | None:
+    """The gate's list of the baseline's tests (tests/mutation_baseline.py), which its main suite
+    leaves to this run; None when run alone: the baseline selects them itself, with -k."""
+    path = request.config.getoption(mutation_baseline.OPTION)
+    return mutation_baseline.read_ids(path) if path else None
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory, baseline_ids) -> dict[str, tuple[set[str], str]]:
     base = tmp_path_factory.mktemp("mutations")
     template = make_copy(base / "baseline")
     every_test = tuple(sorted({t for m in MUTATIONS for t in m.tests}))
     compile_template(template, every_test)
     jobs = {
-        "baseline": (
-            template,
-            every_test,
-            tuple(n for m in MUTATIONS for n in m.fails),
-            False,  # every check runs and must pass
-        )
+        # every check runs and must pass: the gate's listed ids exactly (no -k), or the needles' tests
+        "baseline": (template, tuple(baseline_ids), (), False)
+        if baseline_ids
+        else (template, every_test, tuple(n for m in MUTATIONS for n in m.fails), False)
     }
     broken = {}
     for mutation in MUTATIONS:
@@ -1167,9 +1175,20 @@ def outcomes(tmp_path_factory) -> dict[str, tuple[set[str], str]]:
 
 # The first test pays for the module fixture: ~92 pytest runs in scratch copies (91 mutations + the baseline), 4 at a time.
 @pytest.mark.timeout(1800)
-def test_the_unmutated_copy_passes_every_check_the_mutations_use(outcomes):
+def test_the_unmutated_copy_passes_every_check_the_mutations_use(outcomes, baseline_ids):
     failed, output = outcomes["baseline"]
     assert not failed and " passed" in output, output
+    if baseline_ids:  # the gate's main suite did not run these: each one must have passed here
+        assert baseline_verdict(output) == f"{len(baseline_ids)} passed", output
+
+
+def baseline_verdict(output: str) -> str:
+    """The counts of pytest's last summary line, without its time ("300 passed", "1 failed, 2 passed")."""
+    found = SUMMARY.findall(output)
+    return found[-1] if found else ""
+
+
+SUMMARY = re.compile(r"^=* ?(\d+ \w+(?:, \d+ \w+)*) in [\d.]+s", re.M)
 
 
 @pytest.mark.timeout(1800)

@@ -111,13 +111,15 @@ def bootstrap_parts(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[s
 
 
 # ------------------------------------------------------------------ scripts/test.sh
+BASELINE_IDS = "--mutation-baseline-ids={root}/.local/test-times/mutation-baseline-ids.txt"
 MUTATIONS_ALONE = (
-    "python -m pytest -p no:cov tests/infra/test_mutations.py --module-times={root}/.local/test-times/mutations.json"
+    "python -m pytest -p no:cov tests/infra/test_mutations.py --module-times={root}/.local/test-times/mutations.json "
+    + BASELINE_IDS
 )
 SUITE_WITH_COVERAGE = [
     "python -m coverage erase",
     "python -m coverage run -m pytest -n 3 --dist loadgroup --no-loadscope-reorder"
-    " --ignore=tests/infra/test_mutations.py --module-times={root}/.local/test-times/suite.json",
+    " --ignore=tests/infra/test_mutations.py --module-times={root}/.local/test-times/suite.json " + BASELINE_IDS,
     "python -m coverage combine --append -q",
     "python -m coverage report",
 ]
@@ -127,6 +129,8 @@ WARM_BYTECODE = sorted(
     f"python -m pytest --collect-only -q -p no:cov -p no:randomly --ignore=tests/infra/test_mutations.py {part}"
     for part in ("tests/integration tests/infra", "tests/unit")
 )
+# The mutation suite's baseline tests, listed beside lint (tests/mutation_baseline.py): both runs get the list.
+LIST_BASELINE = "python -m tests.mutation_baseline {root}/.local/test-times/mutation-baseline-ids.txt"
 
 
 def gate_calls(tmp_path: Path) -> list[str]:
@@ -137,8 +141,10 @@ def gate_calls(tmp_path: Path) -> list[str]:
 def test_the_full_gate_is_lint_then_the_suite_with_coverage_beside_the_mutation_suite(tmp_path):
     calls = run_script(tmp_path, "test.sh")
     assert calls[0] == "bootstrap --for test"
-    assert sorted(calls[1:4]) == sorted(["lint ", *WARM_BYTECODE])  # lint, and the bytecode cache filled beside it
-    assert sorted(calls[4:]) == gate_calls(tmp_path)  # every test, each once
+    # lint; beside it the bytecode cache filled and the baseline's tests listed
+    beside_lint = ["lint ", *WARM_BYTECODE, LIST_BASELINE.format(root=tmp_path.resolve())]
+    assert sorted(calls[1:5]) == sorted(beside_lint)
+    assert sorted(calls[5:]) == gate_calls(tmp_path)  # every test, each once
     suite = [call for call in calls if "coverage" in call]
     assert suite == [call.format(root=tmp_path.resolve()) for call in SUITE_WITH_COVERAGE]  # in this order
 
@@ -218,7 +224,14 @@ def test_the_full_gate_ends_with_where_its_time_went(tmp_path, status):
 @pytest.mark.parametrize("failing", ["coverage run", "coverage report", "test_mutations.py"])
 def test_the_full_gate_fails_when_either_run_fails(tmp_path, failing):
     calls = run_script(tmp_path, "test.sh", fails_on=failing, status=1)
-    assert sorted(calls[4:]) == gate_calls(tmp_path)  # both ran to the end
+    assert sorted(calls[5:]) == gate_calls(tmp_path)  # both ran to the end
+
+
+def test_the_full_gate_stops_before_any_test_when_the_baseline_cannot_be_listed(tmp_path):
+    """Without the list the suite would run the baseline's tests too, or the baseline would guess."""
+    calls = run_script(tmp_path, "test.sh", fails_on="tests.mutation_baseline", status=1)
+    runs = ("python -m coverage", "python -m pytest -p no:cov tests/infra/test_mutations.py")
+    assert calls and not [call for call in calls if call.startswith(runs)], calls
 
 
 def test_the_full_gates_workers_can_be_set(tmp_path):
