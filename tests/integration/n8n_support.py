@@ -527,16 +527,20 @@ class N8nServer:
         if status != 200 or not execution_id:
             raise RuntimeError(f"n8n did not start workflow {workflow_id} ({status}): {body!r}")
         deadline = started + timeout_s
-        pause = 0.05
+        # Polls 0.2, 0.6, 1.1, 1.6 s ... after the start (then every 0.5 s): a run here makes HTTP calls
+        # to the stack and seldom ends sooner, and each poll costs n8n ~25 ms of CPU (auth and database
+        # per call, 2-core machine, 2026-12-02); polling at once, then after 0.05, 0.15, 0.35 s made ~3
+        # more polls a run (148 polls in the node module's ~20 runs), for at most 0.2 s less wait.
+        pause = 0.2
         while True:
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
             status, found, _ = self._request(
                 "GET", f"/api/v1/executions/{execution_id}?includeData=true", headers={"X-N8N-API-KEY": self._api_key()}
             )
             final = status == 200 and isinstance(found, dict) and found.get("status") not in UNFINISHED
             if final or time.monotonic() > deadline:
                 break
-            time.sleep(pause)
-            pause = min(pause * 2, 0.5)
         if not final:
             unfinished = f"not finished within {timeout_s:.0f} s"
             return Execution(str(execution_id), unfinished, timeout_s, {}, self.log_tail())

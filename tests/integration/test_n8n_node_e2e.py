@@ -1,7 +1,8 @@
 """The community node package n8n-nodes-safesend (integrations/n8n), for real.
 
 scripts/n8n-node-build.sh builds it from source on the pinned Node (npm ci, n8n-node lint, n8n-node
-build with its tsc type check) and packs it with `npm pack`; the tarball is installed with npm into a folder that
+build with its tsc type check) and packs it with `npm pack`, or reuses the tarball of a passing build
+of the very same inputs; the tarball is installed with npm into a folder that
 N8N_CUSTOM_EXTENSIONS names, as a self-hosted user installs a community package, and loaded by the
 same pinned n8n as test_n8n_e2e.py. Workflows that use the node run against the local stack with
 auth on, behind the counting proxy (what n8n sent) and the Gmail simulator (what was sent).
