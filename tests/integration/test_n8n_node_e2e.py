@@ -1,7 +1,8 @@
 """The community node package n8n-nodes-safesend (integrations/n8n), for real.
 
 scripts/n8n-node-build.sh builds it from source on the pinned Node (npm ci, n8n-node lint, n8n-node
-build with its tsc type check) and packs it with `npm pack`; the tarball is installed with npm into a folder that
+build with its tsc type check) and packs it with `npm pack`, or reuses the tarball of a passing build
+of the very same inputs; the tarball is installed with npm into a folder that
 N8N_CUSTOM_EXTENSIONS names, as a self-hosted user installs a community package, and loaded by the
 same pinned n8n as test_n8n_e2e.py. Workflows that use the node run against the local stack with
 auth on, behind the counting proxy (what n8n sent) and the Gmail simulator (what was sent).
@@ -281,9 +282,11 @@ def by_order(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def runs(n8n_bin, extensions, stack, proxy, receiver, tmp_path_factory) -> Iterator[Runs]:
-    """The one n8n folder of this module and its `n8n start`: the manual scenarios and the webhook
-    workflows imported in one command, the webhook workflows published (each n8n CLI command boots
-    n8n, and the first one in a new folder migrates its database: ~2.5 CPU-s more), then the server."""
+    """The one n8n folder of this module and its `n8n start`: the credentials imported with n8n's CLI
+    (the only way to give them the ids the workflows name; the first command in a new folder migrates
+    its database), then the server, on which every workflow is saved and the webhook workflows are
+    published as the editor does it. Each n8n CLI command boots n8n: the workflows' import and the two
+    publish commands took ~13.5 CPU-s of the module's n8n processes (2-core machine, 2026-12-02)."""
     runner = Runs(folder(n8n_bin, extensions, tmp_path_factory.mktemp("n8n-node")), proxy.url)
     customer = new_customer()
     runner.add("two orders", [order(customer, "1"), order(customer, "2")])
@@ -319,11 +322,13 @@ def runs(n8n_bin, extensions, stack, proxy, receiver, tmp_path_factory) -> Itera
     )
     runner.folder.import_credentials([credential(stack, proxy.url), hmac_credential(stack, proxy.url)])
     webhooks = server_workflows(receiver.url)
-    runner.folder.import_workflows([*runner.workflows, *webhooks])
-    for workflow in webhooks:
-        runner.folder.check("publish:workflow", f"--id={workflow['id']}")
     with runner.server:
-        runner.server.start(ready_paths=["node-callback"])
+        runner.server.start()
+        for workflow in [*runner.workflows, *webhooks]:
+            runner.server.create_workflow(workflow)
+        for workflow in webhooks:
+            runner.server.publish(workflow["id"])
+        runner.server.wait_ready(["node-callback"])
         yield runner
 
 

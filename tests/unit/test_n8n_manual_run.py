@@ -1,4 +1,4 @@
-"""The n8n e2e tests' manual run (tests/integration/n8n_support.py, N8nServer.execute) against a
+"""The n8n e2e tests' manual run and publish (tests/integration/n8n_support.py, N8nServer) against a
 loopback stand-in for n8n's REST and public APIs: it signs in once, starts the run from the Manual
 Trigger, polls the execution until n8n says it ended (bounded), and reads the run data as JSON."""
 
@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.integration import n8n_support as ns
 from tests.loopback_http import LoopbackHttpServer, QuietHandler
@@ -58,7 +60,9 @@ class FakeN8n:
         if (method, path) == ("POST", "/rest/api-keys"):
             return 200, {"data": {"rawApiKey": "key-1"}}, None
         if (method, path) == ("GET", "/rest/workflows/Wf1"):
-            return 200, {"data": WORKFLOW}, None
+            return 200, {"data": {**WORKFLOW, "versionId": "v-2"}}, None
+        if (method, path) == ("POST", "/rest/workflows/Wf1/activate"):
+            return 200, {"data": {**WORKFLOW, "activeVersionId": "v-2"}}, None
         if (method, path) == ("POST", "/rest/workflows/Wf1/run"):
             return 200, {"data": {"executionId": "7"}}, None
         if method == "GET" and path == "/api/v1/executions/7?includeData=true":
@@ -105,3 +109,14 @@ def test_the_wait_for_the_end_is_bounded(tmp_path):
         took = time.monotonic() - started
     assert not run.ok and run.status.startswith("not finished") and run.result == {}
     assert took < 5 and 3 <= fake.polls() <= 30  # backs off to 0.5 s between polls
+
+
+def test_publish_activates_the_current_version_as_the_editor_does(tmp_path):
+    fake = FakeN8n(running_polls=0)
+    with fake.http:
+        server = server_at(fake.http.port, tmp_path)
+        server.publish("Wf1")
+        with pytest.raises(RuntimeError, match=r"no workflow Missing \(404\)"):
+            server.publish("Missing")
+    [(body, headers)] = [(body, headers) for method, path, body, headers in fake.calls if path.endswith("/activate")]
+    assert body == {"versionId": "v-2"} and headers["cookie"] == "n8n-auth=token123"
