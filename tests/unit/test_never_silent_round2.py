@@ -269,6 +269,30 @@ def test_a_copy_that_becomes_searchable_after_a_cancel_reaches_a_person():
     assert world.notifier.bodies_for(HOOK)[-1]["state"] == "review"
 
 
+def test_a_cancel_over_a_copy_the_mailbox_shows_reaches_a_person_again():
+    """The fault storm's reviewer phase (2026-12-02): an ambiguous attempt went to review, its copy
+    became searchable past the verification horizon, a resend was refused (copy found) and the
+    reviewer then cancelled with the copy on the page. The job ended `cancelled` with a copy out, and
+    the workflow was told `cancelled`. A cancel cannot call a copy back: the job goes straight to
+    `review` (`sent_after_cancel`), as when the copy shows up after the cancel."""
+    world = make_world(script=[("accept", TIMEOUT)], index_lag_s=700)
+    job, _ = world.service.submit(world.request(channel="payments", callback_url=HOOK))
+    job = until(world, job.id, lambda j: j.state is State.REVIEW)
+    world.clock.advance(world.service.timing.verify_horizon_s + 700)  # searchable, and past the horizon
+    review_id = current_review_id(job)
+    refused = world.service.decide(job.id, review_id, "resend", "ann@example.com", "send it again")
+    assert refused.result == "refused_copy_found" and refused.copies
+    outcome = world.service.decide(job.id, review_id, "cancel", "ann@example.com", "cancel it then")
+    assert outcome.result == "cancelled" and outcome.copies
+    world.run_until_settled(job.id)  # the review item and the callback notice go out
+    final = world.store.get(job.id)
+    assert world.effects(job.id) == 1
+    assert (final.state, final.review_reason) == (State.REVIEW, "sent_after_cancel")
+    assert current_review_id(final) != review_id  # a new entry: only acknowledge is offered
+    assert world.publisher.items[-1][1]["reason"] == "sent_after_cancel"
+    assert world.notifier.bodies_for(HOOK)[-1]["state"] == "review"
+
+
 def test_a_cancel_with_nothing_in_doubt_ends_the_checks():
     world = make_world(script=[classify_http(400, "invalidArgument")])
     job, _ = world.service.submit(world.request(channel="payments"))

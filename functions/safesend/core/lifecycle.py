@@ -49,7 +49,7 @@ class ReviewReason:
     RETRY_HORIZON = "retry_horizon"  # refused (429, rate limits...) for longer than the retry horizon
     UNVERIFIED = "unverified"  # at the verification horizon the mailbox did not show exactly our copy
     LATE_ACCEPT = "late_accept"  # an attempt we had given up on was accepted after all
-    SENT_AFTER_CANCEL = "sent_after_cancel"  # a reviewer cancelled, then a copy landed anyway
+    SENT_AFTER_CANCEL = "sent_after_cancel"  # a reviewer cancelled, but a copy is out (already, or landed later)
 
 
 @dataclass(frozen=True)
@@ -972,7 +972,7 @@ def _refresh_notice_due(job: Job) -> None:
 class Decision:
     RESEND = "resend"  # a fresh mailbox check first; refused if any copy exists
     MARK_SENT = "mark_sent"  # the reviewer's word, with whatever copy the mailbox shows
-    CANCEL = "cancel"  # nothing more is sent (a copy landing later still reaches a person)
+    CANCEL = "cancel"  # nothing more is sent (a copy already out, or landing later, still reaches a person)
     ACKNOWLEDGE = "acknowledge"  # a duplicate went out: the reviewer has seen it
 
     ALL = (RESEND, MARK_SENT, CANCEL, ACKNOWLEDGE)
@@ -1046,6 +1046,9 @@ def decide(
         decided = _moved(
             _recorded(checked, review_id, decision, reviewer, note, now, "cancelled", True), State.CANCELLED, now
         )
+        if copies:  # a cancel cannot call a copy back: it reaches a person, as one landing later would
+            decided.lease_owner = decided.lease_until = None
+            return _enter_human(decided, State.REVIEW, ReviewReason.SENT_AFTER_CANCEL, now, None), "cancelled"
         return _watch_after_cancel(decided, now, timing), "cancelled"
     result = "acknowledged" if decision == Decision.ACKNOWLEDGE else "marked_sent"
     decided = _moved(_recorded(checked, review_id, decision, reviewer, note, now, result, True), State.SENT, now)

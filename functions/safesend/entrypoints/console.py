@@ -122,8 +122,9 @@ REASONS = {
     "permanent_error": "Gmail refused the message for good; nothing went out.",
     "retry_horizon": "Gmail kept refusing (rate limits, or the mailbox's daily sending limit) past the retry "
     "horizon; nothing went out.",
-    "sent_after_cancel": "A reviewer cancelled this job, then a copy of it landed anyway (an attempt that was "
-    "still in flight). The message went out: tell the recipient if the cancel mattered, then acknowledge.",
+    "sent_after_cancel": "A reviewer cancelled this job, but a copy of it is in the mailbox: it was there already, "
+    "or it landed anyway (an attempt still in flight). The message went out: tell the recipient if the cancel "
+    "mattered, then acknowledge.",
 }
 EVENT_LABELS = {
     "created": "Job created",
