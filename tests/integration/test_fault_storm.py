@@ -688,8 +688,9 @@ class Storm:
                 if mode != "forward-and-respond" and not faulted.get(mode):
                     failures[f"harness: {name}relay mode never applied"].append(mode)
         if self.reviewer is not None:
+            recorded = self.decisions_recorded()
             for kind in DECISION_KINDS:
-                if not self.reviewer.made[kind]:
+                if not (self.reviewer.made[kind] or recorded[kind]):
                     failures["harness: the reviewer never made this decision"].append(kind)
             for made in self.reviewer.decisions:
                 if made["status"] not in (303, 409):  # 409: the entry changed since the page was read
@@ -704,6 +705,20 @@ class Storm:
         return {k: v for k, v in failures.items() if v}
 
     # ------------------------------------------------------------------ reporting
+    def decisions_recorded(self) -> Counter[str]:
+        """Decision kinds on the jobs' final views, the service's record (the reviewer is the storm's
+        only decider). A decision can be applied while its answer is lost: a worker killed by the
+        chaos in the middle of a resend (which sends before it answers) left the reviewer with a
+        ConnectionError and no result, twice in one run (gate of 5bf6a33, 2026-12-02), and its own
+        count then said it never resent."""
+        views = [*self.views.values(), *self.seeded_views.values()]
+        return Counter(
+            str(e.get("decision"))
+            for view in views
+            for e in (view or {}).get("events") or []
+            if e.get("kind") == "decision"
+        )
+
     def summary(self, failures: dict[str, list[str]], total_s: float) -> str:
         tries = [t for h in self.webhooks for t in h.tries]
         statuses = Counter(str(t.status) if t.status is not None else f"conn:{t.error}" for t in tries)
@@ -750,7 +765,8 @@ class Storm:
             f"claims traced   {len(self.claimed_traces)} (from the functions log; places a 503 before/after a claim)",
             f"sweeps          {dict(self.ticker.statuses) if self.ticker else {}} actions "
             f"{dict(self.ticker.actions) if self.ticker else {}}",
-            f"reviewer        {dict(self.reviewer.made) if self.reviewer else {}} results {reviewer_results}",
+            f"reviewer        {dict(self.reviewer.made) if self.reviewer else {}} results {reviewer_results}"
+            + (f"; on the jobs {dict(self.decisions_recorded())}" if self.reviewer else ""),
             f"time            total {total_s:.1f}s: "
             + ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items())
             + f" (settle: {self.store_queries} store queries, {len(self.store_query_errors)} unanswered; "
