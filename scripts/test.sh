@@ -3,7 +3,8 @@
 #
 #   bash scripts/test.sh          the full gate (README, .ci/run): scripts/lint.sh (ruff, ruff
 #                                 format, mypy; seconds), then every test on $SAFESEND_TEST_WORKERS
-#                                 pytest-xdist workers (default 3; tests/scheduling.py), under
+#                                 pytest-xdist workers (default 3; tests/scheduling.py) and a
+#                                 waiting lane beside them for the fault storm's phases, under
 #                                 coverage.py: `coverage run` measures pytest, and through
 #                                 [tool.coverage.run] patch=subprocess every Python process it
 #                                 starts (the workers, functions-framework under gunicorn, ...), each
@@ -105,8 +106,13 @@ if (($# == 0)); then
     export COVERAGE_FILE="$ROOT/.coverage"
     .venv/bin/python -m coverage erase
     suite=0
-    workers=() # the suite on $WORKERS pytest-xdist workers (tests/scheduling.py); 1: serially, no xdist
-    ((WORKERS > 1)) && workers=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
+    # The suite on $WORKERS pytest-xdist workers plus one, the waiting lane (tests/scheduling.py): the
+    # fault storm's phases take ~440 s of wall for ~110 CPU-s, the rest waiting on timed arrivals and
+    # windows, and on one of three workers they held a third of the gate's lanes at ~0.25 core (the
+    # suite used 1.56 of the 2 cores, fresh clone of 59bf900, 2026-12-02). On the lane they run one
+    # after another while the three workers keep both cores busy with everything else. 1: serially, no xdist.
+    workers=()
+    ((WORKERS > 1)) && workers=(-n "$((WORKERS + 1))" --dist loadgroup --no-loadscope-reorder --waiting-lane)
     .venv/bin/python -m coverage run -m pytest "${workers[@]}" --ignore="$MUTATIONS" \
         --module-times="$TIMES/suite.json" --mutation-baseline-ids="$baseline_ids" || suite=$?
     took suite

@@ -14,6 +14,12 @@ Enabled from tests/conftest.py. Without xdist nothing changes but the order of t
 - Slow first: the scheduler hands out groups in collection order, so the longest ones (real n8n,
   the storm's phases, the pacing stack, ...) start at once and the many short unit modules fill
   the tail instead of one long group running alone at the end.
+- A waiting lane (``--waiting-lane``, the full gate): the last worker takes the WAITING groups (the
+  storm's phases: ~440 s of wall for ~110 CPU-s, the rest spent waiting on arrivals spaced in time,
+  reconcile windows and paced mailboxes) before anything else, and the other workers take every other
+  group first. A phase no longer holds one of the CPU-bound workers for minutes while a core idles.
+  Neither kind of worker ever idles while work is left: each takes the other kind once its own is
+  done (the lane helps with the rest; at the end the others share the storm's last phases).
 
 The groups are made by a scheduler of our own, not by ``xdist_group`` marks: xdist tags a marked
 test by rewriting ``item._nodeid``, which pytest 9's nodes no longer read, so marks group nothing.
@@ -64,6 +70,24 @@ SLOW_FIRST: tuple[str, ...] = (
     "tests/integration/test_index_lag_stack.py",  # 30 s
 )
 SUITE_ORDER: tuple[str, ...] = ("tests/integration", "tests/infra", "tests/unit")
+# Groups that mostly wait (see the module's docstring): the waiting lane's, with --waiting-lane.
+WAITING_MODULES: frozenset[str] = frozenset({"tests/integration/test_fault_storm.py"})
+WAITING_LANE_OPTION = "--waiting-lane"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        WAITING_LANE_OPTION,
+        action="store_true",
+        default=False,
+        help="with --dist loadgroup: the last worker takes the mostly waiting groups (tests/scheduling.py) "
+        "first, the others every other group first",
+    )
+
+
+def is_waiting(group: str) -> bool:
+    """Whether a scheduling group (group_of) belongs to a module that mostly waits."""
+    return group.split("::", 1)[0] in WAITING_MODULES
 
 
 def module_of(item: pytest.Item) -> str:
@@ -140,9 +164,29 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    lane = bool(config.getoption(WAITING_LANE_OPTION, default=False))
+
     class ModuleGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid)
+
+        def _is_lane(self, node: Any) -> bool:
+            """The waiting lane is the last worker (gwN-1 of N), with --waiting-lane and 2+ workers."""
+            if not lane or len(self.nodes) < 2:
+                return False
+            ids = sorted((n.gateway.id for n in self.nodes), key=lambda gid: int(gid.lstrip("gw") or 0))
+            return bool(node.gateway.id == ids[-1])
+
+        def _assign_work_unit(self, node: Any) -> None:
+            """The first queued group of the node's own kind (waiting on the lane, the rest elsewhere),
+            or else the first of any kind: the queue's order (slow first) holds within each kind."""
+            if lane:
+                wants_waiting = self._is_lane(node)
+                for scope in self.workqueue:
+                    if is_waiting(scope) == wants_waiting:
+                        self.workqueue.move_to_end(scope, last=False)
+                        break
+            super()._assign_work_unit(node)
 
         def _reschedule(self, node: Any) -> None:
             """The next group only when the node is down to its last test (xdist's own heuristic

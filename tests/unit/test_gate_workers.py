@@ -118,7 +118,7 @@ MUTATIONS_ALONE = (
 )
 SUITE_WITH_COVERAGE = [
     "python -m coverage erase",
-    "python -m coverage run -m pytest -n 3 --dist loadgroup --no-loadscope-reorder"
+    "python -m coverage run -m pytest -n 4 --dist loadgroup --no-loadscope-reorder --waiting-lane"
     " --ignore=tests/infra/test_mutations.py --module-times={root}/.local/test-times/suite.json " + BASELINE_IDS,
     "python -m coverage combine --append -q",
     "python -m coverage report",
@@ -237,7 +237,7 @@ def test_the_full_gate_stops_before_any_test_when_the_baseline_cannot_be_listed(
 def test_the_full_gates_workers_can_be_set(tmp_path):
     calls = run_script(tmp_path, "test.sh", env={"SAFESEND_TEST_WORKERS": "5"})
     assert any(
-        call.startswith("python -m coverage run -m pytest -n 5 --dist loadgroup --no-loadscope-reorder ")
+        call.startswith("python -m coverage run -m pytest -n 6 --dist loadgroup --no-loadscope-reorder --waiting-lane ")
         for call in calls
     ), calls
 
@@ -872,6 +872,83 @@ def test_no_module_waits_behind_a_long_test_while_another_worker_is_free(tmp_pat
     long_worker = ran_on.pop("test_a_long")
     assert sorted(ran_on) == ["test_b", "test_c", "test_d"]
     assert long_worker not in ran_on.values(), ran_on
+
+
+WAITING_CONFTEST = """
+from tests import scheduling
+
+pytest_plugins = ["tests.scheduling"]
+scheduling.SPLIT_MODULES = frozenset({"test_wait.py"})
+scheduling.WAITING_MODULES = frozenset({"test_wait.py"})
+"""
+
+
+def waiting_module(phases: int, seconds: float) -> str:
+    """A split, mostly waiting module (the storm's stand-in): each phase sleeps, logging its worker."""
+    return f"""
+import os
+import time
+
+import pytest
+
+@pytest.mark.parametrize("phase", range({phases}))
+def test_phase(phase):
+    time.sleep({seconds})
+    with open(os.environ["WHERE_LOG"], "a") as log:
+        log.write(f"test_wait {{os.environ['PYTEST_XDIST_WORKER']}}\\n")
+"""
+
+
+BUSY_MODULE = """
+import os
+import time
+
+def test_busy():
+    time.sleep(1.5)
+    with open(os.environ["WHERE_LOG"], "a") as log:
+        log.write(f"{__name__} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+"""
+
+
+def ran_on(tmp_path: Path) -> list[tuple[str, str]]:
+    return [tuple(line.split()) for line in (tmp_path / "where.log").read_text().splitlines()]  # type: ignore[misc]
+
+
+LANE = ("-q", "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder", "--waiting-lane")  # as the gate runs it
+
+
+def test_the_waiting_lane_runs_the_waiting_groups_and_the_others_everything_else(tmp_path):
+    """--waiting-lane: the last worker takes the mostly waiting phases (collected last here, so it has
+    to look past the queue's head), the other workers every other module."""
+    quick = dict.fromkeys(("test_b", "test_c", "test_d", "test_e"), QUICK_MODULE)
+    done = run_scratch_suite(tmp_path, WAITING_CONFTEST, args=LANE, test_wait=waiting_module(2, 2.0), **quick)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = ran_on(tmp_path)
+    assert sorted(worker for module, worker in rows if module == "test_wait") == ["gw2", "gw2"], rows
+    others = {worker for module, worker in rows if module != "test_wait"}
+    assert len([row for row in rows if row[0] != "test_wait"]) == 4 and others <= {"gw0", "gw1"}, rows
+
+
+def test_without_the_lane_the_waiting_groups_go_to_any_worker(tmp_path):
+    """The lane is the full gate's choice (scripts/test.sh): without the option the queue's order rules."""
+    quick = dict.fromkeys(("test_b", "test_c", "test_d", "test_e"), QUICK_MODULE)
+    done = run_scratch_suite(tmp_path, WAITING_CONFTEST, args=LANE[:-1], test_wait=waiting_module(2, 2.0), **quick)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = ran_on(tmp_path)
+    assert len(rows) == 6 and {worker for module, worker in rows if module != "test_wait"} & {"gw2"}, rows
+
+
+@pytest.mark.parametrize("waiting", [True, False])
+def test_no_worker_idles_while_work_of_the_other_kind_is_left(tmp_path, waiting):
+    """Only waiting phases: the other workers take them too. No waiting phase: the lane takes modules."""
+    if waiting:
+        modules = {"test_wait": waiting_module(6, 1.5)}
+    else:
+        modules = {f"test_{name}": BUSY_MODULE for name in ("b", "c", "d", "e", "f", "g")}
+    done = run_scratch_suite(tmp_path, WAITING_CONFTEST, args=LANE, **modules)
+    assert done.returncode == 0, done.stdout + done.stderr
+    workers = [worker for _module, worker in ran_on(tmp_path)]
+    assert len(workers) == 6 and set(workers) == {"gw0", "gw1", "gw2"}, workers
 
 
 def test_bootstraps_list_of_provider_wheels_is_python_that_runs():
