@@ -6,6 +6,9 @@
 #   requirements-dev.in                -> requirements-dev.txt                  (.venv: tests and the gate)
 #   requirements-infra.in              -> requirements-infra.txt                (.venv-infra: checkov, check-jsonschema)
 #
+# The tests' real n8n has a lock of its own, npm's: tools/n8n/package-lock.json, written by
+# `bash scripts/n8n-install.sh --lock` (tests/unit/test_n8n_lock.py fails when it is stale).
+#
 # The functions' locks are resolved for their runtime (python312 on Linux); the dev lock for every
 # Python the venv may use (>= 3.11), with the runtime packages held at the functions' versions.
 # Existing pins are kept unless a .in asks otherwise (uv prefers them); pass --upgrade to move all.

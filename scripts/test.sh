@@ -63,6 +63,8 @@ if (($# == 0)); then
     if [[ "${SAFESEND_SKIP_N8N:-}" != 1 ]] && ! bash scripts/n8n-install.sh --check >/dev/null 2>&1; then
         setsid bash scripts/n8n-install.sh >"$n8n_log" 2>&1 & # its own process group: npm and node-gyp too
         n8n_pid=$!
+        # tests/scheduling.py hands out the real-n8n modules last while it runs
+        export SAFESEND_N8N_INSTALL_PID="$n8n_pid"
         # The group, or the process itself if setsid has not made the group yet.
         stop_n8n_install() { kill -- -"$n8n_pid" 2>/dev/null || kill "$n8n_pid" 2>/dev/null || true; }
         trap stop_n8n_install EXIT

@@ -7,6 +7,9 @@ Enabled from tests/conftest.py. Without xdist nothing changes but the order of t
   own session (its own emulators, PostgreSQL and stacks, on free ports): no worker sees another's data.
 - The two real-n8n modules are groups of their own too: on a new machine the first to need n8n
   installs it (scripts/n8n-install.sh; a second waits on its flock), and each n8n (~0.5 GB) fits.
+  While the gate's background install runs (its pid in SAFESEND_N8N_INSTALL_PID, scripts/test.sh),
+  they are handed out only when no other group is left: on a new machine both had taken a worker at
+  the start and waited ~300 s on the install's lock (fresh clone of 9cd1180, 2026-12-03).
 - A module whose tests each start their own stack (no module-scoped fixture: the fault storm's
   phases) is split: each of its tests is a group of its own, so its phases run on several workers
   at once instead of one after the other on one. A split module's test that asks for a module- or
@@ -27,7 +30,9 @@ test by rewriting ``item._nodeid``, which pytest 9's nodes no longer read, so ma
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -73,6 +78,41 @@ SUITE_ORDER: tuple[str, ...] = ("tests/integration", "tests/infra", "tests/unit"
 # Groups that mostly wait (see the module's docstring): the waiting lane's, with --waiting-lane.
 WAITING_MODULES: frozenset[str] = frozenset({"tests/integration/test_fault_storm.py"})
 WAITING_LANE_OPTION = "--waiting-lane"
+# Groups that need the real n8n, and the variable that names the gate's background install of it.
+N8N_MODULES: frozenset[str] = frozenset({"tests/integration/test_n8n_node_e2e.py", "tests/integration/test_n8n_e2e.py"})
+N8N_INSTALL_PID = "SAFESEND_N8N_INSTALL_PID"
+
+
+def n8n_installing(environ: Mapping[str, str] = os.environ, proc: Path = Path("/proc")) -> bool:
+    """Whether the gate's background n8n install (scripts/test.sh) is still running. Read from
+    /proc, not by signal 0: a finished install stays a zombie until the gate reaps it at its end."""
+    raw = environ.get(N8N_INSTALL_PID, "")
+    if not raw.isdigit() or int(raw) <= 0:
+        return False
+    try:
+        stat = (proc / raw / "stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] not in (["Z"], ["X"], [])
+
+
+def pick(queue: Iterable[str], *, waiting_first: bool | None, defer_n8n: bool) -> str | None:
+    """The group to hand out next: the first of the node's own kind (waiting_first: True on the
+    waiting lane, False elsewhere, None without a lane) that is not deferred; else the first of any
+    kind not deferred; else the first of its own kind; else the queue's first. None: empty queue."""
+    groups = list(queue)
+
+    def own(group: str) -> bool:
+        return waiting_first is None or is_waiting(group) == waiting_first
+
+    def ready(group: str) -> bool:
+        return not (defer_n8n and group.split("::", 1)[0] in N8N_MODULES)
+
+    for test in (lambda g: own(g) and ready(g), ready, own, lambda g: True):
+        found = next((group for group in groups if test(group)), None)
+        if found is not None:
+            return found
+    return None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -178,14 +218,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return bool(node.gateway.id == ids[-1])
 
         def _assign_work_unit(self, node: Any) -> None:
-            """The first queued group of the node's own kind (waiting on the lane, the rest elsewhere),
-            or else the first of any kind: the queue's order (slow first) holds within each kind."""
-            if lane:
-                wants_waiting = self._is_lane(node)
-                for scope in self.workqueue:
-                    if is_waiting(scope) == wants_waiting:
-                        self.workqueue.move_to_end(scope, last=False)
-                        break
+            """The group `pick` chooses goes first: the queue's order (slow first) holds otherwise."""
+            chosen = pick(
+                self.workqueue, waiting_first=self._is_lane(node) if lane else None, defer_n8n=n8n_installing()
+            )
+            if chosen is not None:
+                self.workqueue.move_to_end(chosen, last=False)
             super()._assign_work_unit(node)
 
         def _reschedule(self, node: Any) -> None:

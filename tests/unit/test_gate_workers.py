@@ -28,6 +28,7 @@ RECORDER = (
     'printf "%s %s\\n" "$(nice)" "$*" >> "{log}.nice"\n'
     'printf "%s %s %s %s\\n" "${{PYTHONDONTWRITEBYTECODE-unset}}" "${{PYTHONPYCACHEPREFIX-unset}}" '
     '"${{SAFESEND_TEST_FAST-unset}}" "$*" >> "{log}.env"\n'
+    'printf "%s %s\\n" "${{SAFESEND_N8N_INSTALL_PID-unset}}" "$*" >> "{log}.n8npid"\n'
     # STUB_WAITS_FOR: a file to wait for (10 s at most) before answering, to order a call after another.
     'for _ in {{1..100}}; do [[ -z "${{STUB_WAITS_FOR:-}}" || -e "$STUB_WAITS_FOR" ]] && break; sleep 0.1; done\n'
     'if [[ -n "${{STUB_FAILS_ON:-}}" && "$*" == *"$STUB_FAILS_ON"* ]]; then exit 1; fi\n'
@@ -36,7 +37,8 @@ RECORDER = (
 
 def clean_env() -> dict[str, str]:
     """This process's environment without the suite's coverage or xdist settings."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE_", "PYTEST_XDIST", "SAFESEND_TEST"))}
+    prefixes = ("COVERAGE_", "PYTEST_XDIST", "SAFESEND_TEST", "SAFESEND_N8N_INSTALL")
+    return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
 
 
 def bare_env(*plugins: str) -> dict[str, str]:
@@ -182,6 +184,16 @@ def test_the_gate_installs_n8n_in_the_background_while_it_bootstraps(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert n8n_calls(tmp_path) == ["--check", "install", "bootstrap ran meanwhile"]
     assert "n8n-install.sh (in the background; failed)" not in done.stdout
+    # The suite knows the install's pid: tests/scheduling.py hands out the real-n8n modules last meanwhile.
+    pid = (tmp_path / "calls.log.n8n.pid").read_text().strip()
+    suite = [line.split(" ", 1)[0] for line in suite_env(tmp_path)]
+    assert suite == [pid], (pid, suite)
+
+
+def suite_env(tmp_path: Path) -> list[str]:
+    """SAFESEND_N8N_INSTALL_PID as the suite's `coverage run` saw it, one line per such call."""
+    lines = (tmp_path / "calls.log.n8npid").read_text().splitlines()
+    return [line for line in lines if "coverage run" in line]
 
 
 @pytest.mark.parametrize("env", [{"STUB_N8N_INSTALLED": "1"}, {"SAFESEND_SKIP_N8N": "1"}], ids=["installed", "skipped"])
@@ -189,6 +201,7 @@ def test_the_gate_installs_no_n8n_when_it_is_there_or_skipped(tmp_path, env):
     done = run_gate(tmp_path, **env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert n8n_calls(tmp_path) == (["--check"] if "STUB_N8N_INSTALLED" in env else [])
+    assert [line.split(" ", 1)[0] for line in suite_env(tmp_path)] == ["unset"]  # nothing to wait for
 
 
 def test_a_failed_background_install_is_shown_and_left_to_the_n8n_tests(tmp_path):
