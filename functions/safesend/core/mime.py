@@ -40,9 +40,10 @@ _FOLD_RE = re.compile(r"\r?\n(?=[ \t])")
 _RENDER_ERRORS = (ValueError, TypeError, LookupError, AttributeError, MessageError)
 _JOB_HEADER = b"X-Safesend-Job:"
 # A mailbox as `validation` writes it (str(Address)): `addr`, `Name <addr>` or `"Quoted" <addr>`.
+# Possessive names (`*+`): a lazy one before `\s*` backtracked quadratically over a run of spaces.
 _ADDR = r'[^<>\s"(),:;@\[\]\\]+@[^<>\s"(),:;@\[\]\\]+'
 _MAILBOX_RE = re.compile(
-    rf'(?:(?P<display>"(?:[^"\\]|\\.)*"|[^"<>]*?)\s*<(?P<addr>{_ADDR})>|(?P<bare>{_ADDR}))', re.DOTALL
+    rf'(?:(?P<display>"(?:[^"\\]|\\.)*+"|[^"<>]*+)\s*<(?P<addr>{_ADDR})>|(?P<bare>{_ADDR}))', re.DOTALL
 )
 _QUOTED_PAIR_RE = re.compile(r"\\(.)", re.DOTALL)
 _ATOM_RE = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,60}")  # RFC 5322 atext, short enough to fold

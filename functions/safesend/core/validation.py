@@ -21,6 +21,10 @@ MAX_BODY_BYTES = 400_000  # the job lives in one Firestore document (1 MiB), eve
 MAX_ADDRESS_CHARS = 254  # RFC 5321 4.5.3.1: a 256-octet path, angle brackets included
 MAX_LOCAL_PART_CHARS = 64
 MAX_DOMAIN_LABEL_CHARS = 63
+# The email package reads a header back in time superlinear in its words (the MIME check parses
+# every address header): unbounded names or Reply-To lists cost a worker minutes of CPU per request.
+MAX_DISPLAY_NAME_CHARS = 256
+MAX_REPLY_TO = MAX_RECIPIENTS
 ALLOWED_FIELDS = frozenset(
     {
         "dedup_key",
@@ -53,7 +57,9 @@ _ENCODED_WORD_START = "=?"
 _INVISIBLE = re.compile(r"[\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]")
 _LOCAL = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
 _ADDR_SPEC = re.compile(rf"{_LOCAL}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{{2,63}}")
-_NAME_ADDR = re.compile(rf"(?P<display>[^<>]*?)\s*<(?P<addr>{_ADDR_SPEC.pattern})>")
+# The display name is taken possessively up to the first `<` (and stripped after): a lazy name
+# followed by `\s*` backtracked quadratically over a run of spaces (1 MiB of them: an hour of CPU).
+_NAME_ADDR = re.compile(rf"(?P<display>[^<>]*+)<(?P<addr>{_ADDR_SPEC.pattern})>")
 
 
 class _AddressError(ValueError):
@@ -112,6 +118,8 @@ def parse_send_request(
     html = _text(body, "html", errors, multiline=True, allow_empty=True) or None  # "" means no HTML part
     if len(to) + len(cc) + len(bcc) > MAX_RECIPIENTS:
         errors["to"] = f"at most {MAX_RECIPIENTS} recipients in to, cc and bcc together"
+    if len(reply_to) > MAX_REPLY_TO:
+        errors["reply_to"] = f"at most {MAX_REPLY_TO} addresses"
     size = len((text or "").encode()) + len((html or "").encode())
     if size > max_body_bytes:
         errors["text"] = f"text and html together exceed {max_body_bytes} bytes"
@@ -306,6 +314,8 @@ def _one_address(item: str) -> str:
     if _CONTROL.search(item) or not _is_encodable(item):
         raise _AddressError("control characters, line breaks or lone surrogates")
     display, addr = _split_mailbox(item.strip())
+    if len(display) > MAX_DISPLAY_NAME_CHARS:
+        raise _AddressError(f"display name longer than {MAX_DISPLAY_NAME_CHARS} characters")
     _check_address_lengths(addr)
     username, domain = addr.rsplit("@", 1)
     formatted = str(Address(display_name=display, username=username, domain=domain))
