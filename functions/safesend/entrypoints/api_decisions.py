@@ -72,8 +72,8 @@ def _job_id(body: Mapping[str, Any], errors: dict[str, str]) -> str | None:
         return None
     if "dedup_key" in body:
         key = body["dedup_key"]
-        if not isinstance(key, str) or not key:
-            errors["dedup_key"] = "a non-empty string"
+        if not isinstance(key, str) or not key or not _is_utf8(key):
+            errors["dedup_key"] = "a non-empty string of valid Unicode"
             return None
         return job_id_for(key)
     job_id = body.get("job_id")
@@ -97,6 +97,18 @@ def _optional_text(
     value = value.replace("\r\n", "\n").strip()
     if len(value) > limit:
         errors[name] = f"at most {limit} characters"
+    elif not _is_utf8(value):
+        errors[name] = "valid Unicode (no lone surrogates)"
     elif _CONTROL.search(value.replace("\n", "").replace("\t", "") if multiline else value):
         errors[name] = "no control characters"
     return value
+
+
+def _is_utf8(value: str) -> bool:
+    """False for text with a lone surrogate (JSON's `\\ud800` escape): no store, chat post or
+    hash can encode it, so it would be a 500 after parsing instead of a 400 naming the field."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
