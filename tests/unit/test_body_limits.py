@@ -113,3 +113,21 @@ def test_an_accepted_body_is_still_there_for_later_readers(api, world):
         status = api.send(flask_request)[1]
         assert flask_request.get_data() == raw
     assert status == 400  # through the guard to validation
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_compressed_body_is_never_inflated(api, world, coding):
+    """Content-Encoding is not honoured: the signed bytes are the JSON or a 400, so a small bomb
+    (32 KiB on the wire, 32 MiB inflated) costs what it weighs."""
+    import gzip
+    import zlib
+
+    inflated = b" " * (32 * 1024 * 1024)
+    raw = gzip.compress(inflated) if coding == "gzip" else zlib.compress(inflated)
+    assert len(raw) < LIMIT
+    headers = {SIGNATURE_HEADER: sign(SECRET, int(time.time()), raw), "Content-Encoding": coding}
+    with APP.test_request_context("/x", method="POST", data=raw, headers=headers, content_type="application/json"):
+        payload, status, _ = api.send(flask_request)
+        assert flask_request.get_data() == raw
+    assert (status, payload["error"]) == (400, "malformed_json")
+    assert untouched(world)
