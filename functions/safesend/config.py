@@ -419,7 +419,7 @@ class Settings:
         LOG_LEVEL_ENV,
         "INFO",
         _log_level,
-        "least severity logged; logs are JSON lines "
+        "least severity logged (the alerts' signal lines are written at any level); logs are JSON lines "
         "with `severity`, `message` and the request's trace, never bodies or secrets",
     )
 

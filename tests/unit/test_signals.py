@@ -25,7 +25,7 @@ from safesend.core.lifecycle import current_review_id
 from safesend.core.model import Delivery
 from safesend.core.states import State
 from safesend.entrypoints.http_api import HttpApi
-from safesend.logs import CloudLoggingFormatter, get_logger
+from safesend.logs import CloudLoggingFormatter, get_logger, log
 from tests.unit.conftest import make_world
 from tests.unit.test_http_api import BODY, SECRET, call
 from tests.unit.test_messengers import FlakyReceiver
@@ -149,6 +149,28 @@ def test_the_sweep_signals_its_counts_and_the_oldest_overdue_and_review_ages(lin
     call(api.sweep, body={})
     swept = one_line_with_fields(lines, "sweep_completed")
     assert swept["due"] == 0 and swept["overdue"] == 0 and swept["oldest_review_s"] >= 600
+
+
+@pytest.mark.parametrize("level", ["WARNING", "ERROR", "CRITICAL"])
+def test_a_quieter_log_level_never_drops_a_signal_line(lines, level):
+    """log_level = "WARNING" (a common choice to cut log costs) dropped every INFO signal: the dead
+    man's switch fired on every healthy sweep and the index-lag alert never could; at ERROR the Gmail
+    refusal alerts went quiet too. Other lines still follow the level."""
+    logger = get_logger()
+    before = logger.level
+    logger.setLevel(getattr(logging, level))
+    try:
+        world = make_world()
+        assert call(open_api(world).sweep, body={})[0] == 200
+        for event in signals.SIGNALS:
+            signals.emit(event, logging.DEBUG, "a signal below the level")
+        log(logging.INFO, "an ordinary line below the level")
+    finally:
+        logger.setLevel(before)
+    one_line_with_fields(lines, "sweep_completed")
+    for event in signals.SIGNALS:
+        assert any(e["message"] == "a signal below the level" for e in events(lines, event)), event
+    assert "an ordinary line below the level" not in lines.getvalue()
 
 
 def test_store_outages_and_a_missing_index_are_signalled(lines):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..logs import log
+from ..logs import log_always
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,9 @@ OVERDUE_AFTER_S = 300.0
 
 def emit(event: str, level: int, message: str, **fields: Any) -> None:
     """One signal line: `event` plus every field the registry names (None when the caller has none),
-    so a metric's label extractor always finds its field."""
+    so a metric's label extractor always finds its field. Written at any SAFESEND_LOG_LEVEL."""
     required = {name: fields.pop(name, None) for name in SIGNALS[event].fields}
-    log(level, message, event=event, **required, **fields)
+    log_always(level, message, event=event, **required, **fields)
 
 
 def refusal_reason(code: str | None, status: int | None) -> str:
