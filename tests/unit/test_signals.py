@@ -196,6 +196,27 @@ def test_store_outages_and_a_missing_index_are_signalled(lines):
     assert one_line_with_fields(lines, "index_missing")["severity"] == "CRITICAL"
 
 
+def test_a_state_the_sweep_cannot_query_is_signalled_though_the_sweep_completes(lines):
+    """One swept state's query failing on every run left its jobs unswept and unseen by jobs_overdue,
+    behind a sweep_completed line (the dead man's switch content) and a WARNING no alert reads."""
+    world = make_world(script=[TIMEOUT] * 10)
+    job, _ = world.service.submit(world.request())
+    world.clock.advance(3600)
+    assert world.store.get(job.id).state is State.UNKNOWN
+    find_due = world.store.find_due
+
+    def unknown_down(state: State, *args: Any, **kwargs: Any) -> Any:
+        if state is State.UNKNOWN:
+            raise StoreUnavailableError("query timed out")
+        return find_due(state, *args, **kwargs)
+
+    world.store.find_due = unknown_down  # type: ignore[method-assign]
+    assert call(open_api(world).sweep, body={})[0] == 200
+    assert one_line_with_fields(lines, "sweep_completed")["errors"] == 1
+    outage = one_line_with_fields(lines, "store_unavailable")
+    assert (outage["where"], outage["query"], outage["severity"]) == ("sweep_query", "state unknown", "ERROR")
+
+
 def test_a_failing_callback_is_signalled_then_given_up(lines):
     world = make_world()
     world.notifier.script = [Delivery(False, 500)] * 200
