@@ -190,8 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.channel and not args.no_channel:
         # As monitoring.tf's precondition: an alert without a channel fires into nowhere.
-        parser.error("give at least one --channel projects/P/notificationChannels/ID: without one every alert, "
-                     "the dead man's switch included, notifies nobody (--no-channel renders them so knowingly)")
+        parser.error(
+            "give at least one --channel projects/P/notificationChannels/ID: without one every alert, "
+            "the dead man's switch included, notifies nobody (--no-channel renders them so knowingly)"
+        )
     rendered = render(args.prefix, args.sweep_schedule, json.loads(args.thresholds), args.channel, args.unknown_window)
     print(write(args.out, rendered))
     return 0

@@ -56,7 +56,14 @@ class SweepReport:
 def unswept(what: str, exc: StoreUnavailableError) -> None:
     """A query the sweep could not make: its jobs stay unswept and unseen by jobs_overdue (the sweep
     still completes), so the store_unavailable alert must hear of it, every time."""
-    emit(STORE_UNAVAILABLE, logging.ERROR, "sweep could not query the store", where="sweep_query", query=what, error=str(exc))
+    emit(
+        STORE_UNAVAILABLE,
+        logging.ERROR,
+        "sweep could not query the store",
+        where="sweep_query",
+        query=what,
+        error=str(exc),
+    )
 
 
 class Sweeper(Reconciler):
