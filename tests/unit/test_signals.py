@@ -49,6 +49,7 @@ PINNED = {
     "index_lag_observed": ("mailbox", "kind", "lag_s", "beyond_horizon"),
     "index_window_raised": ("mailbox", "window_s", "previous_s", "observed_s"),
     "index_lag_beyond_horizon": ("mailbox", "lag_s", "horizon_s"),
+    "internal_call_refused": ("path", "status", "reason"),
 }
 
 
@@ -215,6 +216,23 @@ def test_a_state_the_sweep_cannot_query_is_signalled_though_the_sweep_completes(
     assert one_line_with_fields(lines, "sweep_completed")["errors"] == 1
     outage = one_line_with_fields(lines, "store_unavailable")
     assert (outage["where"], outage["query"], outage["severity"]) == ("sweep_query", "state unknown", "ERROR")
+
+
+def test_a_refused_internal_call_is_signalled_and_a_refused_caller_is_not(lines):
+    """A Scheduler (or Cloud Tasks, Pub/Sub) call refused by authentication stops the sweeps with a 401,
+    not a 5xx, and the dead man's switch only arms after a first completed sweep: a deployment whose
+    sweeps were refused from the start was silent. A caller's refusal is the caller's answer."""
+    world = make_world()
+    policy = AuthPolicy(SECRET, frozenset(), frozenset({"scheduler@p.iam.gserviceaccount.com"}))
+    settings = Settings(project="demo", default_from="Shop <shop@example.com>")
+    runtime = Runtime(settings, world.service.policies, world.service, Authenticator(policy, None, time.time))
+    api = HttpApi(lambda: runtime)
+    assert call(api.send, body=BODY, headers={"X-Safesend-Signature": "t=1,v1=00"})[0] == 401
+    assert events(lines, "internal_call_refused") == []
+    assert call(api.sweep, body={})[0] == 401  # no ID token: the Scheduler's audience or account is wrong
+    refused = one_line_with_fields(lines, "internal_call_refused")
+    assert (refused["status"], refused["severity"]) == (401, "ERROR") and refused["reason"]
+    assert events(lines, "sweep_completed") == []
 
 
 def test_a_failing_callback_is_signalled_then_given_up(lines):

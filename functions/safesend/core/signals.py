@@ -34,6 +34,7 @@ REVIEWER_NOTICE_OVERDUE = "reviewer_notice_overdue"
 INDEX_LAG_OBSERVED = "index_lag_observed"
 INDEX_WINDOW_RAISED = "index_window_raised"
 INDEX_LAG_BEYOND_HORIZON = "index_lag_beyond_horizon"
+INTERNAL_CALL_REFUSED = "internal_call_refused"
 
 SIGNALS: dict[str, Signal] = {
     s.event: s
@@ -74,6 +75,12 @@ SIGNALS: dict[str, Signal] = {
             INDEX_LAG_BEYOND_HORIZON,
             ("mailbox", "lag_s", "horizon_s"),
             "a sampled send was still not found by the search at the verification horizon",
+        ),
+        Signal(
+            INTERNAL_CALL_REFUSED,
+            ("path", "status", "reason"),
+            "a call to an internal endpoint (sweep, reconcile, notify) was refused by authentication: the "
+            "Scheduler, Cloud Tasks or Pub/Sub cannot reach the service",
         ),
     )
 }

@@ -29,7 +29,7 @@ run "on_by_default_every_alert_has_a_runbook" {
   }
 
   assert {
-    condition     = length(google_logging_metric.signal) == 14 && length(google_monitoring_alert_policy.alert) == 18
+    condition     = length(google_logging_metric.signal) == 15 && length(google_monitoring_alert_policy.alert) == 19
     error_message = "One log-based metric per signal and every alert of monitoring.json."
   }
   assert {
