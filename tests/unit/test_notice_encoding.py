@@ -6,6 +6,7 @@ Refused at the door, and a poster that raises anyway is one failed delivery, not
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ def test_a_lone_surrogate_in_a_decision_is_a_400(field):
     world, job = in_review()
     review_id = current_review_id(job)
     api = api_for(world, "key:n8n-review")
-    raw = '{"review_id": "%s", "decision": "cancel", "%s": "x\\ud800y"}' % (review_id, field)
+    raw = json.dumps({"review_id": review_id, "decision": "cancel", field: "x\ud800y"})  # escaped: "\\ud800"
     status, view = post(api.decide, None, raw=raw)
     assert status == 400 and field in view["fields"], view
     assert world.store.get(job.id).decisions == []
