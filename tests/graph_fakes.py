@@ -42,7 +42,7 @@ class GraphNamingMailer:
         outcome = self._inner.send(raw)
         if isinstance(outcome, Accepted):
             message_id = next(e["message_id"] for e in self._inner.mailbox.effects if e["gmail_id"] == outcome.gmail_id)
-            return Accepted(gmail_id=first_copy_id(message_id))
+            return Accepted(gmail_id=first_copy_id(message_id), stored=False)
         return outcome
 
     def find_by_message_id(self, message_id: str) -> list[MailboxHit]:

@@ -41,7 +41,7 @@ def mailer_for(url: str, tokens: GraphTokens | None = None, timeout: float = 3.0
 def test_a_202_is_accepted_as_the_first_copy_and_the_search_names_it_the_same(graph_sim: GraphSimulator) -> None:
     mailer = mailer_for(graph_sim.url)
     outcome = mailer.send(make_raw("<m1@safesend.test>"))
-    assert outcome == Accepted(gmail_id=first_copy_id("<m1@safesend.test>"))
+    assert outcome == Accepted(gmail_id=first_copy_id("<m1@safesend.test>"), stored=False)  # a draft, not yet sent
     hits = mailer.find_by_message_id("<m1@safesend.test>")
     assert [h.gmail_id for h in hits] == [outcome.gmail_id]
     assert hits[0].is_sent

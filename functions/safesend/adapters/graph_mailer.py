@@ -8,7 +8,8 @@ bounded tries within read_deadline_s. Every answer is read through OneShotHttp's
 Graph answers 202 with no body and no message id. Copies are named so the service's count of copies
 stays exact: the earliest copy (createdDateTime, then id) of a Message-ID that a read shows is named
 `graph-first:<Message-ID>`, every later copy by its Graph id, and a 202 is `graph-first:<Message-ID>`
-too (it proves a first copy exists). A copy is thus named by at most two names only when an earlier
+too (a first copy exists, as a draft handed to transport: `stored=False`, verified once Sent Items
+shows it). A copy is thus named by at most two names only when an earlier
 one exists, so the names known never outnumber the copies: one copy is one name, two are two.
 
 The change log is a delta round on Sent Items: current_history_id() starts one at "now" (a
@@ -130,7 +131,9 @@ class GraphMailer:
         except Exception as exc:  # noqa: BLE001 - anything unforeseen after the call began is "maybe"
             return classify_transport(TransportErrorKind.UNEXPECTED, repr(exc)[:300])
         if response.status == 202:
-            return Accepted(gmail_id=first_copy_id(message_id))
+            # A 202 is a draft handed to transport, not a message sent: transport may still refuse it
+            # (an NDR, nothing sent), so the send is verified only once Sent Items shows the copy.
+            return Accepted(gmail_id=first_copy_id(message_id), stored=False)
         code, detail = _error_of(content)
         return classify_graph(response.status, code, detail, retry_after_seconds(response.get("retry-after")))
 
