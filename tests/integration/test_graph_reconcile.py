@@ -199,3 +199,16 @@ def test_a_202_whose_copy_never_reaches_sent_items_is_told_to_a_person(world: Gr
     final = world.store.get(job_id)
     assert final is not None and final.state is State.REVIEW and final.review_reason == "unverified"
     assert final.attempts == 1
+
+
+def test_a_dropped_202_whose_draft_transport_holds_past_the_window_is_never_resent(world: GraphWorld) -> None:
+    # A sendMail message is a draft until transport takes it (slow when throttled): past the 300 s window
+    # a Sent Items search alone reads "not sent" and the retry channel would send a second email.
+    world.sim.configure(transport_delay_s=400)
+    world.relay.set_mode("forward-then-drop-response", count=1, delay_s=0.1)
+    job_id = world.submit()
+    world.settle(job_id)
+    final = world.store.get(job_id)
+    assert final is not None and final.attempts == 1 and world.copies(job_id) == 1
+    assert final.state is State.SENT and final.verified is True
+    assert final.known_copies == [first_copy_id(final.message_id)]

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 GRAPH_ENDPOINT = "https://graph.microsoft.com"
 FIRST_COPY_PREFIX = "graph-first:"
 SENT_ITEMS = "mailFolders/SentItems/messages"
+DRAFTS = "mailFolders/Drafts/messages"
+DRAFT_LABEL = "DRAFT"  # a copy still in Drafts: taken by sendMail (a 202), not yet moved to Sent Items
 READ_TRIES = 3
 READ_BACKOFF_S: tuple[float, ...] = (1.0, 2.0)
 RETRYABLE_READ_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -139,16 +141,34 @@ class GraphMailer:
 
     # ----------------------------------------------------------------- reads
     def find_by_message_id(self, message_id: str) -> Sequence[MailboxHit]:
-        """Sent Items copies carrying `message_id`, the earliest named graph-first:<id>."""
+        """Copies carrying `message_id` in Sent Items and in Drafts, the earliest named graph-first:<id>.
+
+        Why Drafts: sendMail answers 202 once the message is a draft, and transport moves it to Sent
+        Items later (learn.microsoft.com/graph/outlook-things-to-know-about-send-mail), later still
+        under throttling. A dropped 202 whose draft is still waiting must not read as "not sent": a
+        resend would be a second email. Such a copy counts (labels SENT and DRAFT) but proves nothing
+        stored yet (MailboxHit.in_transit): only Sent Items verifies a send.
+        """
         quoted = message_id.replace("'", "''")
         query = {
             "$filter": f"internetMessageId eq '{quoted}'",
             "$select": "id,internetMessageId,createdDateTime,conversationId",
             "$top": str(MAX_HITS_INSPECTED),
         }
-        answer = self._read(f"{self._base}/{SENT_ITEMS}?{urlencode(query, quote_via=quote)}", self._deadline())
-        items = [i for i in _values(answer) if i.get("internetMessageId") == message_id]
-        return named_copies(items)
+        deadline = self._deadline()
+        by_id: dict[str, dict[str, Any]] = {}
+        drafts: set[str] = set()
+        for folder in (DRAFTS, SENT_ITEMS):  # Drafts first: a copy moving meanwhile is then seen in Sent Items
+            answer = self._read(f"{self._base}/{folder}?{urlencode(query, quote_via=quote)}", deadline)
+            for item in _values(answer):
+                if item.get("internetMessageId") != message_id:
+                    continue
+                by_id[item["id"]] = item  # an immutable id stays the same when the copy moves
+                if folder == DRAFTS:
+                    drafts.add(item["id"])
+                else:
+                    drafts.discard(item["id"])
+        return named_copies(list(by_id.values()), drafts)
 
     def stored_message_id(self, gmail_id: str) -> str | None:
         """The internetMessageId Sent Items holds for a copy (one try). For a 202's first copy: our
@@ -307,8 +327,9 @@ def _values(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return values
 
 
-def named_copies(items: list[dict[str, Any]]) -> list[MailboxHit]:
-    """Hits in Sent Items (label SENT), the earliest of each Message-ID named graph-first:<id>."""
+def named_copies(items: list[dict[str, Any]], drafts: set[str] | frozenset[str] = frozenset()) -> list[MailboxHit]:
+    """Hits in Sent Items (label SENT; also DRAFT for the ids in `drafts`), the earliest of each
+    Message-ID named graph-first:<id>."""
     ordered = sorted(items, key=lambda i: (str(i.get("createdDateTime") or ""), i["id"]))
     seen: set[str] = set()
     hits: list[MailboxHit] = []
@@ -319,7 +340,8 @@ def named_copies(items: list[dict[str, Any]]) -> list[MailboxHit]:
             seen.add(message_id)
             name = first_copy_id(message_id)
         conversation = item.get("conversationId")
-        hits.append(MailboxHit(name, conversation if isinstance(conversation, str) else None, ("SENT",)))
+        labels = ("SENT", DRAFT_LABEL) if item["id"] in drafts else ("SENT",)
+        hits.append(MailboxHit(name, conversation if isinstance(conversation, str) else None, labels))
     return hits
 
 

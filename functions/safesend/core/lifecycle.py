@@ -413,7 +413,9 @@ def _settled_by_copies(
         return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
     if checked.known_copies:
         ref = sent[0].as_dict() if sent else {"gmail_id": checked.known_copies[0], "thread_id": None}
-        return _mark_sent(checked, ref, now, how, policy, timing)
+        # A copy seen only in transit (a Graph draft) is a 202's evidence: verified once stored.
+        stored = not sent or any(not h.in_transit for h in sent)
+        return _mark_sent(checked, ref, now, how, policy, timing, stored=stored)
     return None
 
 
@@ -485,7 +487,7 @@ def apply_verification(job: Job, hits: Sequence[MailboxHit], now: datetime) -> J
     checked, sent = _checked(job, hits, now, "verification_checked")
     if _unaccepted_duplicate(checked):
         return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
-    one_copy_shown = len(sent) == 1 and checked.known_copies == [sent[0].gmail_id]
+    one_copy_shown = len(sent) == 1 and not sent[0].in_transit and checked.known_copies == [sent[0].gmail_id]
     # One attempt makes one copy at most: only its witness was missing (a 202), and here it is.
     witnessed_single = one_copy_shown and checked.maybe_landed <= 1
     if not witnessed_single and checked.verify_until is not None and now < checked.verify_until:

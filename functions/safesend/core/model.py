@@ -80,6 +80,12 @@ class MailboxHit:
     def is_sent(self) -> bool:
         return "SENT" in self.label_ids
 
+    @property
+    def in_transit(self) -> bool:
+        """A copy the provider took to send but has not stored as sent yet (a Graph sendMail draft
+        waiting for transport): it counts as a copy (no resend may add one), but verifies nothing."""
+        return "DRAFT" in self.label_ids
+
     def as_dict(self) -> dict[str, Any]:
         return {"gmail_id": self.gmail_id, "thread_id": self.thread_id, "label_ids": list(self.label_ids)}
 
