@@ -125,6 +125,7 @@ class _SyncState:
     inclusive: bool
     issued_at: float
     pending: tuple[str, ...] = ()  # a $skiptoken's remaining ids of the current round
+    select: tuple[str, ...] = ()  # the first round's $select: Graph encodes query options in the tokens
 
 
 @dataclass
@@ -391,16 +392,16 @@ class GraphSimulator(LoopbackSimulator):
                     pending = state.pending
                 else:
                     pending = self._round(box, state.seen, state.since, state.inclusive)
-                seen, since, inclusive = state.seen, state.since, state.inclusive
+                seen, since, inclusive, select = state.seen, state.since, state.inclusive, state.select
             else:
                 since, inclusive = _date_filter(_one(params, "$filter"))
-                seen = frozenset()
+                seen, select = frozenset(), tuple(_select(params))
                 pending = self._round(box, seen, since, inclusive)
             page, rest = pending[:size], pending[size:]
             by_id = {i.id: i for i in box.items}
-            values = [_resource(by_id[i], _select(params) or None, immutable) for i in page if i in by_id]
+            values = [_resource(by_id[i], list(select) or None, immutable) for i in page if i in by_id]
             new_seen = seen | frozenset(page)
-            new_state = _SyncState(box.user, new_seen, since, inclusive, now, rest)
+            new_state = _SyncState(box.user, new_seen, since, inclusive, now, rest, select)
             new_token = secrets.token_urlsafe(18)
             self._states[new_token] = new_state
             while len(self._states) > MAX_SYNC_STATES:

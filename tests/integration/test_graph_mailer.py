@@ -115,6 +115,24 @@ def test_delta_from_a_checkpoint_lists_the_copies_added_since(graph_sim: GraphSi
         mailer.added_since(checkpoint)
 
 
+def test_delta_and_search_name_two_copies_alike_whatever_their_ids(graph_sim: GraphSimulator) -> None:
+    """Two copies must stay two names over every look: delta names the earliest copy as the search does
+    (by createdDateTime), not by id, else a later copy with the smaller id is a third name."""
+    mailer = mailer_for(graph_sim.url)
+    for _ in range(64):  # random ids: until the later copy's id sorts first (each try: even odds)
+        graph_sim.reset()
+        checkpoint = mailer.current_history_id()
+        first = immutable_id(graph_sim.insert_message(USER, make_raw("<two@safesend.test>")))
+        graph_sim.advance_clock(1)
+        later = immutable_id(graph_sim.insert_message(USER, make_raw("<two@safesend.test>")))
+        if later < first:
+            break
+    assert later < first
+    from_delta = set(mailer.added_since(checkpoint).gmail_ids())
+    from_search = {hit.gmail_id for hit in mailer.find_by_message_id("<two@safesend.test>")}
+    assert from_delta == from_search == {first_copy_id("<two@safesend.test>"), later}
+
+
 def test_delta_pages_are_followed_within_max_pages(graph_sim: GraphSimulator) -> None:
     mailer = mailer_for(graph_sim.url)
     checkpoint = mailer.current_history_id()

@@ -188,7 +188,9 @@ class GraphMailer:
         """A new delta round on Sent Items from a minute ago; its $deltatoken is the checkpoint."""
         since = (self._clock() - timedelta(seconds=CHECKPOINT_LOOKBACK_S)).strftime("%Y-%m-%dT%H:%M:%SZ")
         query = urlencode(
-            {"$filter": f"receivedDateTime ge {since}", "$select": "id,internetMessageId"}, quote_via=quote
+            # createdDateTime: delta names the earliest copy as the search does (named_copies), not by id
+            {"$filter": f"receivedDateTime ge {since}", "$select": "id,internetMessageId,createdDateTime"},
+            quote_via=quote,
         )
         page = self._delta(f"{self._base}/{SENT_ITEMS}/delta?{query}", MAX_DELTA_PAGES)
         if not page.complete:
