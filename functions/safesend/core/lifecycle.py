@@ -413,8 +413,9 @@ def _settled_by_copies(
         return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
     if checked.known_copies:
         ref = sent[0].as_dict() if sent else {"gmail_id": checked.known_copies[0], "thread_id": None}
-        # A copy seen only in transit (a Graph draft) is a 202's evidence: verified once stored.
-        stored = not sent or any(not h.in_transit for h in sent)
+        # Not shown stored by this check (known from an answer, which for a Graph 202 proves nothing
+        # stored, or seen only in transit as a Graph draft): a later look verifies it.
+        stored = any(not h.in_transit for h in sent)
         return _mark_sent(checked, ref, now, how, policy, timing, stored=stored)
     return None
 
