@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -19,7 +22,7 @@ from safesend.adapters.graph_auth import (
     federated_credential,
 )
 from safesend.adapters.graph_mailer import FIRST_COPY_PREFIX, GraphMailer, first_copy_id
-from safesend.core.errors import HistoryExpiredError
+from safesend.core.errors import HistoryExpiredError, MailboxUnavailableError
 from safesend.core.model import Accepted, Bucket, Failure
 from tests.integration.graph_support import plain_mime, self_signed_certificate
 
@@ -195,3 +198,55 @@ def test_no_token_means_nothing_was_sent(graph_sim: GraphSimulator) -> None:
     assert isinstance(outcome, Failure)
     assert (outcome.bucket, outcome.retryable, outcome.code) == (Bucket.NOT_ACCEPTED, True, "auth_refresh")
     assert graph_sim.effects() == []
+
+
+NESTED_JSON = b"[" * 100_000  # json.loads raises RecursionError, not ValueError
+
+
+class _HostileGraph(BaseHTTPRequestHandler):
+    """Answers every request with `answer` (status, body): a Graph host that is not playing fair."""
+
+    answer: tuple[int, bytes] = (400, NESTED_JSON)
+
+    def do_GET(self) -> None:
+        self._reply()
+
+    def do_POST(self) -> None:
+        self._reply()
+
+    def _reply(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        status, body = self.answer
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def hostile_graph() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _HostileGraph)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_a_deeply_nested_json_answer_is_classified_never_raised(hostile_graph: str) -> None:
+    """The send's answer came (a 400: refused); its body must not turn that into an exception that
+    loses the outcome. A read's nested answer is a failed read, as any other malformed answer."""
+    mailer = mailer_for(hostile_graph)
+    _HostileGraph.answer = (400, NESTED_JSON)
+    outcome = mailer.send(make_raw("<nested@safesend.test>"))
+    assert isinstance(outcome, Failure) and outcome.bucket is Bucket.NOT_ACCEPTED and outcome.code == "graph_400"
+    _HostileGraph.answer = (200, NESTED_JSON)
+    with pytest.raises(MailboxUnavailableError):
+        mailer.find_by_message_id("<nested@safesend.test>")

@@ -296,7 +296,7 @@ class GraphMailer:
             if response.status == 200:
                 try:
                     answer = json.loads(content)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: a deeply nested answer
                     last = "answer is not JSON"
                     continue
                 if isinstance(answer, dict):
@@ -351,7 +351,7 @@ def _error_of(content: bytes) -> tuple[str | None, str]:
     """Graph's error code (if plausible) and a short message: never the whole body."""
     try:
         error = json.loads(content).get("error") or {}
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # a hostile body never loses the status
         return None, ""
     if not isinstance(error, dict):
         return None, ""
