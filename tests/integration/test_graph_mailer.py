@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -25,6 +23,7 @@ from safesend.adapters.graph_mailer import FIRST_COPY_PREFIX, GraphMailer, first
 from safesend.core.errors import HistoryExpiredError, MailboxUnavailableError
 from safesend.core.model import Accepted, Bucket, Failure
 from tests.integration.graph_support import plain_mime, self_signed_certificate
+from tests.loopback_http import LoopbackHttpServer, QuietHandler
 
 USER = "shop@contoso.example"
 TENANT = "tenant-1"
@@ -203,15 +202,15 @@ def test_no_token_means_nothing_was_sent(graph_sim: GraphSimulator) -> None:
 NESTED_JSON = b"[" * 100_000  # json.loads raises RecursionError, not ValueError
 
 
-class _HostileGraph(BaseHTTPRequestHandler):
+class _HostileGraph(QuietHandler):
     """Answers every request with `answer` (status, body): a Graph host that is not playing fair."""
 
     answer: tuple[int, bytes] = (400, NESTED_JSON)
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - http.server calls it by this name
         self._reply()
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
         self._reply()
 
     def _reply(self) -> None:
@@ -223,21 +222,11 @@ class _HostileGraph(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *args: object) -> None:
-        """Quiet."""
-
 
 @pytest.fixture
 def hostile_graph() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _HostileGraph)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with LoopbackHttpServer(_HostileGraph, name="hostile-graph") as server:
+        yield server.url
 
 
 def test_a_deeply_nested_json_answer_is_classified_never_raised(hostile_graph: str) -> None:
