@@ -14,27 +14,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from safesend.core.errors import RequestValidationError
 from safesend.core.keys import job_id_for, message_id_for
 from safesend.core.mime import OutgoingMessage, build_mime
 from safesend.core.validation import MAX_DISPLAY_NAME_CHARS, MAX_REPLY_TO, parse_send_request
+from tests.unit.test_validation_headers import ADDRESS_FIELDS, DEFAULT_FROM, bad_fields, body
 
-DEFAULT_FROM = "Shop <shop@example.com>"
-ADDRESS_FIELDS = ["to", "cc", "bcc", "reply_to", "from"]
 SPACES = " " * 60_000
 CPU_BOUND_S = 1.0  # the fixed patterns take milliseconds; the quadratic ones took 8 s and more
-
-
-def body(**overrides):
-    values = {"dedup_key": "k-1", "channel": "receipts", "to": "ann@example.com", "subject": "s", "text": "t"}
-    values.update(overrides)
-    return values
-
-
-def bad_fields(request_body) -> dict[str, str]:
-    with pytest.raises(RequestValidationError) as info:
-        parse_send_request(request_body, DEFAULT_FROM)
-    return info.value.fields
 
 
 def cpu_seconds(call) -> float:
