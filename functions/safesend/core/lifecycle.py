@@ -25,7 +25,7 @@ from .callbacks import (
     next_try_at,
     notice_payload,
 )
-from .classify import crash_failure
+from .classify import crash_failure, unsearchable_failure
 from .errors import DecisionConflictError, DecisionNotAllowedError, StaleReviewError
 from .model import Accepted, Bucket, Delivery, Failure, Job, MailboxHit
 from .pacing import bind
@@ -359,6 +359,16 @@ def expire_lease(job: Job, now: datetime, policy: ChannelPolicy, timing: Timing)
     if job.state is not State.SENDING or job.lease_until is None or job.lease_until > now:
         raise ValueError("only a sending job with an expired lease can be recovered")
     return _enter_unknown(job, crash_failure(), now, first_check_at(job, now, policy, timing))
+
+
+def mailbox_gone(job: Job, mailbox: str, now: datetime) -> Job:
+    """The mailbox that may hold this job's copy is no longer configured. No other mailbox's search can
+    settle it and no resend may go out on a guess: a person is told now (`unverified` for a sent job
+    under verification, else `ambiguous`), with the reason as its last error."""
+    if job.state not in (State.UNKNOWN, State.RETRY_WAIT, State.SENT, State.CANCELLED):
+        raise ValueError(f"a {job.state} job is not waiting for a mailbox check")
+    reason = ReviewReason.UNVERIFIED if job.state is State.SENT else ReviewReason.AMBIGUOUS
+    return _enter_human(job, State.REVIEW, reason, now, unsearchable_failure(mailbox))
 
 
 def search_from(job: Job, policy: ChannelPolicy, timing: Timing) -> datetime:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from ..core.classify import RefusalKind, refusal_kind
-from ..core.errors import MailboxUnavailableError, StoreUnavailableError
+from ..core.errors import MailboxNotConfiguredError, MailboxUnavailableError, StoreUnavailableError
 from ..core.mailbox_budget import DAILY, METHOD_UNITS, RATE, MailboxSnapshot, Refusal, Reservation
 from ..core.mailbox_search import MailboxSearch, mailbox_search
 from ..core.mailboxes import DEFAULT_MAILBOX_ID, Mailbox, MailboxDirectory
@@ -139,6 +139,17 @@ class SenderMailboxes:
             return mailbox_search("gmail", job.message_id)
         return mailbox_search(mailbox.kind, job.message_id, mailbox.user_id if mailbox.kind == "graph" else None)
 
+    def gone(self, job: Job) -> str | None:
+        """The mailbox that may hold a copy of `job` when it is no longer configured, else None.
+
+        A job moves only while none of its attempts may have landed (pacing.may_move), so every copy
+        that may exist is in the mailbox it was last bound to (today's one mailbox, `default`, for a
+        job stored before mailboxes were configured). Searching another one would prove nothing."""
+        if job.maybe_landed == 0 and not job.known_copies:
+            return None
+        holder = job.mailboxes[-1] if job.mailboxes else DEFAULT_MAILBOX_ID
+        return None if holder in self.directory.ids() else holder
+
     def candidates(self, job: Job) -> list[Mailbox]:
         try:
             return self.directory.candidates(job.channel, job.payload.get("from"))
@@ -147,7 +158,11 @@ class SenderMailboxes:
             return [self.directory.get(i) for i in ids]
 
     def bound(self, job: Job) -> list[Mailbox]:
-        """Every mailbox the job was ever bound to (the current one last): a check searches them all."""
+        """Every mailbox the job was ever bound to (the current one last): a check searches them all.
+        MailboxNotConfiguredError when the one that may hold its copy is no longer configured."""
+        holder = self.gone(job)
+        if holder is not None:
+            raise MailboxNotConfiguredError(f"mailbox {holder} may hold a copy of job {job.id} but is not configured")
         known = [self.directory.get(i) for i in job.mailboxes if i in self.directory.ids()]
         current = self.current(job)
         return [m for m in known if m.id != current.id] + [current]
