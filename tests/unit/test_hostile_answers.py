@@ -12,8 +12,10 @@ import httplib2
 import pytest
 from googleapiclient.errors import HttpError
 
-from safesend.adapters.gmail_mailer import _classify_http_error
+from safesend.adapters.gmail_mailer import GmailMailer, _classify_http_error, _send_answer
+from safesend.core.errors import MailboxUnavailableError
 from safesend.core.graph_classify import retry_after_seconds
+from safesend.core.model import Accepted, Bucket, Failure
 
 HOSTILE = ["²", "³", "¹0", "nan", "NaN", "inf", "-inf", "-5", "1e400", "1e3", "0x10", "5.5", "9" * 400, ""]
 
@@ -48,3 +50,80 @@ def test_gmail_daily_limit_wait_stays_a_finite_day_whatever_the_header(header: s
 def test_plain_delta_seconds_still_count() -> None:
     assert retry_after_seconds(" 30 ") == 30.0
     assert _classify_http_error(_gmail_refusal(429, "30")).retry_after_s == 30.0
+
+
+def _gmail_error(status: int, body: bytes) -> HttpError:
+    return HttpError(httplib2.Response({"status": status}), body)
+
+
+ODD_ERROR_BODIES = [
+    b'{"error": "quota"}',  # an OAuth-style error string, not Google's error object
+    b'{"error": {"errors": {"reason": "rateLimitExceeded"}}}',  # errors as an object
+    b'{"error": {"errors": ["rateLimitExceeded"]}}',  # errors as strings
+    b'{"error": {"errors": [{"reason": ["rateLimitExceeded"]}]}}',  # reason as a list
+    b'{"error": {"errors": []}}',
+    b'{"error": null}',
+    b"[1, 2]",
+    b'"text"',
+    b"\xff\xfe",
+]
+
+
+@pytest.mark.parametrize("body", ODD_ERROR_BODIES)
+@pytest.mark.parametrize("status", [400, 403, 429, 500, 503])
+def test_an_error_answer_of_any_shape_is_classified_never_raised_on(status: int, body: bytes) -> None:
+    """A proxy's or a broken server's error body must still give a Failure: an exception out of send()
+    would turn a definite refusal into a crashed attempt (a 500 to the caller, then "maybe accepted")."""
+    failure = _classify_http_error(_gmail_error(status, body))
+    assert failure.status == status and failure.code.startswith(f"http_{status}")
+    assert failure.bucket.value == ("maybe_accepted" if status >= 500 else "not_accepted")
+
+
+def test_a_reason_is_a_short_token_or_nothing() -> None:
+    """The reason becomes the failure's code, stored in the job and logged: an 8 MB or odd one is dropped."""
+    for reason in ["x" * 100_000, "rate limit; drop table", "\n{}"]:
+        body = json.dumps({"error": {"errors": [{"reason": reason}], "message": "m"}}).encode()
+        assert _classify_http_error(_gmail_error(400, body)).code == "http_400"
+    body = json.dumps({"error": {"errors": [{"reason": "failedPrecondition"}], "message": "m"}}).encode()
+    assert _classify_http_error(_gmail_error(400, body)).code == "http_400_failedPrecondition"
+
+
+@pytest.mark.parametrize(
+    "response",
+    [{"id": 5}, {"id": ["a"]}, {"id": "x" * 100_000}, {"id": ""}, {"threadId": "t"}, ["id"], None, {"id": "a b"}],
+)
+def test_a_2xx_without_a_plausible_message_id_is_maybe_accepted(response) -> None:
+    """Only an id Gmail could have given is recorded as a copy: an int would never match the search's
+    string ids (a false duplicate), a huge one would make the job too big to store."""
+    outcome = _send_answer(response)
+    assert isinstance(outcome, Failure) and outcome.bucket is Bucket.MAYBE_ACCEPTED and outcome.code == "protocol"
+
+
+def test_a_2xx_with_a_gmail_id_is_accepted_and_an_odd_thread_id_is_dropped() -> None:
+    assert _send_answer({"id": "18c2f0a1b2c3d4e5", "threadId": "18c2f0a1b2c3d4e5"}) == Accepted(
+        "18c2f0a1b2c3d4e5", "18c2f0a1b2c3d4e5"
+    )
+    assert _send_answer({"id": "18c2f0a1b2c3d4e5", "threadId": 7}) == Accepted("18c2f0a1b2c3d4e5", None)
+
+
+@pytest.mark.parametrize(
+    "listing",
+    [[1], {"messages": {"id": "a"}}, {"messages": [{"id": 5}]}, {"messages": ["a"]}, {"messages": [{"id": "x" * 500}]}],
+)
+def test_a_malformed_search_answer_is_unavailable_never_an_exception_or_a_guess(listing) -> None:
+    """The Mailer port's promise: a search that cannot be read raises MailboxUnavailableError (the check
+    is retried), never another exception and never a shorter list that could hide our copy."""
+    mailer = GmailMailer()
+    mailer._read = lambda make_request, deadline, **kw: listing  # type: ignore[method-assign]
+    with pytest.raises(MailboxUnavailableError):
+        mailer.find_by_message_id("<job-1@example.com>")
+
+
+def test_a_well_formed_search_answer_gives_its_hits() -> None:
+    answers = iter([{"messages": [{"id": "18c2f0a1", "threadId": "18c2f0a1"}]}, {"labelIds": ["SENT", 3]}])
+    mailer = GmailMailer()
+    mailer._read = lambda make_request, deadline, **kw: next(answers)  # type: ignore[method-assign]
+    mailer._resources = object()  # type: ignore[assignment]  # never called: _read is replaced
+    assert [(h.gmail_id, h.label_ids) for h in mailer.find_by_message_id("<job-1@example.com>")] == [
+        ("18c2f0a1", ("SENT",))
+    ]
