@@ -143,6 +143,17 @@ def unsearchable_failure(mailbox: str) -> Failure:
     )
 
 
+def unsendable_failure(mailbox: str, reason: str) -> Failure:
+    """No mailbox of the job's pool can ever admit this send (mailbox_budget.Refusal without a next
+    free time): nothing was sent, and waiting cannot help."""
+    return Failure(
+        Bucket.NOT_ACCEPTED,
+        False,
+        "mailbox_limit",
+        f"mailbox {mailbox} can never admit this message ({reason}): its limits are below what it needs",
+    )
+
+
 def unbuildable_failure(detail: str) -> Failure:
     """The stored job cannot be turned into MIME: nothing was sent, and retrying cannot help."""
     return Failure(Bucket.NOT_ACCEPTED, False, "unbuildable_message", detail)

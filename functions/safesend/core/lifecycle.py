@@ -25,7 +25,7 @@ from .callbacks import (
     next_try_at,
     notice_payload,
 )
-from .classify import crash_failure, unsearchable_failure
+from .classify import crash_failure, unsearchable_failure, unsendable_failure
 from .errors import DecisionConflictError, DecisionNotAllowedError, StaleReviewError
 from .model import Accepted, Bucket, Delivery, Failure, Job, MailboxHit
 from .pacing import bind
@@ -222,6 +222,18 @@ def enter_queued(job: Job, owner: str, now: datetime, wait: QueueSlot) -> Job:
     changed.attempts = max(0, changed.attempts - 1)
     changed.maybe_landed = max(0, changed.maybe_landed - 1)
     return _enter_queue(changed, now, wait)
+
+
+def never_admitted(job: Job, owner: str, now: datetime, mailbox: str, reason: str) -> Job:
+    """No mailbox of the job's pool can ever admit the attempt we claimed (its limits are below what
+    the message needs): the attempt is taken back (never made) and the job gives up now, `failed`, or
+    `review` if an earlier attempt may have landed, instead of waiting a day at a time for ever."""
+    if not (job.state is State.SENDING and job.lease_owner == owner):
+        raise ValueError("only our own claimed attempt can be refused before its send")
+    changed = job.copy()
+    changed.attempts = max(0, changed.attempts - 1)
+    changed.maybe_landed = max(0, changed.maybe_landed - 1)
+    return _give_up(changed, ReviewReason.PERMANENT_ERROR, now, unsendable_failure(mailbox, reason))
 
 
 def _enter_queue(job: Job, now: datetime, wait: QueueSlot) -> Job:

@@ -164,6 +164,17 @@ class SendJobs(JobRecords):
                 job = self._cas(job, moved)
                 log(logging.INFO, "job moved to another mailbox of its pool", job_id=job.id, mailbox=mailbox.id)
             return job, True
+        if refusal.next_free_at is None:  # the least bad mailbox of its pool can never admit it
+            given_up = self._cas(job, lifecycle.never_admitted(job, owner, now, mailbox.id, refusal.reason))
+            log(
+                logging.ERROR,
+                "no mailbox of the job's pool can ever admit this send: a human is told",
+                job_id=job.id,
+                mailbox=mailbox.id,
+                reason=refusal.reason,
+                state=given_up.state.value,
+            )
+            return given_up, False
         if turn and refusal.reason == "rate" and refusal.next_free_at is not None:
             turn_at = refusal.next_free_at  # its turn came a moment early (our reads): it keeps its place
         else:

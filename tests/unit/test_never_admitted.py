@@ -1,0 +1,61 @@
+"""A send no mailbox of its pool can ever admit (more recipients than its limits let one message or one
+day carry, a send above its per-minute units): before, the job waited `queued` a day at a time for
+ever, with no review item and no failure, a message that could never go out and nobody told. Now it
+ends at once: `failed` (nothing went out) with a review item, or `review` when an earlier attempt may
+have landed."""
+
+from __future__ import annotations
+
+import pytest
+
+from safesend.core.classify import TransportErrorKind, classify_transport
+from safesend.core.lifecycle import ReviewReason
+from safesend.core.mailboxes import MailboxDirectory
+from safesend.core.states import State
+from tests.unit.test_service_pacing import PoolWorld, pool_config
+
+THREE = ["a@example.com", "b@example.com", "c@example.com"]
+
+
+def _pool(ids: tuple[str, ...] = ("shop",), **limits: int) -> PoolWorld:
+    config = pool_config(per_minute=60_000, per_day=1000, ids=ids)
+    config["defaults"]["limits"].update(limits)
+    return PoolWorld(config)
+
+
+@pytest.mark.parametrize("limits", [{"recipients_per_message": 2}, {"recipients_per_day": 2}, {"units_per_minute": 99}])
+def test_a_send_its_mailbox_can_never_admit_fails_at_once_with_a_review_item(limits):
+    pool = _pool(**limits)
+    job, _ = pool.service.submit(pool.world.request(to=THREE))
+    assert (job.state, job.review_reason) == (State.FAILED, ReviewReason.PERMANENT_ERROR)
+    assert job.last_error["code"] == "mailbox_limit" and job.attempts == 0 and job.maybe_landed == 0
+    assert pool.sent_by("shop") == 0
+    assert [a["reason"] for _, a in pool.world.publisher.items] == [ReviewReason.PERMANENT_ERROR]
+
+
+def test_a_send_one_mailbox_of_the_pool_can_admit_moves_there():
+    small = pool_config(per_minute=60_000, per_day=1000, ids=("shop", "shop2"))
+    small["mailboxes"]["shop"]["limits"] = {"preset": "workspace", "recipients_per_message": 2}
+    pool = PoolWorld(small)
+    job, _ = pool.service.submit(pool.world.request(to=THREE))
+    assert job.state is State.SENT and job.mailboxes[-1] == "shop2" and pool.sent_by("shop2") == 1
+
+
+def test_a_resend_its_mailbox_can_no_longer_admit_goes_to_review_not_failed():
+    """An earlier attempt may have landed: `failed` ("nothing went out") would be a lie."""
+    pool = _pool()
+    pool.mailers["shop"].script = [classify_transport(TransportErrorKind.TIMEOUT)]
+    job, _ = pool.service.submit(pool.world.request(to=THREE))
+    assert job.state is State.UNKNOWN
+    smaller = pool_config(per_minute=60_000, per_day=1000, ids=("shop",))
+    smaller["defaults"]["limits"]["recipients_per_message"] = 2  # the mailbox's limits were lowered since
+    pool.service.senders.directory = MailboxDirectory.from_mapping(smaller)
+    for _ in range(10):
+        current = pool.world.store.get(job.id)
+        if current.next_check_at is None or current.state is State.REVIEW:
+            break
+        pool.world.clock.advance((current.next_check_at - pool.world.clock()).total_seconds() + 0.001)
+        pool.service.advance(job.id)
+    final = pool.world.store.get(job.id)
+    assert (final.state, final.review_reason) == (State.REVIEW, ReviewReason.AMBIGUOUS)
+    assert pool.sent_by("shop") == 0 and final.last_error["code"] == "mailbox_limit"
