@@ -6,12 +6,15 @@ have landed."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from safesend.core.classify import TransportErrorKind, classify_transport
 from safesend.core.lifecycle import ReviewReason
 from safesend.core.mailboxes import MailboxDirectory
 from safesend.core.states import State
+from tests.unit.conftest import TIMING
 from tests.unit.test_service_pacing import PoolWorld, pool_config
 
 THREE = ["a@example.com", "b@example.com", "c@example.com"]
@@ -59,3 +62,24 @@ def test_a_resend_its_mailbox_can_no_longer_admit_goes_to_review_not_failed():
     final = pool.world.store.get(job.id)
     assert (final.state, final.review_reason) == (State.REVIEW, ReviewReason.AMBIGUOUS)
     assert pool.sent_by("shop") == 0 and final.last_error["code"] == "mailbox_limit"
+
+
+def test_the_lease_starts_when_the_job_is_claimed_not_when_the_request_arrived():
+    """Choosing a mailbox reads every budget of the pool (a slow store: seconds each) before the claim.
+    A lease counted from the request's arrival would leave the attempt less than its documented lease:
+    a live send taken for a dead one by a duplicate webhook or the sweeper."""
+    pool = PoolWorld(pool_config(per_minute=60_000, per_day=1000))
+    slow = pool.ledger.snapshot
+
+    def snapshot(mailbox, now):
+        pool.world.clock.advance(40)  # each budget read of a degraded store
+        return slow(mailbox, now)
+
+    pool.ledger.snapshot = snapshot  # type: ignore[method-assign]
+    claimed = []
+    pool.mailers["shop"].on_send = pool.mailers["shop2"].on_send = lambda: claimed.append(
+        next(iter(pool.world.store.all()))
+    )
+    pool.service.submit(pool.world.request())
+    assert claimed and claimed[0].lease_until - claimed[0].claimed_at == timedelta(seconds=TIMING.lease_s)
+    assert claimed[0].claimed_at == claimed[0].last_attempt_at >= claimed[0].created_at + timedelta(seconds=80)

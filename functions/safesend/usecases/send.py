@@ -59,7 +59,9 @@ class SendJobs(JobRecords):
         if request.callback_url:
             draft.callbacks.append(request.callback_url)
         draft.history_start = self._checkpoint(mailbox)  # from memory: no Gmail call on the send path
-        job, created = self.store.claim_or_get(lifecycle.start_attempt(draft, now, owner, self.timing))
+        # The lease runs from the claim: choosing the mailbox read the pool's budgets since `now`.
+        claim = lifecycle.start_attempt(draft, self.clock(), owner, self.timing)
+        job, created = self.store.claim_or_get(claim)
         if not created:
             if job.payload_hash != request.payload_hash:
                 raise PayloadMismatchError(job.id)
