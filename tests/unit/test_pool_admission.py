@@ -1,8 +1,10 @@
-"""A send no mailbox of its pool can ever admit (more recipients than its limits let one message or one
+"""Admission of a job's attempt by its pool (review of the core guarantee).
+
+A send no mailbox of its pool can ever admit (more recipients than its limits let one message or one
 day carry, a send above its per-minute units): before, the job waited `queued` a day at a time for
 ever, with no review item and no failure, a message that could never go out and nobody told. Now it
 ends at once: `failed` (nothing went out) with a review item, or `review` when an earlier attempt may
-have landed."""
+have landed. And the lease of a new job runs from its claim, after the pool's budgets were read."""
 
 from __future__ import annotations
 
