@@ -17,7 +17,7 @@ from safesend.core.lifecycle import ReviewReason
 from safesend.core.mailboxes import MailboxDirectory
 from safesend.core.states import State
 from tests.unit.conftest import TIMING
-from tests.unit.test_service_pacing import PoolWorld, pool_config
+from tests.unit.test_service_pacing import DAILY_429, PoolWorld, pool_config
 
 THREE = ["a@example.com", "b@example.com", "c@example.com"]
 
@@ -85,3 +85,23 @@ def test_the_lease_starts_when_the_job_is_claimed_not_when_the_request_arrived()
     pool.service.submit(pool.world.request())
     assert claimed and claimed[0].lease_until - claimed[0].claimed_at == timedelta(seconds=TIMING.lease_s)
     assert claimed[0].claimed_at == claimed[0].last_attempt_at >= claimed[0].created_at + timedelta(seconds=80)
+
+
+def test_unconfigured_after_a_daily_limit_refusal_new_jobs_wait_without_hitting_gmail_again():
+    """Today's one mailbox (unpaced: no ledger call on a send) learns Gmail's daily limit in the ledger;
+    before, every new job still went to Gmail and was refused again (an account that keeps hitting the
+    limit may be suspended). Now this instance asks the ledger while the mark holds, and its new jobs
+    wait `queued` behind it; once the mark has passed, sends make no ledger call again."""
+    pool = PoolWorld(None)
+    pool.world.mailer.script = [DAILY_429]
+    first, _ = pool.service.submit(pool.world.request())
+    assert first.state is State.QUEUED and pool.world.mailer.sends == 1
+    later = [pool.service.submit(pool.world.request(key=f"c:order_paid:{n}"))[0] for n in range(3)]
+    assert [j.state for j in later] == [State.QUEUED] * 3 and pool.world.mailer.sends == 1
+    assert all(j.queue_eta is not None and j.queue_eta >= first.queue_eta for j in later)
+    pool.run_queue()
+    assert all(pool.world.store.get(j.id).state is State.SENT for j in [first, *later])
+    assert pool.world.mailer.sends == 5  # the refused one, then each job once, after the mark
+    assert all(pool.world.effects(j.id) == 1 for j in [first, *later])
+    assert pool.world.publisher.items[0][1]["kind"] == "mailbox_incident"
+    assert len(pool.world.publisher.items) == 1  # one incident, no review item

@@ -111,6 +111,9 @@ class SenderMailboxes:
         self._clock = clock
         self._mailers: dict[str, Mailer] = {}
         self._lock = threading.Lock()
+        # Unpaced mailboxes this instance saw Gmail refuse for the daily limit, and until when: their
+        # sends ask the ledger while it holds (no ledger call otherwise: today's latency).
+        self._exhausted: dict[str, datetime] = {}
 
     def set_clock(self, clock: Callable[[], datetime]) -> None:
         self._clock = clock
@@ -210,11 +213,12 @@ class SenderMailboxes:
         """Admit the attempt of `job` just claimed: on its mailbox, or (while none of its attempts may
         have landed) on another of its pool that has budget. Returns the mailbox that admitted it, or
         the one to wait at with its refusal (the one that frees first). An unpaced mailbox is admitted
-        without a ledger call, except on a queued job's `turn`: then the ledger says whether a daily
-        limit Gmail reported still holds. A ledger that cannot be read admits nothing
+        without a ledger call, except on a queued job's `turn` or while this instance knows of a daily
+        limit Gmail reported: then the ledger says whether it still holds (new jobs wait behind it
+        instead of meeting Gmail's refusal again). A ledger that cannot be read admits nothing
         (StoreUnavailableError propagates: the attempt is retried later, nothing was sent)."""
         current = self.current(job)
-        if self.ledger is None or not (self.paced(current) or turn):
+        if self.ledger is None or not (self.paced(current) or turn or self._known_exhausted(current)):
             return current, None
         recipients = recipients_of(job)
         units = METHOD_UNITS["send"] if self.paced(current) else 0
@@ -238,6 +242,16 @@ class SenderMailboxes:
                 refusals.append((pick, other))
         far = datetime.max.replace(tzinfo=self.now().tzinfo)
         return min(refusals, key=lambda pair: pair[1].next_free_at or far)
+
+    def _known_exhausted(self, mailbox: Mailbox) -> bool:
+        """This instance saw Gmail refuse `mailbox` for its daily limit and the mark still holds."""
+        until = self._exhausted.get(mailbox.id)
+        if until is None:
+            return False
+        if until > self.now():
+            return True
+        self._exhausted.pop(mailbox.id, None)
+        return False
 
     def turn(self, mailbox: Mailbox, not_before: datetime | None) -> datetime:
         """The job's turn at `mailbox` (its next try and its honest Retry-After): after every job
@@ -266,6 +280,8 @@ class SenderMailboxes:
         if kind is RefusalKind.DAILY_LIMIT:
             until = now + timedelta(seconds=failure.retry_after_s or 24 * 3600.0)
             began = self.ledger.penalise(mailbox, DAILY, now, until)
+            if not self.paced(mailbox):
+                self._exhausted[mailbox.id] = max(until, self._exhausted.get(mailbox.id, until))
             return until, began
         began = self.ledger.penalise(mailbox, RATE, now)
         snapshot = self.snapshots([mailbox]).get(mailbox.id)
