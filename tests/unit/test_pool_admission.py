@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from safesend.core.classify import TransportErrorKind, classify_transport
+from safesend.core.errors import StoreUnavailableError
 from safesend.core.lifecycle import ReviewReason
 from safesend.core.mailboxes import MailboxDirectory
 from safesend.core.states import State
@@ -105,3 +106,19 @@ def test_unconfigured_after_a_daily_limit_refusal_new_jobs_wait_without_hitting_
     assert all(pool.world.effects(j.id) == 1 for j in [first, *later])
     assert pool.world.publisher.items[0][1]["kind"] == "mailbox_incident"
     assert len(pool.world.publisher.items) == 1  # one incident, no review item
+
+
+def test_a_daily_limit_refusal_met_while_the_ledger_is_down_still_waits_never_fails():
+    """The daily limit frees in hours: past the retry horizon at once, the job used to end `failed`,
+    with a review item per job, when the ledger could not be told. It waits `queued` for the limit."""
+    pool = PoolWorld(pool_config(per_minute=60_000, per_day=1000, ids=("shop",)))
+    pool.mailers["shop"].script = [DAILY_429]
+
+    def down(*args, **kwargs):
+        raise StoreUnavailableError("ledger down")
+
+    pool.ledger.penalise = down  # type: ignore[method-assign]
+    job, _ = pool.service.submit(pool.world.request())
+    assert job.state is State.QUEUED and job.queue_reason == "gmail_daily_limit"
+    assert job.next_check_at >= pool.world.clock() + timedelta(hours=24) and job.maybe_landed == 0
+    assert pool.world.publisher.items == []

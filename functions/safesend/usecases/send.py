@@ -5,11 +5,11 @@ the sender mailboxes happen here too."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ..core import lifecycle, signals
 from ..core.callbacks import MAX_CALLBACKS
-from ..core.classify import RefusalKind, refusal_kind, unbuildable_failure
+from ..core.classify import DAILY_LIMIT_WAIT_S, RefusalKind, refusal_kind, unbuildable_failure
 from ..core.errors import (
     CallbackNotStoredError,
     ConcurrentUpdateError,
@@ -197,14 +197,19 @@ class SendJobs(JobRecords):
         """Gmail refused for rate or for the daily limit: the ledger learns it (for every instance)
         and the job waits its mailbox's turn. None: not a pacing refusal (today's retry path)."""
         mailbox = self.senders.current(job)
+        daily = refusal_kind(outcome) is RefusalKind.DAILY_LIMIT
         try:
             until, began = self.senders.learn(mailbox, outcome)
         except (StoreUnavailableError, ValueError) as exc:
             log(logging.WARNING, "mailbox budget not updated", job_id=job.id, error=str(exc)[:200])
-            return None
+            if not daily:
+                return None  # a rate refusal backs off toward the retry horizon, as unpaced
+            # Hours away, past the retry horizon: the job waits for Gmail's time here, never `failed`.
+            log(logging.ERROR, "mailbox exhausted (ledger not told)", event="mailbox_exhausted", mailbox=mailbox.id)
+            wait = self.clock() + timedelta(seconds=outcome.retry_after_s or DAILY_LIMIT_WAIT_S)
+            return QueueSlot(mailbox.id, wait, wait, "gmail_daily_limit")
         if until is None:
             return None
-        daily = refusal_kind(outcome) is RefusalKind.DAILY_LIMIT
         if daily and began:
             self._raise_incident(mailbox, until)
         reason = "gmail_daily_limit" if daily else "gmail_rate"
