@@ -134,3 +134,38 @@ def test_a_job_nothing_of_which_may_have_landed_still_moves_off_a_removed_mailbo
     _play(pool, job.id)
     final = pool.world.store.get(job.id)
     assert final.state is State.SENT and pool.sent_by("shop2") == 1 and pool.sent_by("shop") == 0
+
+
+def test_configured_as_default_todays_mailbox_still_settles_the_jobs_it_sent():
+    """The README's way to configure mailboxes while jobs of today's one mailbox are in doubt: give
+    that account the id `default`. Its jobs are searched there and never resent from the pool's first."""
+    pool = _pool(None, ledger=False)
+    pool.world.mailer.script = [("accept", TIMEOUT)]
+    job, _ = pool.service.submit(pool.world.request())
+    assert job.state is State.UNKNOWN and job.mailboxes == []
+    config = pool_config(per_minute=60_000, per_day=1000, ids=("shop", "default"))
+    config["pools"] = {"default": ["shop", "default"]}
+    _reconfigure(pool, config)
+    _play(pool, job.id)
+    final = pool.world.store.get(job.id)
+    assert final.state is State.SENT and final.verified and pool.world.effects(job.id) == 1
+    assert pool.sent_by("shop") == 0 and pool.mailers["shop"].searches == 0
+
+
+def test_a_job_stored_before_mailboxes_were_configured_records_the_mailbox_it_moves_to():
+    """Nothing of it may have landed, so it may go to any mailbox of its pool: the move is recorded,
+    so that a check after a doubtful attempt searches the mailbox that sent it."""
+    refused = classify_transport(TransportErrorKind.CONNECT_REFUSED)
+    pool = _pool(None)
+    pool.world.mailer.script = [refused] * 3
+    job, _ = pool.service.submit(pool.world.request())
+    assert job.state is State.RETRY_WAIT and job.mailboxes == [] and job.maybe_landed == 0
+    _reconfigure(pool, pool_config(per_minute=60_000, per_day=1000, ids=("shop", "shop2")))
+    spend = pool.service.senders.directory.get("shop")
+    while not hasattr(pool.ledger.reserve(spend, 100, 1, pool.world.clock()), "next_free_at"):
+        pass  # shop's minute is spent: the job goes to shop2
+    pool.mailers["shop2"].script = [("accept", TIMEOUT)]
+    _play(pool, job.id)
+    final = pool.world.store.get(job.id)
+    assert final.mailboxes[-1] == "shop2" and pool.sent_by("shop2") == 1
+    assert final.state is State.SENT and pool.sent_by("shop") == 0

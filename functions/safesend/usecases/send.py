@@ -160,7 +160,7 @@ class SendJobs(JobRecords):
             slot = QueueSlot(mailbox.id, now + BUDGET_RETRY, now + BUDGET_RETRY, refusal.reason)
             return self._cas(job, lifecycle.enter_queued(job, owner, now, slot)), False
         if refusal is None:
-            if job.mailboxes and mailbox.id != job.mailboxes[-1]:
+            if mailbox.id != (lifecycle.current_mailbox(job) or DEFAULT_MAILBOX_ID):
                 moved = lifecycle.rebind(job, mailbox.id, now)
                 moved.history_start = self._checkpoint(mailbox)
                 job = self._cas(job, moved)

@@ -128,9 +128,12 @@ class SenderMailboxes:
         return self.ledger is not None and not mailbox.limits.unlimited
 
     def current(self, job: Job) -> Mailbox:
-        """The mailbox the job is bound to; a job stored before its pool existed: its pool's first."""
-        if job.mailboxes and job.mailboxes[-1] in self.directory.ids():
-            return self.directory.get(job.mailboxes[-1])
+        """The mailbox the job is bound to: its last one, or today's (`default`) for a job stored before
+        mailboxes were configured, while configured. A job whose mailbox is not configured (any more):
+        its pool's first (it may move only while nothing of it may have landed: see gone())."""
+        bound = job.mailboxes[-1] if job.mailboxes else DEFAULT_MAILBOX_ID
+        if bound in self.directory.ids():
+            return self.directory.get(bound)
         return self.candidates(job)[0]
 
     def search_for(self, job: Job) -> MailboxSearch:
