@@ -5,11 +5,11 @@ the sender mailboxes happen here too."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from ..core import lifecycle, signals
 from ..core.callbacks import MAX_CALLBACKS
-from ..core.classify import DAILY_LIMIT_WAIT_S, RefusalKind, refusal_kind, unbuildable_failure
+from ..core.classify import RefusalKind, refusal_kind, unbuildable_failure
 from ..core.errors import (
     CallbackNotStoredError,
     ConcurrentUpdateError,
@@ -58,10 +58,8 @@ class SendJobs(JobRecords):
             draft.mailboxes = [mailbox.id]
         if request.callback_url:
             draft.callbacks.append(request.callback_url)
-        draft.history_start = self._checkpoint(mailbox)  # from memory: no Gmail call on the send path
-        # The lease runs from the claim: choosing the mailbox read the pool's budgets since `now`.
-        claim = lifecycle.start_attempt(draft, self.clock(), owner, self.timing)
-        job, created = self.store.claim_or_get(claim)
+        draft.history_start = self._checkpoint(mailbox)  # from memory; the lease runs from the claim (clock)
+        job, created = self.store.claim_or_get(lifecycle.start_attempt(draft, self.clock(), owner, self.timing))
         if not created:
             if job.payload_hash != request.payload_hash:
                 raise PayloadMismatchError(job.id)
@@ -166,17 +164,9 @@ class SendJobs(JobRecords):
                 job = self._cas(job, moved)
                 log(logging.INFO, "job moved to another mailbox of its pool", job_id=job.id, mailbox=mailbox.id)
             return job, True
-        if refusal.next_free_at is None:  # the least bad mailbox of its pool can never admit it
-            given_up = self._cas(job, lifecycle.never_admitted(job, owner, now, mailbox.id, refusal.reason))
-            log(
-                logging.ERROR,
-                "no mailbox of the job's pool can ever admit this send: a human is told",
-                job_id=job.id,
-                mailbox=mailbox.id,
-                reason=refusal.reason,
-                state=given_up.state.value,
-            )
-            return given_up, False
+        if refusal.next_free_at is None:  # no mailbox of its pool can ever admit it: a person is told
+            log(logging.ERROR, "send never admitted", job_id=job.id, mailbox=mailbox.id, reason=refusal.reason)
+            return self._cas(job, lifecycle.never_admitted(job, owner, now, mailbox.id, refusal.reason)), False
         if turn and refusal.reason == "rate" and refusal.next_free_at is not None:
             turn_at = refusal.next_free_at  # its turn came a moment early (our reads): it keeps its place
         else:
@@ -197,19 +187,14 @@ class SendJobs(JobRecords):
         """Gmail refused for rate or for the daily limit: the ledger learns it (for every instance)
         and the job waits its mailbox's turn. None: not a pacing refusal (today's retry path)."""
         mailbox = self.senders.current(job)
-        daily = refusal_kind(outcome) is RefusalKind.DAILY_LIMIT
         try:
             until, began = self.senders.learn(mailbox, outcome)
         except (StoreUnavailableError, ValueError) as exc:
             log(logging.WARNING, "mailbox budget not updated", job_id=job.id, error=str(exc)[:200])
-            if not daily:
-                return None  # a rate refusal backs off toward the retry horizon, as unpaced
-            # Hours away, past the retry horizon: the job waits for Gmail's time here, never `failed`.
-            log(logging.ERROR, "mailbox exhausted (ledger not told)", event="mailbox_exhausted", mailbox=mailbox.id)
-            wait = self.clock() + timedelta(seconds=outcome.retry_after_s or DAILY_LIMIT_WAIT_S)
-            return QueueSlot(mailbox.id, wait, wait, "gmail_daily_limit")
+            return None
         if until is None:
             return None
+        daily = refusal_kind(outcome) is RefusalKind.DAILY_LIMIT
         if daily and began:
             self._raise_incident(mailbox, until)
         reason = "gmail_daily_limit" if daily else "gmail_rate"

@@ -272,7 +272,8 @@ class SenderMailboxes:
 
     def learn(self, mailbox: Mailbox, failure: Failure) -> tuple[datetime | None, bool]:
         """Teach the ledger a Gmail refusal: a rate refusal slows the mailbox for every instance, a
-        daily-limit refusal exhausts it until Gmail's time (else 24 h). Returns (until when the job
+        daily-limit refusal exhausts it until Gmail's time (else 24 h); a ledger that cannot be told
+        of it still has the job wait that long (StoreUnavailableError is raised for a rate refusal). Returns (until when the job
         should wait, or None if this is no pacing refusal; whether a new incident began)."""
         kind = refusal_kind(failure)
         if self.ledger is None or kind not in (RefusalKind.RATE_LIMIT, RefusalKind.DAILY_LIMIT):
@@ -282,7 +283,12 @@ class SenderMailboxes:
         now = self.now()
         if kind is RefusalKind.DAILY_LIMIT:
             until = now + timedelta(seconds=failure.retry_after_s or 24 * 3600.0)
-            began = self.ledger.penalise(mailbox, DAILY, now, until)
+            try:
+                began = self.ledger.penalise(mailbox, DAILY, now, until)
+            except (StoreUnavailableError, ValueError) as exc:
+                # Hours away, past the retry horizon: its jobs still wait for Gmail's time, never fail.
+                log(logging.ERROR, "mailbox exhausted; ledger not told", mailbox=mailbox.id, error=str(exc)[:200])
+                began = False
             if not self.paced(mailbox):
                 self._exhausted[mailbox.id] = max(until, self._exhausted.get(mailbox.id, until))
             return until, began
