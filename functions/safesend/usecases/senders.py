@@ -273,8 +273,9 @@ class SenderMailboxes:
     def learn(self, mailbox: Mailbox, failure: Failure) -> tuple[datetime | None, bool]:
         """Teach the ledger a Gmail refusal: a rate refusal slows the mailbox for every instance, a
         daily-limit refusal exhausts it until Gmail's time (else 24 h); a ledger that cannot be told
-        of it still has the job wait that long (StoreUnavailableError is raised for a rate refusal). Returns (until when the job
-        should wait, or None if this is no pacing refusal; whether a new incident began)."""
+        of it still has the job wait that long (StoreUnavailableError is raised for a rate refusal).
+        Returns (until when the job should wait, or None if this is no pacing refusal; whether a new
+        incident began)."""
         kind = refusal_kind(failure)
         if self.ledger is None or kind not in (RefusalKind.RATE_LIMIT, RefusalKind.DAILY_LIMIT):
             return None, False
