@@ -449,14 +449,21 @@ def without_history(job: Job, now: datetime, policy: ChannelPolicy, timing: Timi
 
 
 def apply_mailbox_check(
-    job: Job, hits: Sequence[MailboxHit], now: datetime, owner: str, policy: ChannelPolicy, timing: Timing
+    job: Job,
+    hits: Sequence[MailboxHit],
+    now: datetime,
+    owner: str,
+    policy: ChannelPolicy,
+    timing: Timing,
+    searched_at: datetime | None = None,
 ) -> Job:
     """Settle an unknown or retry_wait job from what the mailbox holds for its Message-ID.
 
     Exactly one known copy: sent. More than one: a duplicate, a human must know.
     None: inconclusive until the index-lag window after the last attempt has
     passed; after it, a retry_wait job is resent (it was never accepted) and an
-    unknown one follows its channel policy.
+    unknown one follows its channel policy. `searched_at`: when the search was made (its
+    answer may come much later): only a search made past the window lets a resend go.
     """
     if job.state not in (State.UNKNOWN, State.RETRY_WAIT):
         raise ValueError(f"mailbox checks apply to unknown/retry_wait jobs, not {job.state}")
@@ -467,7 +474,7 @@ def apply_mailbox_check(
     if checked.state is State.RETRY_WAIT:
         return start_attempt(checked, now, owner, timing)
     window_end = (checked.last_attempt_at or checked.created_at) + timing.window(policy)
-    if now < window_end:
+    if (searched_at or now) < window_end:
         rechecked = _moved(checked, State.UNKNOWN, now)
         rechecked.next_check_at = min(now + timedelta(seconds=timing.recheck_s), window_end)
         return rechecked

@@ -81,8 +81,9 @@ class Reconciler(ReviewerNotices):
             decided = lifecycle.resume_after_refusals(job, self.clock(), owner, self.timing)
             hits_seen = None
         else:
+            searched_at = self.clock()  # what the search saw, it saw then: its answer may come later
             hits = self._search(job)  # MailboxUnavailableError -> caller retries
-            decided = lifecycle.apply_mailbox_check(job, hits, self.clock(), owner, policy, self.timing)
+            decided = lifecycle.apply_mailbox_check(job, hits, self.clock(), owner, policy, self.timing, searched_at)
             hits_seen = len(hits)
         try:
             stored = self._cas(job, decided)
