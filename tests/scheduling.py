@@ -106,7 +106,7 @@ def pick(queue: Iterable[str], *, waiting_first: bool | None, defer_n8n: bool) -
         return waiting_first is None or is_waiting(group) == waiting_first
 
     def ready(group: str) -> bool:
-        return not (defer_n8n and group.split("::", 1)[0] in N8N_MODULES)
+        return not (defer_n8n and module_path(group) in N8N_MODULES)
 
     for test in (lambda g: own(g) and ready(g), ready, own, lambda g: True):
         found = next((group for group in groups if test(group)), None)
@@ -127,24 +127,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def is_waiting(group: str) -> bool:
     """Whether a scheduling group (group_of) belongs to a module that mostly waits."""
-    return group.split("::", 1)[0] in WAITING_MODULES
+    return module_path(group) in WAITING_MODULES
 
 
 def module_of(item: pytest.Item) -> str:
     """The item's module as a path relative to the repository (its node id before '::')."""
-    return item.nodeid.split("::", 1)[0]
+    return module_path(item.nodeid)
+
+
+def module_path(nodeid: str) -> str:
+    """The module part of a node id or scheduling group (everything before the first '::')."""
+    return nodeid.split("::", 1)[0]
 
 
 def group_of(nodeid: str) -> str:
     """The scheduling group of a test (or of a module, given its path): its module, or the test
     itself when its module is split."""
-    module = nodeid.split("::", 1)[0]
+    module = module_path(nodeid)
     return nodeid if module in SPLIT_MODULES else module
 
 
 def rank(nodeid: str) -> tuple[int, int]:
     """Sort key: the slow groups in SLOW_FIRST's order, then suite by suite."""
-    module = nodeid.split("::", 1)[0]
+    module = module_path(nodeid)
     unit = nodeid if module in SPLIT_MODULES else module  # a split module's tests are ranked one by one
     if unit in SLOW_FIRST:
         return (0, SLOW_FIRST.index(unit))

@@ -72,6 +72,21 @@ def test_no_allowed_ipv6_address_embeds_a_non_global_ipv4_in_a_known_form(value)
     assert not (ip in ipaddress.IPv6Network("64:ff9b::/96") or ip in ipaddress.IPv6Network("64:ff9b:1::/48"))
 
 
+@pytest.mark.parametrize("address", ["fec0::1", "fec0::a9fe:a9fe", "feff::1", "5f00::1", "4000::1", "c000::1"])
+def test_ipv6_outside_global_unicast_is_refused(address):
+    """Public IPv6 unicast is 2000::/3. Python 3.11 calls site-local fec0::/10 (still routed inside
+    some networks) and the unassigned ranges global: they must not pass as public."""
+    assert CALLBACKS.address_allowed(address) is False
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.integers(min_value=0, max_value=2**128 - 1))
+def test_every_allowed_ipv6_address_is_global_unicast(value):
+    ip = ipaddress.IPv6Address(value)
+    if CALLBACKS.address_allowed(str(ip)):
+        assert ip in ipaddress.IPv6Network("2000::/3") and ip.is_global
+
+
 def test_public_ipv6_and_ipv4_stay_allowed():
     assert CALLBACKS.address_allowed("2606:2800:220:1::") is True
     assert CALLBACKS.address_allowed("93.184.216.34") is True

@@ -37,6 +37,9 @@ _EMBEDS_IPV4 = tuple(
     ipaddress.IPv6Network(net)
     for net in ("::ffff:0:0/96", "::ffff:0:0:0/96", "::/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
 )
+# Public IPv6 unicast is allocated from 2000::/3 only. Python 3.11's `is_global` also passes the
+# deprecated site-local fec0::/10 (still routed inside some networks) and unassigned ranges.
+_GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
 MAX_RETRY_AFTER_S = 600.0  # a receiver's Retry-After is honoured up to this (a longer one: this)
 # Notices to people: never given up while they may matter (the callback horizon only marks them overdue).
 REVIEWER_KINDS = frozenset({"chat", "slack", "email"})
@@ -86,15 +89,17 @@ class CallbackPolicy:
         return False
 
     def address_allowed(self, address: str) -> bool:
-        """A resolved address we may connect to: public unicast only, unless local http is allowed.
-        IPv6 forms that carry an IPv4 address (_EMBEDS_IPV4) are refused outright."""
+        """A resolved address we may connect to: public unicast only (IPv6: within 2000::/3), unless
+        local http is allowed. IPv6 forms that carry an IPv4 address (_EMBEDS_IPV4) are refused outright."""
         if self.allow_http:
             return True
         try:
             ip = ipaddress.ip_address(address.split("%", 1)[0])
         except ValueError:
             return False
-        if isinstance(ip, ipaddress.IPv6Address) and any(ip in net for net in _EMBEDS_IPV4):
+        if isinstance(ip, ipaddress.IPv6Address) and (
+            ip not in _GLOBAL_UNICAST_V6 or any(ip in net for net in _EMBEDS_IPV4)
+        ):
             return False
         return ip.is_global and not ip.is_multicast
 

@@ -1080,10 +1080,17 @@ def decide(
             return _enter_human(decided, State.REVIEW, ReviewReason.SENT_AFTER_CANCEL, now, None), "cancelled"
         return _watch_after_cancel(decided, now, timing), "cancelled"
     result = "acknowledged" if decision == Decision.ACKNOWLEDGE else "marked_sent"
-    decided = _moved(_recorded(checked, review_id, decision, reviewer, note, now, result, True), State.SENT, now)
+    # The reviewer accepts the copies their page showed: those known before this search (within one
+    # review entry only a decision's search adds copies). One this search found beyond them was
+    # seen by nobody: with more than one copy that is a duplicate to report, never accepted here.
+    seen = list(job.known_copies)
+    recorded = _recorded(checked, review_id, decision, reviewer, note, now, result, True, seen)
+    decided = _moved(recorded, State.SENT, now)
     if len(sent) == 1:
         decided.provider_ref = sent[0].as_dict()
     decided.lease_owner = decided.lease_until = None
+    if _unaccepted_duplicate(decided):
+        return _enter_human(decided, State.REVIEW, ReviewReason.DUPLICATE, now, None), result
     return _verify_after_decision(decided, len(copies) == 1 and len(sent) == 1, now, timing), result
 
 
@@ -1139,9 +1146,19 @@ def _verify_after_decision(job: Job, one_copy_shown: bool, now: datetime, timing
 
 
 def _recorded(
-    job: Job, review_id: str, decision: str, reviewer: str, note: str, now: datetime, result: str, applied: bool
+    job: Job,
+    review_id: str,
+    decision: str,
+    reviewer: str,
+    note: str,
+    now: datetime,
+    result: str,
+    applied: bool,
+    seen: list[str] | None = None,
 ) -> Job:
+    """`seen`: the copies the reviewer was shown (default: every copy known now)."""
     changed = job.copy()
+    seen = list(job.known_copies) if seen is None else seen
     record = {
         "review_id": review_id,
         "decision": decision,
@@ -1150,7 +1167,7 @@ def _recorded(
         "at": now,
         "result": result,
         "applied": applied,
-        "copies": list(job.known_copies),
+        "copies": list(seen),
     }
     changed.decisions.append(record)
     changed.add_event(
@@ -1160,6 +1177,6 @@ def _recorded(
         reviewer=reviewer,
         result=result,
         review_id=review_id,
-        copies=list(job.known_copies),  # what the reviewer saw: guarantee 5 is checked against it
+        copies=list(seen),  # what the reviewer saw: guarantee 5 is checked against it
     )
     return changed

@@ -21,6 +21,9 @@ REVIEW_ID = re.compile(r"(?P<job_id>[0-9a-f]{32}):[0-9]{1,9}")
 ALLOWED_FIELDS = frozenset({"review_id", "job_id", "dedup_key", "decision", "note", "reviewer"})
 MAX_REVIEWER_CHARS = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# A lone surrogate (JSON's "\ud800") has no UTF-8 form: stored, no chat line of the decision could
+# ever be posted, and the job's thread would wait behind it.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,8 @@ def _job_id(body: Mapping[str, Any], errors: dict[str, str]) -> str | None:
         return None
     if "dedup_key" in body:
         key = body["dedup_key"]
-        if not isinstance(key, str) or not key:
-            errors["dedup_key"] = "a non-empty string"
+        if not isinstance(key, str) or not key or _SURROGATE.search(key):
+            errors["dedup_key"] = "a non-empty string of valid Unicode"
             return None
         return job_id_for(key)
     job_id = body.get("job_id")
@@ -97,6 +100,8 @@ def _optional_text(
     value = value.replace("\r\n", "\n").strip()
     if len(value) > limit:
         errors[name] = f"at most {limit} characters"
+    elif _SURROGATE.search(value):
+        errors[name] = "valid Unicode (no lone surrogates)"
     elif _CONTROL.search(value.replace("\n", "").replace("\t", "") if multiline else value):
         errors[name] = "no control characters"
     return value

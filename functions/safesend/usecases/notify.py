@@ -117,10 +117,23 @@ class ReviewerNotices(SendJobs):
         return self.notifier.deadline_s(notice) if self.notifier is not None else 0.0
 
     def _post_notice(self, notice: dict[str, Any]) -> Delivery:
-        if notice.get("kind") == "email":
-            return self._email_reviewers(notice["payload"])
-        assert self.notifier is not None  # noqa: S101 - _can_deliver let only routable notices through
-        return self.notifier.deliver(notice)
+        """One notice's try. Whatever it raises is that try's failure (retried, or overdue): raised
+        out of the pass, it would lose the record of the notices already posted in it (posted again
+        once the hold lapses) and hold its destination's thread for ever, with no alert."""
+        try:
+            if notice.get("kind") == "email":
+                return self._email_reviewers(notice["payload"])
+            assert self.notifier is not None  # noqa: S101 - _can_deliver let only routable notices through
+            return self.notifier.deliver(notice)
+        except Exception as exc:  # noqa: BLE001 - see above
+            log(
+                logging.ERROR,
+                "notice post raised",
+                notice_id=notice["id"],
+                kind=notice.get("kind"),
+                error_type=type(exc).__name__,  # its text may hold a webhook URL (a secret): not logged
+            )
+            return Delivery(False, None, f"unexpected {type(exc).__name__}")
 
     def _give_up_unroutable(self, job: Job, notices: list[dict[str, Any]]) -> Job:
         """Notices of a kind no route is configured for (switched off since they were queued) would
