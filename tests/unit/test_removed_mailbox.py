@@ -169,3 +169,18 @@ def test_a_job_stored_before_mailboxes_were_configured_records_the_mailbox_it_mo
     final = pool.world.store.get(job.id)
     assert final.mailboxes[-1] == "shop2" and pool.sent_by("shop2") == 1
     assert final.state is State.SENT and pool.sent_by("shop") == 0
+
+
+def test_a_job_of_a_pool_mailbox_named_default_is_searched_there_and_never_resent_from_another():
+    """A configured mailbox with the id `default` is served by the SAFESEND_GMAIL_* settings and its jobs
+    carry no mailbox id; a job of it in doubt used to be searched in, and resent from, the pool's first."""
+    pool = _pool(pool_config(per_minute=60_000, per_day=1000, ids=("shop", "default")))
+    shop = pool.service.senders.directory.get("shop")
+    pool.ledger.reserve(shop, 100, 1, pool.world.clock())  # shop is the busier one: the job goes to default
+    pool.world.mailer.script = [("accept", TIMEOUT)]  # default's client: the settings' mailer
+    job, _ = pool.service.submit(pool.world.request())
+    assert job.state is State.UNKNOWN and pool.world.effects(job.id) == 1
+    _play(pool, job.id)
+    final = pool.world.store.get(job.id)
+    assert final.state is State.SENT and final.verified and pool.world.effects(job.id) == 1
+    assert pool.sent_by("shop") == 0 and pool.mailers["shop"].searches == 0
