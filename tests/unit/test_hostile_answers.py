@@ -12,7 +12,13 @@ import httplib2
 import pytest
 from googleapiclient.errors import HttpError
 
-from safesend.adapters.gmail_mailer import GmailMailer, _classify_http_error, _send_answer
+from safesend.adapters.gmail_mailer import (
+    MAX_HITS_INSPECTED,
+    GmailMailer,
+    _classify_http_error,
+    _Resources,
+    _send_answer,
+)
 from safesend.core.errors import MailboxUnavailableError
 from safesend.core.graph_classify import retry_after_seconds
 from safesend.core.model import Accepted, Bucket, Failure
@@ -127,3 +133,55 @@ def test_a_well_formed_search_answer_gives_its_hits() -> None:
     assert [(h.gmail_id, h.label_ids) for h in mailer.find_by_message_id("<job-1@example.com>")] == [
         ("18c2f0a1", ("SENT",))
     ]
+
+
+class _FakeGmail:
+    """messages.list/get over a mailbox of (id, labels), newest first, as Gmail pages a search."""
+
+    def __init__(self, messages: list[tuple[str, list[str]]]):
+        self.messages = messages
+        self.lists: list[dict] = []
+
+    def list(self, **params):
+        self.lists.append(params)
+        wanted = params.get("labelIds") or []
+        found = [m for m, labels in self.messages if all(w in labels for w in wanted)]
+        page = found[: params["maxResults"]]
+        answer = {"messages": [{"id": m, "threadId": m} for m in page]}
+        if len(found) > len(page):
+            answer["nextPageToken"] = "2"
+        return _Executes(answer)
+
+    def get(self, userId, id, format):  # noqa: A002, N803 - the API's names
+        return _Executes({"id": id, "labelIds": dict(self.messages)[id]})
+
+
+class _Executes:
+    def __init__(self, answer):
+        self.answer = answer
+
+    def execute(self, **kwargs):
+        return self.answer
+
+
+def test_messages_mailed_to_the_mailbox_with_our_message_id_cannot_hide_our_sent_copy():
+    """Our Message-IDs are predictable: anyone can mail the mailbox messages carrying one. Gmail lists
+    the newest first and we read one page of MAX_HITS_INSPECTED: enough planted messages pushed our
+    SENT copy off it, the search said "no copy", and after the window the job was sent again."""
+    planted = [(f"{n:016x}", ["INBOX", "UNREAD"]) for n in range(1, 13)]
+    gmail = _FakeGmail([*planted, ("00000000000000ff", ["SENT"])])
+    mailer = GmailMailer()
+    mailer._service = object()
+    mailer._resources = _Resources(None, gmail, None)
+    hits = mailer.find_by_message_id("<job-1@example.com>")
+    assert [h.gmail_id for h in hits if h.is_sent] == ["00000000000000ff"]
+    assert len([h for h in hits if not h.is_sent]) == MAX_HITS_INSPECTED  # the planted ones stay evidence
+    assert all(p["includeSpamTrash"] for p in gmail.lists)
+
+
+def test_one_page_of_hits_costs_one_list():
+    gmail = _FakeGmail([("00000000000000ff", ["SENT"]), ("0000000000000001", ["INBOX"])])
+    mailer = GmailMailer()
+    mailer._service = object()
+    mailer._resources = _Resources(None, gmail, None)
+    assert len(mailer.find_by_message_id("<job-1@example.com>")) == 2 and len(gmail.lists) == 1

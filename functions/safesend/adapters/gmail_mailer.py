@@ -223,23 +223,19 @@ class GmailMailer:
 
     # ----------------------------------------------------------------- reads
     def find_by_message_id(self, message_id: str) -> Sequence[MailboxHit]:
-        """Raises MailboxUnavailableError if any read fails or the search outlives read_deadline_s."""
+        """Raises MailboxUnavailableError if any read fails or the search outlives read_deadline_s.
+
+        Anyone can mail the mailbox messages carrying our (predictable) Message-ID, and Gmail lists the
+        newest first: when they fill the first page, our SENT copies are listed again on their own
+        (labelIds=SENT), so no number of planted messages hides one. The planted ones stay evidence."""
         deadline = time.monotonic() + self._search_budget_s
-        listing = self._read(
-            lambda: self._api.messages.list(
-                userId=self.user,
-                q=f"rfc822msgid:{bare_message_id(message_id)}",
-                includeSpamTrash=True,
-                maxResults=MAX_HITS_INSPECTED,
-            ),
-            deadline,
-        )
-        items = listing.get("messages") if isinstance(listing, dict) else None
-        if not isinstance(listing, dict) or not isinstance(items or [], list) or not all(map(_is_listed, items or [])):
-            # Skipping a malformed entry could hide the very copy we look for.
-            raise MailboxUnavailableError("gmail search answer is malformed")
+        items, more = self._list_by_message_id(message_id, deadline)
+        if more:
+            listed = {item["id"] for item in items}
+            sent, _ = self._list_by_message_id(message_id, deadline, ["SENT"])
+            items += [item for item in sent if item["id"] not in listed]
         hits = []
-        for item in (items or [])[:MAX_HITS_INSPECTED]:
+        for item in items:
 
             def minimal(item: Any = item) -> Any:
                 return self._api.messages.get(userId=self.user, id=item["id"], format="minimal")
@@ -257,6 +253,26 @@ class GmailMailer:
                 )
             )
         return hits
+
+    def _list_by_message_id(
+        self, message_id: str, deadline: float, label_ids: list[str] | None = None
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """One page (MAX_HITS_INSPECTED) of messages.list for the Message-ID, spam and trash included,
+        and whether Gmail has more; a malformed answer is MailboxUnavailableError (skipping an entry
+        could hide the very copy we look for)."""
+        params: dict[str, Any] = {
+            "userId": self.user,
+            "q": f"rfc822msgid:{bare_message_id(message_id)}",
+            "includeSpamTrash": True,
+            "maxResults": MAX_HITS_INSPECTED,
+        }
+        if label_ids:
+            params["labelIds"] = label_ids
+        listing = self._read(lambda: self._api.messages.list(**params), deadline)
+        items = listing.get("messages") if isinstance(listing, dict) else None
+        if not isinstance(listing, dict) or not isinstance(items or [], list) or not all(map(_is_listed, items or [])):
+            raise MailboxUnavailableError("gmail search answer is malformed")
+        return list(items or [])[:MAX_HITS_INSPECTED], bool(listing.get("nextPageToken"))
 
     def stored_message_id(self, gmail_id: str) -> str | None:
         """One try (it runs inside the send's lease); raises MailboxUnavailableError if it fails."""
