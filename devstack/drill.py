@@ -403,7 +403,7 @@ class Drill:
                 row.read_errors += 1
                 continue
             ended = self.clock()
-            sent = [hit for hit in hits if hit.is_sent]
+            sent = [hit for hit in hits if hit.is_sent and not hit.in_transit]  # a Graph draft: not stored yet
             if sent:
                 row.copies = len(sent)
                 row.index_lag_s = round(ended - row._t, 3)

@@ -8,6 +8,9 @@ that behaves like Graph where it matters (docs/graph-provider.md has the sources
   stored in Sent Items (unless ``save_to_sent_items`` is off: what Microsoft does not rule out).
 - ``GET .../mailFolders/SentItems/messages?$filter=internetMessageId eq '<...>'&$select=...``: only
   copies older than the index lag are listed (Sent Items is not promised to be instant).
+- A sendMail message is a draft until transport takes it (learn.microsoft.com/graph/
+  outlook-things-to-know-about-send-mail): for ``transport_delay_s`` it is listed under
+  ``.../mailFolders/Drafts/messages`` (same ``$filter``), then it moves to Sent Items, keeping its id.
 - ``GET .../mailFolders/SentItems/messages/delta``: rounds of ``@odata.nextLink`` ($skiptoken) pages
   ending with ``@odata.deltaLink`` ($deltatoken); the sync state is server-side, and an expired or
   evicted one answers 410 Gone, code ``SyncStateNotFound`` (Outlook delta tokens have no fixed lifetime).
@@ -78,6 +81,7 @@ _ID_FILTER = re.compile(r"internetMessageId eq '(?P<value>(?:[^']|'')*)'")
 _DATE_FILTER = re.compile(r"receivedDateTime (?P<op>ge|gt) (?P<value>\S+)")
 _B64_TEXT = re.compile(rb"[A-Za-z0-9+/\r\n]*={0,2}[\r\n]*")
 _SENT_ITEMS = ("mailFolders/SentItems/messages", "mailFolders/sentitems/messages")
+_DRAFTS = ("mailFolders/Drafts/messages", "mailFolders/drafts/messages")
 _RECIPIENT_HEADERS = ("to", "cc", "bcc")
 
 
@@ -108,6 +112,7 @@ class _Item:
     internet_message_id: str
     created_at: float  # when Graph accepted it (the simulator's clock)
     visible_at: float  # when Sent Items (search and delta) lists it
+    sent_at: float  # when transport moved it from Drafts to Sent Items
     subject: str
     recipients: int
 
@@ -120,6 +125,7 @@ class _SyncState:
     inclusive: bool
     issued_at: float
     pending: tuple[str, ...] = ()  # a $skiptoken's remaining ids of the current round
+    select: tuple[str, ...] = ()  # the first round's $select: Graph encodes query options in the tokens
 
 
 @dataclass
@@ -151,6 +157,7 @@ class GraphSimulator(LoopbackSimulator):
         super().__init__(host, port, clock, verbose)
         self.token_scope = token_scope  # the cloud this simulator plays (a national cloud: its own host)
         self._save_to_sent_items = True
+        self._transport_delay_s = 0.0
         self._rewrite_message_ids = False
         self._require_auth = require_auth
         self._sync_state_ttl_s = DEFAULT_SYNC_STATE_TTL_S
@@ -166,13 +173,14 @@ class GraphSimulator(LoopbackSimulator):
 
     # ---------------------------------------------------------------- controls
     def configure(self, **settings: Any) -> None:
-        """index_lag_s, save_to_sent_items, rewrite_message_ids, require_auth, sync_state_ttl_s,
+        """index_lag_s, transport_delay_s, save_to_sent_items, rewrite_message_ids, require_auth, sync_state_ttl_s,
         expired_sync_state_status (410, or 400 `syncStateNotFound` as Graph answers for some
         resources), messages_per_minute, recipients_per_day (None: no limit)."""
         unknown = sorted(
             set(settings)
             - {
                 "index_lag_s",
+                "transport_delay_s",
                 "save_to_sent_items",
                 "rewrite_message_ids",
                 "require_auth",
@@ -187,6 +195,11 @@ class GraphSimulator(LoopbackSimulator):
         with self._lock:
             if "index_lag_s" in settings:
                 self.set_index_lag(settings["index_lag_s"])
+            if "transport_delay_s" in settings:
+                delay = float(settings["transport_delay_s"])
+                if not 0.0 <= delay <= MAX_CLOCK_ADVANCE_S:
+                    raise ValueError("transport_delay_s must be within [0, MAX_CLOCK_ADVANCE_S]")
+                self._transport_delay_s = delay
             for name in ("save_to_sent_items", "rewrite_message_ids", "require_auth"):
                 if name in settings:
                     if not isinstance(settings[name], bool):
@@ -245,7 +258,7 @@ class GraphSimulator(LoopbackSimulator):
 
     def insert_message(self, user: str, raw: bytes) -> str:
         """Put a message in ``user``'s Sent Items as if sent (a copy made by another client)."""
-        return self._accept(self._box(user), raw, source="insert")
+        return self._accept(self._box(user), raw, source="insert", transport_delay_s=0.0)
 
     def delete_message(self, user: str, message_id: str) -> None:
         with self._lock:
@@ -290,11 +303,13 @@ class GraphSimulator(LoopbackSimulator):
                 wait = 60 if refusal.kind == "rate" else 3600
                 raise GraphError(429, "ApplicationThrottled", "Application is over its MailboxConcurrency limit.", wait)
             box.quota.record_send(recipients, self.now())
-            self._accept(box, raw, source="sendMail", recipients=recipients)
+            self._accept(box, raw, source="sendMail", recipients=recipients, transport_delay_s=self._transport_delay_s)
             if injected is not None:
                 raise _injected(injected)
 
-    def _accept(self, box: _Mailbox, raw: bytes, source: str, recipients: int = 1) -> str:
+    def _accept(
+        self, box: _Mailbox, raw: bytes, source: str, recipients: int = 1, transport_delay_s: float = 0.0
+    ) -> str:
         headers = _raw_headers(_parse(raw))
         message_id = _header_value(headers, "Message-ID")
         with self._lock:
@@ -305,7 +320,8 @@ class GraphSimulator(LoopbackSimulator):
                 "AAMk" + secrets.token_urlsafe(24),
                 message_id,
                 now,
-                now + self._index_lag_s,
+                now + transport_delay_s + self._index_lag_s,
+                now + transport_delay_s,
                 _header_value(headers, "Subject") or "",
                 recipients,
             )
@@ -322,8 +338,15 @@ class GraphSimulator(LoopbackSimulator):
         now = self.now()
         return [i for i in box.items if i.visible_at <= now]
 
-    def list_sent(self, user: str, params: dict[str, list[str]], immutable: bool = False) -> dict[str, Any]:
-        """Sent Items, filtered by internetMessageId (the only $filter here), $select honoured."""
+    def _drafts(self, box: _Mailbox) -> list[_Item]:
+        now = self.now()
+        return [i for i in box.items if i.sent_at > now]
+
+    def list_sent(
+        self, user: str, params: dict[str, list[str]], immutable: bool = False, drafts: bool = False
+    ) -> dict[str, Any]:
+        """Sent Items (or Drafts: messages transport has not taken yet), filtered by internetMessageId
+        (the only $filter here), $select honoured."""
         box = self._box(user)
         expr = _one(params, "$filter")
         match = _ID_FILTER.fullmatch(expr.strip()) if expr else None
@@ -331,7 +354,7 @@ class GraphSimulator(LoopbackSimulator):
             raise GraphError(400, "ErrorInvalidUrlQueryFilter", "The query filter contains one or more invalid nodes.")
         top = _int(params, "$top", DEFAULT_PAGE_SIZE, 1, MAX_SEARCH_TOP)
         with self._lock:
-            items = self._visible(box)
+            items = self._drafts(box) if drafts else self._visible(box)
         if match is not None:
             wanted = match["value"].replace("''", "'")
             items = [i for i in items if i.internet_message_id == wanted]
@@ -369,16 +392,16 @@ class GraphSimulator(LoopbackSimulator):
                     pending = state.pending
                 else:
                     pending = self._round(box, state.seen, state.since, state.inclusive)
-                seen, since, inclusive = state.seen, state.since, state.inclusive
+                seen, since, inclusive, select = state.seen, state.since, state.inclusive, state.select
             else:
                 since, inclusive = _date_filter(_one(params, "$filter"))
-                seen = frozenset()
+                seen, select = frozenset(), tuple(_select(params))
                 pending = self._round(box, seen, since, inclusive)
             page, rest = pending[:size], pending[size:]
             by_id = {i.id: i for i in box.items}
-            values = [_resource(by_id[i], _select(params) or None, immutable) for i in page if i in by_id]
+            values = [_resource(by_id[i], list(select) or None, immutable) for i in page if i in by_id]
             new_seen = seen | frozenset(page)
-            new_state = _SyncState(box.user, new_seen, since, inclusive, now, rest)
+            new_state = _SyncState(box.user, new_seen, since, inclusive, now, rest, select)
             new_token = secrets.token_urlsafe(18)
             self._states[new_token] = new_state
             while len(self._states) > MAX_SYNC_STATES:
@@ -594,8 +617,9 @@ class _GraphHandler(SimHandler):
             return 202, None
         if method == "GET":
             self.latency = "read"
-        if method == "GET" and rest in _SENT_ITEMS:
-            return 200, sim.list_sent(user, params, _wants_immutable_ids(self.headers.get("Prefer")))
+        if method == "GET" and rest in _SENT_ITEMS + _DRAFTS:
+            immutable = _wants_immutable_ids(self.headers.get("Prefer"))
+            return 200, sim.list_sent(user, params, immutable, drafts=rest in _DRAFTS)
         if method == "GET" and rest in tuple(f"{p}/delta" for p in _SENT_ITEMS):
             base = f"{sim.url}/v1.0/users/{user}/{rest}"
             return 200, sim.delta(user, params, self.headers.get("Prefer"), base)

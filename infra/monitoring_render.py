@@ -3,8 +3,10 @@
 monitoring.json and runbooks, as the files gcloud reads, plus the commands that apply them.
 
     python3 infra/monitoring_render.py OUT_DIR [--prefix safesend] [--sweep-schedule "*/5 * * * *"]
-        [--thresholds '{"overdue_minutes": 10}'] [--channel projects/P/notificationChannels/ID ...]
+        [--thresholds '{"overdue_minutes": 10}'] --channel projects/P/notificationChannels/ID [...]
         [--unknown-window 300]
+
+At least one --channel is required (--no-channel renders alerts that notify nobody, knowingly).
 
 writes OUT_DIR/metrics/<name>.json (LogMetric), OUT_DIR/policies/<alert>.json (AlertPolicy),
 OUT_DIR/dashboard.json and OUT_DIR/apply.sh (gcloud logging metrics create --config-from-file,
@@ -180,9 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thresholds", default="{}", help="JSON object over monitoring.json's thresholds")
     parser.add_argument("--channel", action="append", default=[], help="notification channel name (repeatable)")
     parser.add_argument(
+        "--no-channel", action="store_true", help="render alerts that notify nobody (they only open incidents)"
+    )
+    parser.add_argument(
         "--unknown-window", type=float, default=300.0, help="the deployment's SAFESEND_UNKNOWN_WINDOW_S"
     )
     args = parser.parse_args(argv)
+    if not args.channel and not args.no_channel:
+        # As monitoring.tf's precondition: an alert without a channel fires into nowhere.
+        parser.error(
+            "give at least one --channel projects/P/notificationChannels/ID: without one every alert, "
+            "the dead man's switch included, notifies nobody (--no-channel renders them so knowingly)"
+        )
     rendered = render(args.prefix, args.sweep_schedule, json.loads(args.thresholds), args.channel, args.unknown_window)
     print(write(args.out, rendered))
     return 0

@@ -26,27 +26,38 @@ class GraphNamingMailer:
         else:
             setattr(self._inner, name, value)
 
-    def _named(self, hits: Sequence[MailboxHit]) -> list[MailboxHit]:
+    def _named(self, hits: Sequence[MailboxHit], drafts: Sequence[str] = ()) -> list[MailboxHit]:
         effects = {e["gmail_id"]: e for e in self._inner.mailbox.effects}
         items = [
             {
-                "id": hit.gmail_id,
-                "internetMessageId": effects[hit.gmail_id]["message_id"],
-                "createdDateTime": effects[hit.gmail_id]["at"].isoformat(),
+                "id": gmail_id,
+                "internetMessageId": effects[gmail_id]["message_id"],
+                "createdDateTime": effects[gmail_id]["at"].isoformat(),
             }
-            for hit in hits
+            for gmail_id in [h.gmail_id for h in hits] + list(drafts)
         ]
-        return named_copies(items)
+        return named_copies(items, set(drafts))
 
     def send(self, raw: bytes) -> Accepted | Failure:
         outcome = self._inner.send(raw)
         if isinstance(outcome, Accepted):
             message_id = next(e["message_id"] for e in self._inner.mailbox.effects if e["gmail_id"] == outcome.gmail_id)
-            return Accepted(gmail_id=first_copy_id(message_id))
+            return Accepted(gmail_id=first_copy_id(message_id), stored=False)
         return outcome
 
     def find_by_message_id(self, message_id: str) -> list[MailboxHit]:
-        return self._named(self._inner.find_by_message_id(message_id))
+        """Sent Items: the copies past the fake's index lag. With `drafts_shown` set (on the fake),
+        the others are drafts that transport has not moved yet, as GraphMailer reads Drafts."""
+        hits = self._inner.find_by_message_id(message_id)
+        drafts: list[str] = []
+        if getattr(self._inner, "drafts_shown", False):
+            shown = {h.gmail_id for h in hits}
+            drafts = [
+                e["gmail_id"]
+                for e in self._inner.mailbox.effects
+                if e["message_id"] == message_id and e["gmail_id"] not in shown
+            ]
+        return self._named(hits, drafts)
 
     def stored_message_id(self, gmail_id: str) -> str | None:
         if gmail_id.startswith(FIRST_COPY_PREFIX):

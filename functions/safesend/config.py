@@ -419,7 +419,7 @@ class Settings:
         LOG_LEVEL_ENV,
         "INFO",
         _log_level,
-        "least severity logged; logs are JSON lines "
+        "least severity logged (the alerts' signal lines are written at any level); logs are JSON lines "
         "with `severity`, `message` and the request's trace, never bodies or secrets",
     )
 
@@ -452,6 +452,10 @@ class Settings:
             raise ConfigurationError("SAFESEND_STORE=postgres needs SAFESEND_POSTGRES_DSN")
         if self.tasks_queue and not self.reconcile_url:
             raise ConfigurationError("SAFESEND_TASKS_QUEUE is set but SAFESEND_RECONCILE_URL is not")
+        if self.sweep_batch < 1 or self.sweep_budget_s <= 0:
+            # A sweep that reads 0 jobs a page, or has no time for one, still reports sweep_completed:
+            # the dead man's switch stays quiet while no due job is ever swept.
+            raise ConfigurationError("SAFESEND_SWEEP_BATCH must be >= 1 and SAFESEND_SWEEP_BUDGET_S > 0")
         if self.max_body_bytes > MAX_STORABLE_BODY_BYTES:
             raise ConfigurationError(
                 f"SAFESEND_MAX_BODY_BYTES may not exceed {MAX_STORABLE_BODY_BYTES}: the "

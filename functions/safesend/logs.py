@@ -84,6 +84,16 @@ def log(level: int, message: str, exc_info: bool = False, **fields: Any) -> None
     get_logger().log(level, message, exc_info=exc_info, extra={"fields": fields})
 
 
+def log_always(level: int, message: str, **fields: Any) -> None:
+    """A line an alert reads (core/signals.emit), written whatever SAFESEND_LOG_LEVEL says: a quieter
+    level must not silence an alert (index lag, Gmail refusals) nor starve the dead man's switch."""
+    logger = get_logger()
+    if logger.isEnabledFor(level):
+        logger.log(level, message, extra={"fields": fields})
+    elif not logger.disabled:
+        logger.handle(logger.makeRecord(logger.name, level, "(signal)", 0, message, (), None, extra={"fields": fields}))
+
+
 def set_trace_from_headers(headers: Any, project: str | None) -> None:
     """Link our lines to the request trace (X-Cloud-Trace-Context or W3C traceparent)."""
     trace_id = None

@@ -156,6 +156,20 @@ def test_the_gcloud_files_say_what_terraform_says(tmp_path):
     assert script.count("gcloud alpha monitoring policies create --policy-from-file=") == len(SPEC["alerts"])
 
 
+def test_the_gcloud_path_renders_no_alert_into_nowhere(tmp_path, capsys):
+    """As monitoring.tf's precondition: without a channel every alert, the dead man's switch included,
+    only opens an incident nobody is told of; --no-channel says so knowingly."""
+    with pytest.raises(SystemExit) as refused:
+        monitoring_render.main([str(tmp_path / "none")])
+    assert refused.value.code == 2 and "--channel" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+    channel = "projects/p/notificationChannels/42"
+    assert monitoring_render.main([str(tmp_path / "one"), "--channel", channel]) == 0
+    policy = json.loads((tmp_path / "one" / "policies" / "sweep_missing.json").read_text())
+    assert policy["notificationChannels"] == [channel]
+    assert monitoring_render.main([str(tmp_path / "knowingly"), "--no-channel"]) == 0
+
+
 @pytest.mark.parametrize("window", [300, 60])
 def test_the_index_lag_alert_fires_past_half_the_unknown_window_per_mailbox(window):
     """Issue 20.3: p99 of the search lag (index_lag_observed, kind search) over half the deployment's

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,9 +20,10 @@ from safesend.adapters.graph_auth import (
     federated_credential,
 )
 from safesend.adapters.graph_mailer import FIRST_COPY_PREFIX, GraphMailer, first_copy_id
-from safesend.core.errors import HistoryExpiredError
+from safesend.core.errors import HistoryExpiredError, MailboxUnavailableError
 from safesend.core.model import Accepted, Bucket, Failure
 from tests.integration.graph_support import plain_mime, self_signed_certificate
+from tests.loopback_http import LoopbackHttpServer, QuietHandler
 
 USER = "shop@contoso.example"
 TENANT = "tenant-1"
@@ -41,7 +43,7 @@ def mailer_for(url: str, tokens: GraphTokens | None = None, timeout: float = 3.0
 def test_a_202_is_accepted_as_the_first_copy_and_the_search_names_it_the_same(graph_sim: GraphSimulator) -> None:
     mailer = mailer_for(graph_sim.url)
     outcome = mailer.send(make_raw("<m1@safesend.test>"))
-    assert outcome == Accepted(gmail_id=first_copy_id("<m1@safesend.test>"))
+    assert outcome == Accepted(gmail_id=first_copy_id("<m1@safesend.test>"), stored=False)  # a draft, not yet sent
     hits = mailer.find_by_message_id("<m1@safesend.test>")
     assert [h.gmail_id for h in hits] == [outcome.gmail_id]
     assert hits[0].is_sent
@@ -115,6 +117,24 @@ def test_delta_from_a_checkpoint_lists_the_copies_added_since(graph_sim: GraphSi
         mailer.added_since(checkpoint)
 
 
+def test_delta_and_search_name_two_copies_alike_whatever_their_ids(graph_sim: GraphSimulator) -> None:
+    """Two copies must stay two names over every look: delta names the earliest copy as the search does
+    (by createdDateTime), not by id, else a later copy with the smaller id is a third name."""
+    mailer = mailer_for(graph_sim.url)
+    for _ in range(64):  # random ids: until the later copy's id sorts first (each try: even odds)
+        graph_sim.reset()
+        checkpoint = mailer.current_history_id()
+        first = immutable_id(graph_sim.insert_message(USER, make_raw("<two@safesend.test>")))
+        graph_sim.advance_clock(1)
+        later = immutable_id(graph_sim.insert_message(USER, make_raw("<two@safesend.test>")))
+        if later < first:
+            break
+    assert later < first
+    from_delta = set(mailer.added_since(checkpoint).gmail_ids())
+    from_search = {hit.gmail_id for hit in mailer.find_by_message_id("<two@safesend.test>")}
+    assert from_delta == from_search == {first_copy_id("<two@safesend.test>"), later}
+
+
 def test_delta_pages_are_followed_within_max_pages(graph_sim: GraphSimulator) -> None:
     mailer = mailer_for(graph_sim.url)
     checkpoint = mailer.current_history_id()
@@ -177,3 +197,45 @@ def test_no_token_means_nothing_was_sent(graph_sim: GraphSimulator) -> None:
     assert isinstance(outcome, Failure)
     assert (outcome.bucket, outcome.retryable, outcome.code) == (Bucket.NOT_ACCEPTED, True, "auth_refresh")
     assert graph_sim.effects() == []
+
+
+NESTED_JSON = b"[" * 100_000  # json.loads raises RecursionError, not ValueError
+
+
+class _HostileGraph(QuietHandler):
+    """Answers every request with `answer` (status, body): a Graph host that is not playing fair."""
+
+    answer: tuple[int, bytes] = (400, NESTED_JSON)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server calls it by this name
+        self._reply()
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
+        self._reply()
+
+    def _reply(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        status, body = self.answer
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def hostile_graph() -> Iterator[str]:
+    with LoopbackHttpServer(_HostileGraph, name="hostile-graph") as server:
+        yield server.url
+
+
+def test_a_deeply_nested_json_answer_is_classified_never_raised(hostile_graph: str) -> None:
+    """The send's answer came (a 400: refused); its body must not turn that into an exception that
+    loses the outcome. A read's nested answer is a failed read, as any other malformed answer."""
+    mailer = mailer_for(hostile_graph)
+    _HostileGraph.answer = (400, NESTED_JSON)
+    outcome = mailer.send(make_raw("<nested@safesend.test>"))
+    assert isinstance(outcome, Failure) and outcome.bucket is Bucket.NOT_ACCEPTED and outcome.code == "graph_400"
+    _HostileGraph.answer = (200, NESTED_JSON)
+    with pytest.raises(MailboxUnavailableError):
+        mailer.find_by_message_id("<nested@safesend.test>")

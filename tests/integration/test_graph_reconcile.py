@@ -177,3 +177,38 @@ def _raw(message_id: str) -> bytes:
     return (
         f"From: {USER}\r\nTo: ann@example.com\r\nSubject: Receipt\r\nMessage-ID: {message_id}\r\n\r\nThanks.\r\n"
     ).encode()
+
+
+def test_a_202_is_verified_only_once_sent_items_shows_the_copy(world: GraphWorld) -> None:
+    """A 202 says a draft was saved and handed to transport, not that the message went out
+    (learn.microsoft.com/graph/outlook-things-to-know-about-send-mail): the copy must be seen."""
+    job_id = world.submit()
+    job = world.store.get(job_id)
+    assert job is not None and job.state is State.SENT and job.verified is False and job.next_check_at is not None
+    world.settle(job_id)
+    final = world.store.get(job_id)
+    assert final is not None and final.state is State.SENT and final.verified is True
+    assert final.attempts == 1 and world.copies(job_id) == 1 and final.next_check_at is None
+
+
+def test_a_202_whose_copy_never_reaches_sent_items_is_told_to_a_person(world: GraphWorld) -> None:
+    # Transport refused it after the 202 (an NDR in the mailbox's Inbox, nothing sent) or a rule removed it.
+    world.sim.configure(save_to_sent_items=False)
+    job_id = world.submit()
+    world.settle(job_id)
+    final = world.store.get(job_id)
+    assert final is not None and final.state is State.REVIEW and final.review_reason == "unverified"
+    assert final.attempts == 1
+
+
+def test_a_dropped_202_whose_draft_transport_holds_past_the_window_is_never_resent(world: GraphWorld) -> None:
+    # A sendMail message is a draft until transport takes it (slow when throttled): past the 300 s window
+    # a Sent Items search alone reads "not sent" and the retry channel would send a second email.
+    world.sim.configure(transport_delay_s=400)
+    world.relay.set_mode("forward-then-drop-response", count=1, delay_s=0.1)
+    job_id = world.submit()
+    world.settle(job_id)
+    final = world.store.get(job_id)
+    assert final is not None and final.attempts == 1 and world.copies(job_id) == 1
+    assert final.state is State.SENT and final.verified is True
+    assert final.known_copies == [first_copy_id(final.message_id)]

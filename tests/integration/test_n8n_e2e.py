@@ -153,6 +153,7 @@ def cli(
         wrong_key(runner.add("wrong key", retry, orders_of_one_customer("1", "2"))),
         runner.add("invalid", retry, [dict(order(new_customer(), "5"), to=["not an address"])]),
         runner.add("503 then a drop", retry, [order(new_customer(), "42")]),
+        runner.add("429", retry, [order(new_customer(), "43")]),
         runner.add("hmac", "send-hmac", orders_of_one_customer("1", "2")),
         runner.add("poll", "send-and-poll", [order(new_customer(), "3")]),
         runner.add("202 is not done", retry, [order(new_customer(), "8")]),
@@ -295,6 +296,18 @@ def test_503_is_retried_after_retry_after_and_network_errors_by_retry_on_fail(cl
     assert [a["state"] for a in result.items("Sent")] == ["sent"]
     assert result.runs("Wait before retry") == 1
     assert [r.status for r in proxy.sends_for(customer_id=job["customer_id"])] == [503, 0, 200]
+    assert emails_for(stack, job) == 1
+
+
+def test_cloud_run_429_goes_round_the_wait_loop_not_to_rejected(cli, stack, proxy):
+    """Cloud Run answers 429 when every instance of send is busy (nothing reached safesend): the
+    rejected branch ("fix, never retry") took it, and the email was never sent."""
+    [job] = cli.orders("429")
+    proxy.inject("status", count=1, status=429)
+    result = cli.run("429")
+    assert [a["state"] for a in result.items("Sent")] == ["sent"] and not result.items("Rejected (not retried)")
+    assert result.runs("Wait before retry") == 1
+    assert [r.status for r in proxy.sends_for(customer_id=job["customer_id"])] == [429, 200]
     assert emails_for(stack, job) == 1
 
 

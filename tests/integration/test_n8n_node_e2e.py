@@ -297,6 +297,7 @@ def runs(n8n_bin, extensions, stack, proxy, receiver, tmp_path_factory) -> Itera
     bad = new_customer()
     runner.add("4xx", [order(bad, "1"), dict(order(bad, "2"), to=["not an address"]), order(bad, "3")])
     runner.add("503", [order(new_customer(), "1")])
+    runner.add("429", [order(new_customer(), "1")])
     runner.add("outage", [order(new_customer(), "1"), order(new_customer(), "2")], retryFor=3)
     hundred = new_customer()
     runner.add("hundred", [order(hundred, str(n)) for n in range(100)], waitForOutcome="poll", maxWait=60)
@@ -477,6 +478,20 @@ def test_503_before_claim_and_a_dropped_connection_are_retried_with_the_same_key
     assert [i["state"] for i in out["sent"]] == ["sent"]
     seen = proxy.sends_for(customer_id=job["customer_id"])
     assert [r.status for r in seen] == [503, 0, 200]
+    assert len({r.body for r in seen}) == 1  # the same bytes, the same key
+    assert emails_for(stack, job) == 1
+
+
+def test_cloud_run_429_is_retried_with_the_same_key_not_rejected(runs, stack, proxy):
+    """Cloud Run answers 429 when every instance of send is busy (max instances reached, its queue full):
+    nothing reached safesend. The node put that on Rejected ("never retried: fix ...") and the email was
+    never sent."""
+    [job] = runs.orders("429")
+    proxy.inject("status", count=2, status=429)
+    out = runs.run("429")
+    assert [i["state"] for i in out["sent"]] == ["sent"] and not out["rejected"], out
+    seen = proxy.sends_for(customer_id=job["customer_id"])
+    assert [r.status for r in seen] == [429, 429, 200]
     assert len({r.body for r in seen}) == 1  # the same bytes, the same key
     assert emails_for(stack, job) == 1
 

@@ -126,6 +126,16 @@ def test_non_number_or_negative_raises(name, value):
         settings(**{name: value})
 
 
+@pytest.mark.parametrize(
+    "env", [{"SAFESEND_SWEEP_BATCH": "0"}, {"SAFESEND_SWEEP_BATCH": "0.5"}, {"SAFESEND_SWEEP_BUDGET_S": "0"}]
+)
+def test_a_sweep_that_could_never_advance_a_job_is_refused_at_start(env):
+    # Batch 0 reads empty pages and budget 0 stops before the first job, yet each sweep still logs
+    # sweep_completed: the dead man's switch would stay quiet while nothing is ever swept.
+    with pytest.raises(ConfigurationError, match="SAFESEND_SWEEP_BATCH must be >= 1"):
+        settings(**env)
+
+
 @pytest.mark.parametrize("name", ["SAFESEND_LEASE_S", "SAFESEND_INDEX_LAG_S"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_non_finite_delay_raises(name, value):

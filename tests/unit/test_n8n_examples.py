@@ -40,6 +40,16 @@ def test_no_202_is_counted_as_sent_and_review_has_its_own_branch(name):
     assert "In progress (look it up)" in targets
 
 
+@pytest.mark.parametrize("name", PLAIN)
+def test_cloud_run_429_and_408_are_retried_not_rejected(name):
+    """Cloud Run answers 429 when every instance of send is busy (nothing reached safesend): the rejected
+    branch ("fix, never retry") took it, so the email was never sent; it belongs to the retry loop."""
+    flow = workflow(name)
+    [rejected] = [expr for key, expr in route_rules(flow) if key.startswith("rejected")]
+    assert "![408, 429].includes($json.statusCode)" in rejected
+    assert node(flow, "Route by status")["parameters"]["options"]["fallbackOutput"] == "extra"
+
+
 def test_send_and_poll_separates_review_from_sent():
     flow = workflow("send-and-poll")
     assert route_rules(flow)[0][1] == "={{ $json.body?.state === 'sent' }}"

@@ -87,3 +87,48 @@ def test_past_the_window_every_graph_duplicate_reaches_a_human(script, duplicate
         assert copies == 1 and final.verified is True
     if final.state is State.FAILED:
         assert copies == 0
+
+
+def test_a_202_is_verified_only_when_sent_items_shows_the_copy():
+    """A 202 is a draft handed to transport (learn.microsoft.com/graph/outlook-things-to-know-about-send-mail):
+    the job is `sent` at once (the caller hears it), verified once the mailbox shows the one copy."""
+    world = make_world(provider="graph")
+    job, _ = world.service.submit(world.request())
+    assert job.state is State.SENT and job.verified is False and job.next_check_at is not None
+    world.run_until_settled(job.id)
+    final = world.store.get(job.id)
+    assert final.state is State.SENT and final.verified is True and final.checks == 1
+    assert world.mailer.sends == 1
+
+
+def test_a_202_that_never_reaches_sent_items_reaches_a_person():
+    world = make_world(provider="graph")
+    job, _ = world.service.submit(world.request())
+    world.mailbox.effects.clear()  # transport refused the draft after the 202 (an NDR): nothing sent
+    world.run_until_settled(job.id)
+    final = world.store.get(job.id)
+    assert (final.state, final.review_reason) == (State.REVIEW, "unverified")
+    assert world.mailer.sends == 1 and world.publisher.items, "no review item published"
+
+
+def test_a_dropped_202_whose_draft_waits_past_the_window_is_never_resent():
+    """Transport moves a sendMail draft to Sent Items late (throttling): the search of Drafts sees the
+    copy, so the retry channel never resends past the window; it is verified once in Sent Items."""
+    world = make_world(script=[DROPPED_202], index_lag_s=400, provider="graph")  # Sent Items after 400 s
+    world.mailer.drafts_shown = True
+    job, _ = world.service.submit(world.request(channel="receipts"))
+    world.run_until_settled(job.id)
+    final = world.store.get(job.id)
+    assert world.mailer.sends == 1 and world.effects(job.id) == 1
+    assert final.state is State.SENT and final.verified is True
+    assert final.known_copies == [first_copy_id(final.message_id)]
+
+
+def test_a_draft_that_never_reaches_sent_items_reaches_a_person():
+    world = make_world(script=[DROPPED_202], index_lag_s=100_000, provider="graph")  # stuck in Drafts
+    world.mailer.drafts_shown = True
+    job, _ = world.service.submit(world.request(channel="receipts"))
+    world.run_until_settled(job.id)
+    final = world.store.get(job.id)
+    assert world.mailer.sends == 1
+    assert (final.state, final.review_reason) == (State.REVIEW, "unverified")

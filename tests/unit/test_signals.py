@@ -25,7 +25,7 @@ from safesend.core.lifecycle import current_review_id
 from safesend.core.model import Delivery
 from safesend.core.states import State
 from safesend.entrypoints.http_api import HttpApi
-from safesend.logs import CloudLoggingFormatter, get_logger
+from safesend.logs import CloudLoggingFormatter, get_logger, log
 from tests.unit.conftest import make_world
 from tests.unit.test_http_api import BODY, SECRET, call
 from tests.unit.test_messengers import FlakyReceiver
@@ -49,6 +49,7 @@ PINNED = {
     "index_lag_observed": ("mailbox", "kind", "lag_s", "beyond_horizon"),
     "index_window_raised": ("mailbox", "window_s", "previous_s", "observed_s"),
     "index_lag_beyond_horizon": ("mailbox", "lag_s", "horizon_s"),
+    "internal_call_refused": ("path", "status", "reason"),
 }
 
 
@@ -151,6 +152,28 @@ def test_the_sweep_signals_its_counts_and_the_oldest_overdue_and_review_ages(lin
     assert swept["due"] == 0 and swept["overdue"] == 0 and swept["oldest_review_s"] >= 600
 
 
+@pytest.mark.parametrize("level", ["WARNING", "ERROR", "CRITICAL"])
+def test_a_quieter_log_level_never_drops_a_signal_line(lines, level):
+    """log_level = "WARNING" (a common choice to cut log costs) dropped every INFO signal: the dead
+    man's switch fired on every healthy sweep and the index-lag alert never could; at ERROR the Gmail
+    refusal alerts went quiet too. Other lines still follow the level."""
+    logger = get_logger()
+    before = logger.level
+    logger.setLevel(getattr(logging, level))
+    try:
+        world = make_world()
+        assert call(open_api(world).sweep, body={})[0] == 200
+        for event in signals.SIGNALS:
+            signals.emit(event, logging.DEBUG, "a signal below the level")
+        log(logging.INFO, "an ordinary line below the level")
+    finally:
+        logger.setLevel(before)
+    one_line_with_fields(lines, "sweep_completed")
+    for event in signals.SIGNALS:
+        assert any(e["message"] == "a signal below the level" for e in events(lines, event)), event
+    assert "an ordinary line below the level" not in lines.getvalue()
+
+
 def test_store_outages_and_a_missing_index_are_signalled(lines):
     world = make_world()
     api = open_api(world)
@@ -172,6 +195,44 @@ def test_store_outages_and_a_missing_index_are_signalled(lines):
     world.store.find_due = no_index  # type: ignore[method-assign]
     assert call(api.sweep, body={})[0] == 500
     assert one_line_with_fields(lines, "index_missing")["severity"] == "CRITICAL"
+
+
+def test_a_state_the_sweep_cannot_query_is_signalled_though_the_sweep_completes(lines):
+    """One swept state's query failing on every run left its jobs unswept and unseen by jobs_overdue,
+    behind a sweep_completed line (the dead man's switch content) and a WARNING no alert reads."""
+    world = make_world(script=[TIMEOUT] * 10)
+    job, _ = world.service.submit(world.request())
+    world.clock.advance(3600)
+    assert world.store.get(job.id).state is State.UNKNOWN
+    find_due = world.store.find_due
+
+    def unknown_down(state: State, *args: Any, **kwargs: Any) -> Any:
+        if state is State.UNKNOWN:
+            raise StoreUnavailableError("query timed out")
+        return find_due(state, *args, **kwargs)
+
+    world.store.find_due = unknown_down  # type: ignore[method-assign]
+    assert call(open_api(world).sweep, body={})[0] == 200
+    assert one_line_with_fields(lines, "sweep_completed")["errors"] == 1
+    outage = one_line_with_fields(lines, "store_unavailable")
+    assert (outage["where"], outage["query"], outage["severity"]) == ("sweep_query", "state unknown", "ERROR")
+
+
+def test_a_refused_internal_call_is_signalled_and_a_refused_caller_is_not(lines):
+    """A Scheduler (or Cloud Tasks, Pub/Sub) call refused by authentication stops the sweeps with a 401,
+    not a 5xx, and the dead man's switch only arms after a first completed sweep: a deployment whose
+    sweeps were refused from the start was silent. A caller's refusal is the caller's answer."""
+    world = make_world()
+    policy = AuthPolicy(SECRET, frozenset(), frozenset({"scheduler@p.iam.gserviceaccount.com"}))
+    settings = Settings(project="demo", default_from="Shop <shop@example.com>")
+    runtime = Runtime(settings, world.service.policies, world.service, Authenticator(policy, None, time.time))
+    api = HttpApi(lambda: runtime)
+    assert call(api.send, body=BODY, headers={"X-Safesend-Signature": "t=1,v1=00"})[0] == 401
+    assert events(lines, "internal_call_refused") == []
+    assert call(api.sweep, body={})[0] == 401  # no ID token: the Scheduler's audience or account is wrong
+    refused = one_line_with_fields(lines, "internal_call_refused")
+    assert (refused["status"], refused["severity"]) == (401, "ERROR") and refused["reason"]
+    assert events(lines, "sweep_completed") == []
 
 
 def test_a_failing_callback_is_signalled_then_given_up(lines):

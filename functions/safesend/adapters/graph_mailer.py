@@ -8,7 +8,8 @@ bounded tries within read_deadline_s. Every answer is read through OneShotHttp's
 Graph answers 202 with no body and no message id. Copies are named so the service's count of copies
 stays exact: the earliest copy (createdDateTime, then id) of a Message-ID that a read shows is named
 `graph-first:<Message-ID>`, every later copy by its Graph id, and a 202 is `graph-first:<Message-ID>`
-too (it proves a first copy exists). A copy is thus named by at most two names only when an earlier
+too (a first copy exists, as a draft handed to transport: `stored=False`, verified once Sent Items
+shows it). A copy is thus named by at most two names only when an earlier
 one exists, so the names known never outnumber the copies: one copy is one name, two are two.
 
 The change log is a delta round on Sent Items: current_history_id() starts one at "now" (a
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 GRAPH_ENDPOINT = "https://graph.microsoft.com"
 FIRST_COPY_PREFIX = "graph-first:"
 SENT_ITEMS = "mailFolders/SentItems/messages"
+DRAFTS = "mailFolders/Drafts/messages"
+DRAFT_LABEL = "DRAFT"  # a copy still in Drafts: taken by sendMail (a 202), not yet moved to Sent Items
 READ_TRIES = 3
 READ_BACKOFF_S: tuple[float, ...] = (1.0, 2.0)
 RETRYABLE_READ_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -130,22 +133,42 @@ class GraphMailer:
         except Exception as exc:  # noqa: BLE001 - anything unforeseen after the call began is "maybe"
             return classify_transport(TransportErrorKind.UNEXPECTED, repr(exc)[:300])
         if response.status == 202:
-            return Accepted(gmail_id=first_copy_id(message_id))
+            # A 202 is a draft handed to transport, not a message sent: transport may still refuse it
+            # (an NDR, nothing sent), so the send is verified only once Sent Items shows the copy.
+            return Accepted(gmail_id=first_copy_id(message_id), stored=False)
         code, detail = _error_of(content)
         return classify_graph(response.status, code, detail, retry_after_seconds(response.get("retry-after")))
 
     # ----------------------------------------------------------------- reads
     def find_by_message_id(self, message_id: str) -> Sequence[MailboxHit]:
-        """Sent Items copies carrying `message_id`, the earliest named graph-first:<id>."""
+        """Copies carrying `message_id` in Sent Items and in Drafts, the earliest named graph-first:<id>.
+
+        Why Drafts: sendMail answers 202 once the message is a draft, and transport moves it to Sent
+        Items later (learn.microsoft.com/graph/outlook-things-to-know-about-send-mail), later still
+        under throttling. A dropped 202 whose draft is still waiting must not read as "not sent": a
+        resend would be a second email. Such a copy counts (labels SENT and DRAFT) but proves nothing
+        stored yet (MailboxHit.in_transit): only Sent Items verifies a send.
+        """
         quoted = message_id.replace("'", "''")
         query = {
             "$filter": f"internetMessageId eq '{quoted}'",
             "$select": "id,internetMessageId,createdDateTime,conversationId",
             "$top": str(MAX_HITS_INSPECTED),
         }
-        answer = self._read(f"{self._base}/{SENT_ITEMS}?{urlencode(query, quote_via=quote)}", self._deadline())
-        items = [i for i in _values(answer) if i.get("internetMessageId") == message_id]
-        return named_copies(items)
+        deadline = self._deadline()
+        by_id: dict[str, dict[str, Any]] = {}
+        drafts: set[str] = set()
+        for folder in (DRAFTS, SENT_ITEMS):  # Drafts first: a copy moving meanwhile is then seen in Sent Items
+            answer = self._read(f"{self._base}/{folder}?{urlencode(query, quote_via=quote)}", deadline)
+            for item in _values(answer):
+                if item.get("internetMessageId") != message_id:
+                    continue
+                by_id[item["id"]] = item  # an immutable id stays the same when the copy moves
+                if folder == DRAFTS:
+                    drafts.add(item["id"])
+                else:
+                    drafts.discard(item["id"])
+        return named_copies(list(by_id.values()), drafts)
 
     def stored_message_id(self, gmail_id: str) -> str | None:
         """The internetMessageId Sent Items holds for a copy (one try). For a 202's first copy: our
@@ -165,7 +188,9 @@ class GraphMailer:
         """A new delta round on Sent Items from a minute ago; its $deltatoken is the checkpoint."""
         since = (self._clock() - timedelta(seconds=CHECKPOINT_LOOKBACK_S)).strftime("%Y-%m-%dT%H:%M:%SZ")
         query = urlencode(
-            {"$filter": f"receivedDateTime ge {since}", "$select": "id,internetMessageId"}, quote_via=quote
+            # createdDateTime: delta names the earliest copy as the search does (named_copies), not by id
+            {"$filter": f"receivedDateTime ge {since}", "$select": "id,internetMessageId,createdDateTime"},
+            quote_via=quote,
         )
         page = self._delta(f"{self._base}/{SENT_ITEMS}/delta?{query}", MAX_DELTA_PAGES)
         if not page.complete:
@@ -271,7 +296,7 @@ class GraphMailer:
             if response.status == 200:
                 try:
                     answer = json.loads(content)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: a deeply nested answer
                     last = "answer is not JSON"
                     continue
                 if isinstance(answer, dict):
@@ -304,8 +329,9 @@ def _values(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return values
 
 
-def named_copies(items: list[dict[str, Any]]) -> list[MailboxHit]:
-    """Hits in Sent Items (label SENT), the earliest of each Message-ID named graph-first:<id>."""
+def named_copies(items: list[dict[str, Any]], drafts: set[str] | frozenset[str] = frozenset()) -> list[MailboxHit]:
+    """Hits in Sent Items (label SENT; also DRAFT for the ids in `drafts`), the earliest of each
+    Message-ID named graph-first:<id>."""
     ordered = sorted(items, key=lambda i: (str(i.get("createdDateTime") or ""), i["id"]))
     seen: set[str] = set()
     hits: list[MailboxHit] = []
@@ -316,7 +342,8 @@ def named_copies(items: list[dict[str, Any]]) -> list[MailboxHit]:
             seen.add(message_id)
             name = first_copy_id(message_id)
         conversation = item.get("conversationId")
-        hits.append(MailboxHit(name, conversation if isinstance(conversation, str) else None, ("SENT",)))
+        labels = ("SENT", DRAFT_LABEL) if item["id"] in drafts else ("SENT",)
+        hits.append(MailboxHit(name, conversation if isinstance(conversation, str) else None, labels))
     return hits
 
 
@@ -324,7 +351,7 @@ def _error_of(content: bytes) -> tuple[str | None, str]:
     """Graph's error code (if plausible) and a short message: never the whole body."""
     try:
         error = json.loads(content).get("error") or {}
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # a hostile body never loses the status
         return None, ""
     if not isinstance(error, dict):
         return None, ""

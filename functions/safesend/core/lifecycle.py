@@ -342,7 +342,7 @@ def _record_acceptance(
         if len(changed.known_copies) > 1:
             changed.add_event(now, "accepted", provider_ref=ref)
             return _enter_human(changed, State.REVIEW, ReviewReason.DUPLICATE, now, None)
-        return _mark_sent(changed, ref, now, "accepted", policy, timing)
+        return _mark_sent(changed, ref, now, "accepted", policy, timing, stored=outcome.stored)
     changed.add_event(now, "late_accept", provider_ref=ref)
     if job.state is State.SENT and _unaccepted_duplicate(changed):
         return _enter_human(changed, State.REVIEW, ReviewReason.DUPLICATE, now, None)
@@ -435,7 +435,10 @@ def _settled_by_copies(
         return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
     if checked.known_copies:
         ref = sent[0].as_dict() if sent else {"gmail_id": checked.known_copies[0], "thread_id": None}
-        return _mark_sent(checked, ref, now, how, policy, timing)
+        # Not shown stored by this check (known from an answer, which for a Graph 202 proves nothing
+        # stored, or seen only in transit as a Graph draft): a later look verifies it.
+        stored = any(not h.in_transit for h in sent)
+        return _mark_sent(checked, ref, now, how, policy, timing, stored=stored)
     return None
 
 
@@ -501,21 +504,26 @@ def resume_after_refusals(job: Job, now: datetime, owner: str, timing: Timing) -
 
 
 def apply_verification(job: Job, hits: Sequence[MailboxHit], now: datetime) -> Job:
-    """Check a `sent` job that may have more than one copy (see _mark_sent).
+    """Check a `sent` job that may have more than one copy, or whose one copy no answer showed
+    stored (a Graph 202; see _mark_sent).
 
-    A second copy at any check: review (duplicate). At the end of the verification horizon,
-    exactly our one copy in the mailbox: verified. Anything else then (the search cannot see
-    the copy we know of): a human is told, because one copy can no longer be proven.
+    A second copy at any check: review (duplicate). Our one copy shown: verified at once when only
+    one attempt may have landed, else at the end of the verification horizon. Anything else then
+    (the search cannot see the copy we know of): a human is told, because one copy can no longer
+    be proven (for a 202: transport may have refused it after the answer, nothing sent).
     """
     if not needs_verification(job):
         raise ValueError("only an unverified sent job is verified")
     checked, sent = _checked(job, hits, now, "verification_checked")
     if _unaccepted_duplicate(checked):
         return _enter_human(checked, State.REVIEW, ReviewReason.DUPLICATE, now, None)
-    if checked.verify_until is not None and now < checked.verify_until:
+    one_copy_shown = len(sent) == 1 and not sent[0].in_transit and checked.known_copies == [sent[0].gmail_id]
+    # One attempt makes one copy at most: only its witness was missing (a 202), and here it is.
+    witnessed_single = one_copy_shown and checked.maybe_landed <= 1
+    if not witnessed_single and checked.verify_until is not None and now < checked.verify_until:
         checked.next_check_at = checked.verify_until
         return checked
-    if len(sent) == 1 and checked.known_copies == [sent[0].gmail_id]:
+    if one_copy_shown:
         checked.verified = True
         checked.next_check_at = None
         checked.add_event(now, "verified", gmail_id=sent[0].gmail_id)
@@ -657,15 +665,22 @@ def _note_copies(job: Job, gmail_ids: Iterable[str]) -> None:
 
 
 def _mark_sent(
-    job: Job, provider_ref: dict[str, Any], now: datetime, how: str, policy: ChannelPolicy, timing: Timing
+    job: Job,
+    provider_ref: dict[str, Any],
+    now: datetime,
+    how: str,
+    policy: ChannelPolicy,
+    timing: Timing,
+    stored: bool = True,
 ) -> Job:
-    """Sent. Verified at once when no other attempt can have landed; otherwise the mailbox is asked
-    again after the index lag and at the end of the verification horizon (apply_verification)."""
+    """Sent. Verified at once when no other attempt can have landed and the evidence shows the copy
+    stored (`stored`: see model.Accepted); otherwise the mailbox is asked again after the index lag
+    and at the end of the verification horizon (apply_verification)."""
     changed = _moved(job, State.SENT, now)
     changed.provider_ref = provider_ref
     changed.lease_owner = None
     changed.lease_until = None
-    if changed.maybe_landed <= 1:
+    if changed.maybe_landed <= 1 and stored:
         changed.verified = True
         changed.next_check_at = None
         changed.add_event(now, how, provider_ref=provider_ref)

@@ -60,7 +60,9 @@ def mailbox_search(kind: str, message_id: str, user: str | None = None) -> Mailb
     instructions = (
         f"Outlook on the web has no link that searches by Message-ID. In Outlook, open {where}, "
         f"find the message (by subject and recipients) and compare its Message-ID {message_id} "
-        f"(View message details); or list the copies in Graph Explorer: {query}"
+        f"(View message details); or list the copies in Graph Explorer: {query}. A copy still in "
+        "Drafts has not gone out yet (transport takes it later); a non-delivery report in the Inbox "
+        "means Exchange refused it after accepting the request."
     )
     return MailboxSearch(
         kind="graph",

@@ -43,10 +43,16 @@ class Failure:
 
 @dataclass(frozen=True)
 class Accepted:
-    """Gmail answered 2xx: the message is in the mailbox under these ids."""
+    """The provider answered 2xx: the message is in the mailbox under these ids.
+
+    `stored`: the answer itself proves the copy is stored (Gmail's 200 names the message in SENT).
+    False for Graph's 202: a draft handed to transport, which may still refuse it (an NDR, nothing
+    sent) before it reaches Sent Items; the send is verified only once the mailbox shows the copy.
+    """
 
     gmail_id: str
     thread_id: str | None = None
+    stored: bool = True
 
     def as_ref(self) -> dict[str, Any]:
         return {"gmail_id": self.gmail_id, "thread_id": self.thread_id}
@@ -73,6 +79,12 @@ class MailboxHit:
     @property
     def is_sent(self) -> bool:
         return "SENT" in self.label_ids
+
+    @property
+    def in_transit(self) -> bool:
+        """A copy the provider took to send but has not stored as sent yet (a Graph sendMail draft
+        waiting for transport): it counts as a copy (no resend may add one), but verifies nothing."""
+        return "DRAFT" in self.label_ids
 
     def as_dict(self) -> dict[str, Any]:
         return {"gmail_id": self.gmail_id, "thread_id": self.thread_id, "label_ids": list(self.label_ids)}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..logs import log
+from ..logs import log_always
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ REVIEWER_NOTICE_OVERDUE = "reviewer_notice_overdue"
 INDEX_LAG_OBSERVED = "index_lag_observed"
 INDEX_WINDOW_RAISED = "index_window_raised"
 INDEX_LAG_BEYOND_HORIZON = "index_lag_beyond_horizon"
+INTERNAL_CALL_REFUSED = "internal_call_refused"
 
 SIGNALS: dict[str, Signal] = {
     s.event: s
@@ -75,6 +76,12 @@ SIGNALS: dict[str, Signal] = {
             ("mailbox", "lag_s", "horizon_s"),
             "a sampled send was still not found by the search at the verification horizon",
         ),
+        Signal(
+            INTERNAL_CALL_REFUSED,
+            ("path", "status", "reason"),
+            "a call to an internal endpoint (sweep, reconcile, notify) was refused by authentication: the "
+            "Scheduler, Cloud Tasks or Pub/Sub cannot reach the service",
+        ),
     )
 }
 
@@ -84,9 +91,9 @@ OVERDUE_AFTER_S = 300.0
 
 def emit(event: str, level: int, message: str, **fields: Any) -> None:
     """One signal line: `event` plus every field the registry names (None when the caller has none),
-    so a metric's label extractor always finds its field."""
+    so a metric's label extractor always finds its field. Written at any SAFESEND_LOG_LEVEL."""
     required = {name: fields.pop(name, None) for name in SIGNALS[event].fields}
-    log(level, message, event=event, **required, **fields)
+    log_always(level, message, event=event, **required, **fields)
 
 
 def refusal_reason(code: str | None, status: int | None) -> str:

@@ -26,7 +26,7 @@ from ..core.errors import (
 )
 from ..core.index_lag import is_probe_step
 from ..core.keys import is_job_id, job_id_for
-from ..core.signals import INDEX_MISSING, STORE_UNAVAILABLE, SWEEP_COMPLETED, emit
+from ..core.signals import INDEX_MISSING, INTERNAL_CALL_REFUSED, STORE_UNAVAILABLE, SWEEP_COMPLETED, emit
 from ..core.validation import dedup_key_from_query, parse_send_request
 from ..logs import log, mask_emails, set_trace_from_headers
 from ..usecases.lag_watch import incident_text_from
@@ -74,6 +74,21 @@ def _decisions_off(configured: bool) -> Response:
         else "decisions by API are off on this deployment (SAFESEND_API_DECIDERS is not set)"
     )
     return _error(403, "decisions_off", f"{why}: decide in the review console, or ask the operator; do not retry")
+
+
+def _internal_refused(request: Request, role: Role, status: int, reason: str) -> None:
+    """The Scheduler, Cloud Tasks and Pub/Sub retry a refused call and then give up, so a refusal here
+    (audience, invoker list, key) would stop the sweeps and checks with no 5xx; and the dead man's
+    switch only arms once a sweep has completed. Only internal-ingress callers reach these endpoints."""
+    if role is Role.INTERNAL:
+        emit(
+            INTERNAL_CALL_REFUSED,
+            logging.ERROR,
+            "internal call refused",
+            path=request.path[:200],
+            status=status,
+            reason=reason,
+        )
 
 
 def _too_large(limit: int) -> _Refused:
@@ -130,6 +145,7 @@ class HttpApi:
             caller = runtime.authenticator.check(role, request.headers, signed)
         except AuthenticationError as exc:  # fixed texts (auth.py): never a token or part of one
             log(logging.WARNING, "unauthenticated request refused", role=role.value, reason=str(exc))
+            _internal_refused(request, role, 401, str(exc))
             raise _Refused(
                 (
                     {
@@ -144,6 +160,7 @@ class HttpApi:
             ) from exc
         except PermissionDeniedError as exc:  # the verified caller goes to the log (masked), not the body
             log(logging.WARNING, "caller not allowed", role=role.value, reason=str(exc), caller=mask_emails(exc.caller))
+            _internal_refused(request, role, 403, "caller not allowed")
             raise _Refused(
                 _error(403, "forbidden", f"{exc}: ask the operator to allow this caller; do not retry")
             ) from exc

@@ -77,7 +77,9 @@ class LagWatch:
         mailer = self.senders.mailer(mailbox)
         found: list[str] = []
         dropped: list[str] = []
-        if "search" in probe.pending and any(hit.is_sent for hit in mailer.find_by_message_id(job.message_id)):
+        if "search" in probe.pending and any(
+            hit.is_sent and not hit.in_transit for hit in mailer.find_by_message_id(job.message_id)
+        ):
             found.append("search")
         if "history" in probe.pending and not job.history_start:
             dropped.append("history")  # no checkpoint to read the change log from

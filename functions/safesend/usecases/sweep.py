@@ -16,7 +16,7 @@ from ..core.errors import (
 )
 from ..core.model import Job
 from ..core.ports import Cursor
-from ..core.signals import OVERDUE_AFTER_S
+from ..core.signals import OVERDUE_AFTER_S, STORE_UNAVAILABLE, emit
 from ..core.states import SWEPT_STATES, State
 from ..logs import log
 from .jobs import MAX_SWEEP_BATCHES
@@ -53,6 +53,19 @@ class SweepReport:
         return sum(n for action, n in self.actions.items() if action not in IDLE_ACTIONS)
 
 
+def unswept(what: str, exc: StoreUnavailableError) -> None:
+    """A query the sweep could not make: its jobs stay unswept and unseen by jobs_overdue (the sweep
+    still completes), so the store_unavailable alert must hear of it, every time."""
+    emit(
+        STORE_UNAVAILABLE,
+        logging.ERROR,
+        "sweep could not query the store",
+        where="sweep_query",
+        query=what,
+        error=str(exc),
+    )
+
+
 class Sweeper(Reconciler):
     """The sweep use case: find stale or lost jobs and advance them."""
 
@@ -74,13 +87,13 @@ class Sweeper(Reconciler):
             except StoreUnavailableError as exc:
                 report.errors += 1
                 unqueried.append(exc)
-                log(logging.WARNING, "sweep could not query a state", state=state.value, error=str(exc))
+                unswept(f"state {state.value}", exc)
         try:
             self._sweep_notices(batch, deadline, report)
         except StoreUnavailableError as exc:
             report.errors += 1
             unqueried.append(exc)
-            log(logging.WARNING, "sweep could not query due callback notices", error=str(exc))
+            unswept("due notices", exc)
         if len(unqueried) == len(SWEPT_STATES) + 1:
             raise unqueried[-1]
         return self._finish_sweep(report)

@@ -1,7 +1,7 @@
 # The dev environment: a thin caller of the module. Every setting, its type, default and checks is
 # in ../../modules/safesend/variables.tf (listed in infra/README.md, "Variables"); set one for this
 # environment as an argument below. terraform.tfvars (or Cloud Build's TF_VAR_*) gives the four
-# inputs that name the deployment (variables.tf). tests/infra/test_env_settings.py keeps this file
+# inputs that name the deployment and who the alerts tell (variables.tf). tests/infra/test_env_settings.py keeps this file
 # in step with the module and with prod.
 
 module "safesend" {
@@ -11,6 +11,8 @@ module "safesend" {
   region            = var.region
   message_id_domain = var.message_id_domain
   default_from      = var.default_from
+
+  monitoring_notification_emails = var.monitoring_notification_emails
 
   # dev's choices (tests/infra/test_env_settings.py, ENV_CHOICES): cheap and easy to tear down.
   firestore_point_in_time_recovery = false

@@ -1,8 +1,8 @@
 # The prod environment: a thin caller of the module. Every setting, its type, default and checks is
 # in ../../modules/safesend/variables.tf (listed in infra/README.md, "Variables"); set one for this
 # environment as an argument below.
-# terraform.tfvars (or Cloud Build's TF_VAR_*) gives the four inputs that name the deployment
-# (variables.tf). tests/infra/test_env_settings.py keeps this file in step with the module and dev.
+# terraform.tfvars (or Cloud Build's TF_VAR_*) gives the four inputs that name the deployment and
+# who the alerts tell (variables.tf). tests/infra/test_env_settings.py keeps this file in step with the module and dev.
 
 module "safesend" {
   source = "../../modules/safesend"
@@ -19,6 +19,8 @@ module "safesend" {
   region            = var.region
   message_id_domain = var.message_id_domain
   default_from      = var.default_from
+
+  monitoring_notification_emails = var.monitoring_notification_emails
 }
 
 output "safesend" {

@@ -44,6 +44,19 @@ resource "google_project_service" "monitoring" {
   project            = var.project_id
   service            = "monitoring.googleapis.com"
   disable_on_destroy = false
+
+  # An alert policy without a channel only opens incidents in the console, where nobody looks:
+  # the dead man's switch included, every alert would fire into nowhere.
+  lifecycle {
+    precondition {
+      condition     = length(var.monitoring_notification_emails) > 0 || var.monitoring_slack_channel != "" || var.monitoring_chat_space != ""
+      error_message = "The alerts need an operations channel: set monitoring_notification_emails, monitoring_slack_channel (with monitoring_slack_auth_token) or monitoring_chat_space. Without one every alert, the dead man's switch included, fires into nowhere. monitoring_enabled = false leaves the alerts out knowingly."
+    }
+    precondition {
+      condition     = var.monitoring_slack_channel == "" || var.monitoring_slack_auth_token != ""
+      error_message = "monitoring_slack_channel needs monitoring_slack_auth_token (Cloud Monitoring's Slack app token)."
+    }
+  }
 }
 
 resource "google_logging_metric" "signal" {

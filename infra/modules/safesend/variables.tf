@@ -277,7 +277,7 @@ variable "callback_allowed_hosts" {
 }
 
 variable "log_level" {
-  description = "Log level of all functions (SAFESEND_LOG_LEVEL)."
+  description = "Log level of all functions (SAFESEND_LOG_LEVEL); the alerts' signal lines are written at any level."
   type        = string
   default     = "INFO"
 

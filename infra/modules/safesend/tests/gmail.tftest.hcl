@@ -12,10 +12,11 @@ mock_provider "archive" {}
 mock_provider "time" {}
 
 variables {
-  project_id        = "p-test"
-  region            = "europe-west1"
-  message_id_domain = "mail.example.com"
-  default_from      = "Support <support@example.com>"
+  project_id                     = "p-test"
+  region                         = "europe-west1"
+  message_id_domain              = "mail.example.com"
+  default_from                   = "Support <support@example.com>"
+  monitoring_notification_emails = ["ops@example.com"] # the alerts' channel (monitoring.tf)
 }
 
 run "token_needs_the_credentials_secret" {

@@ -12,10 +12,11 @@ mock_provider "archive" {}
 mock_provider "time" {}
 
 variables {
-  project_id        = "p-test"
-  region            = "europe-west1"
-  message_id_domain = "mail.example.com"
-  default_from      = "Support <support@example.com>"
+  project_id                     = "p-test"
+  region                         = "europe-west1"
+  message_id_domain              = "mail.example.com"
+  default_from                   = "Support <support@example.com>"
+  monitoring_notification_emails = ["ops@example.com"] # the alerts' channel (monitoring.tf)
 }
 
 run "on_by_default_every_alert_has_a_runbook" {
@@ -28,7 +29,7 @@ run "on_by_default_every_alert_has_a_runbook" {
   }
 
   assert {
-    condition     = length(google_logging_metric.signal) == 14 && length(google_monitoring_alert_policy.alert) == 18
+    condition     = length(google_logging_metric.signal) == 15 && length(google_monitoring_alert_policy.alert) == 19
     error_message = "One log-based metric per signal and every alert of monitoring.json."
   }
   assert {
@@ -84,16 +85,52 @@ run "thresholds_and_sweep_interval_follow_the_environment" {
   }
 }
 
+run "alerts_without_a_channel_are_refused" {
+  command = plan
+
+  variables {
+    monitoring_notification_emails = []
+    monitoring_reviewer_emails     = ["reviewers@example.com"] # duplicates only: not an operations channel
+  }
+
+  expect_failures = [google_project_service.monitoring]
+}
+
+run "slack_without_its_token_is_refused" {
+  command = plan
+
+  variables {
+    monitoring_notification_emails = []
+    monitoring_slack_channel       = "#ops"
+  }
+
+  expect_failures = [google_project_service.monitoring]
+}
+
+run "a_chat_space_alone_is_a_channel" {
+  command = plan
+
+  variables {
+    monitoring_notification_emails = []
+    monitoring_chat_space          = "spaces/AAAAops"
+  }
+
+  assert {
+    condition     = alltrue([for a in google_monitoring_alert_policy.alert : length(a.notification_channels) == 1])
+    error_message = "Every alert goes to the one channel there is."
+  }
+}
+
 run "off" {
   command = plan
 
   variables {
     monitoring_enabled             = false
-    monitoring_notification_emails = ["ops@example.com"]
+    monitoring_notification_emails = []
   }
 
   assert {
     condition     = length(google_logging_metric.signal) == 0 && length(google_monitoring_alert_policy.alert) == 0 && length(google_monitoring_dashboard.safesend) == 0 && length(google_monitoring_notification_channel.email) == 0
-    error_message = "monitoring_enabled = false creates no monitoring resource."
+    error_message = "monitoring_enabled = false creates no monitoring resource (and needs no channel)."
   }
 }

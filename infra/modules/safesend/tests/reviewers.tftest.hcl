@@ -12,12 +12,13 @@ mock_provider "archive" {}
 mock_provider "time" {}
 
 variables {
-  project_id             = "p-test"
-  region                 = "europe-west1"
-  message_id_domain      = "mail.example.com"
-  default_from           = "Support <support@example.com>"
-  review_iap_members     = ["group:mail-reviewers@example.com"]
-  review_allowed_domains = ["example.com"]
+  project_id                     = "p-test"
+  region                         = "europe-west1"
+  message_id_domain              = "mail.example.com"
+  default_from                   = "Support <support@example.com>"
+  review_iap_members             = ["group:mail-reviewers@example.com"]
+  review_allowed_domains         = ["example.com"]
+  monitoring_notification_emails = ["ops@example.com"] # the alerts' channel (monitoring.tf)
 }
 
 run "off_by_default" {

@@ -11,7 +11,7 @@ import type {
 import { NodeConnectionTypes, NodeOperationError, sleep } from 'n8n-workflow';
 import { properties } from './description';
 import { gaveUpItem, isSettled, jobItem, OUTPUT_NAMES, OUTPUTS, type Outcome, rejectedItem } from './outcome';
-import { call, callWithRetries, CREDENTIAL, query } from './transport';
+import { call, callWithRetries, CREDENTIAL, isTransient, query } from './transport';
 import { verifySignature } from './signature';
 
 type Outputs = INodeExecutionData[][];
@@ -101,7 +101,7 @@ function answerItem(status: number, body: IDataObject, key: Key, failure: string
 	if (status === 200 || status === 202 || (status === 422 && typeof body.job_id === 'string')) {
 		return jobItem(body, status);
 	}
-	if (status >= 400 && status < 500) return rejectedItem(status, body, { dedup_key: key.dedupKey, ...key.fields });
+	if (status >= 400 && status < 500 && !isTransient(status)) return rejectedItem(status, body, { dedup_key: key.dedupKey, ...key.fields });
 	return gaveUpItem({ dedup_key: key.dedupKey, ...key.fields }, status || null, failure, retryForS);
 }
 
@@ -187,10 +187,10 @@ async function pollUntilSettled(
 	for (let round = 0; round < Math.ceil(maxWaitS / POLL_INTERVAL_S) + 1 && Date.now() < deadline; round++) {
 		await sleep(POLL_INTERVAL_S * 1000);
 		const answer = await call(ctx, baseUrl, 'GET', `/status?${query({ job_id: jobId })}`, undefined, timeoutS);
-		if (answer.status >= 400 && answer.status < 500) {
+		if (answer.status >= 400 && answer.status < 500 && !isTransient(answer.status)) {
 			return rejectedItem(answer.status, answer.body, { dedup_key: key.dedupKey, job_id: jobId });
 		}
-		if (answer.status !== 200) continue; // no answer or 5xx: poll again
+		if (answer.status !== 200) continue; // no answer, 5xx, 408 or 429: poll again
 		latest = jobItem(answer.body, 200);
 		if (isSettled(answer.body.state)) return latest;
 	}

@@ -171,7 +171,7 @@ export const properties: INodeProperties[] = [
 		typeOptions: { minValue: 0 },
 		default: 120,
 		description:
-			'How long to keep re-sending the same request after network errors and 5xx (honouring Retry-After); a 4xx is never retried',
+			'How long to keep re-sending the same request after network errors, 5xx, 408 and 429 (honouring Retry-After); any other 4xx is never retried',
 		displayOptions: send,
 	},
 	// ---------------------------------------------------------------- Get Status

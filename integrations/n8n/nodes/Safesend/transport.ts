@@ -69,8 +69,15 @@ export async function call(
 	}
 }
 
-/** Send the same bytes until an answer that is not 5xx, or until `retryForS` has passed; a 4xx is final
- * (retrying cannot fix it), network errors and 5xx are retried after Retry-After (1-30 s, else 2 s). */
+/** Answers that say nothing reached safesend or it could not take the request now: 408, and 429, which
+ * Cloud Run answers when every instance is busy (max instances; functions serve one request at a time). */
+export function isTransient(status: number): boolean {
+	return status === 0 || status >= 500 || status === 408 || status === 429;
+}
+
+/** Send the same bytes until an answer that is not transient, or until `retryForS` has passed; any other
+ * 4xx is final (retrying cannot fix it), network errors, 5xx, 408 and 429 are retried after Retry-After
+ * (1-30 s, else 2 s). */
 export async function callWithRetries(
 	ctx: Caller,
 	baseUrl: string,
@@ -88,7 +95,7 @@ export async function callWithRetries(
 		const left = (deadline - Date.now()) / 1000;
 		answer = await call(ctx, baseUrl, method, pathAndQuery, body, tries === 0 ? timeoutS : Math.min(timeoutS, Math.max(left, 1)));
 		tries += 1;
-		if (answer.status !== 0 && answer.status < 500) break;
+		if (!isTransient(answer.status)) break;
 		const pause = Math.min(Math.max(answer.retryAfterS ?? 2, 1), 30);
 		if (Date.now() + pause * 1000 > deadline) break;
 		await sleep(pause * 1000);
