@@ -16,7 +16,7 @@ from googleapiclient.discovery import build
 
 from devstack.gmail_sim import GmailSimulator
 from safesend.adapters import gmail_mailer
-from safesend.adapters.gmail_mailer import GmailMailer
+from safesend.adapters.gmail_mailer import MAX_HITS_INSPECTED, GmailMailer
 from safesend.core.classify import DAILY_LIMIT_CODE, RefusalKind, refusal_kind
 from safesend.core.errors import HistoryExpiredError, MailboxUnavailableError
 from safesend.core.keys import job_id_for, message_id_for
@@ -164,6 +164,18 @@ def test_search_includes_trash(sim, mailer):
     sim.insert_message(RAW, label_ids=("SENT", "TRASH"))
     hits = mailer.find_by_message_id(MESSAGE_ID)
     assert len(hits) == 1 and "TRASH" in hits[0].label_ids
+
+
+def test_planted_messages_cannot_push_our_sent_copy_off_the_search(sim, mailer):
+    """More messages mailed in with our Message-ID than one page holds (newest first): the SENT copies
+    are listed on their own, in spam and trash too, and every copy is still found."""
+    sim.insert_message(RAW, label_ids=("SENT", "TRASH"))
+    sim.insert_message(RAW)
+    for _ in range(MAX_HITS_INSPECTED + 2):
+        sim.insert_message(RAW, label_ids=("INBOX", "UNREAD"))
+    hits = mailer.find_by_message_id(MESSAGE_ID)
+    assert len([h for h in hits if h.is_sent]) == 2
+    assert len([h for h in hits if not h.is_sent]) == MAX_HITS_INSPECTED
 
 
 def test_search_failure_is_reported_not_guessed(relay, mailer):

@@ -70,6 +70,7 @@ class PoolWorld:
             lambda mailbox: self.mailers[mailbox.id],
             self.world.clock,
         )
+        service.lag.senders = service.senders  # as the runtime wires them: one object
 
     @property
     def service(self):

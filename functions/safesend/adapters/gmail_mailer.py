@@ -63,6 +63,10 @@ MESSAGE_ID_READERS = 8  # concurrent messages.get per message_ids_of (each on it
 MESSAGE_ID_CACHE_SIZE = 2048
 _HISTORY_ID = re.compile(r"[0-9]{1,20}")
 _OAUTH_ERROR_CODE = re.compile(r"[a-z_]{1,40}")  # RFC 6749 error codes: safe to log, unlike the body
+# What an id or an error reason of Gmail's looks like (ids are hex today): anything else in an answer
+# is not recorded, so a broken or hostile body can neither bloat the job nor fake a second copy.
+_GMAIL_ID = re.compile(r"[0-9A-Za-z_-]{1,128}")
+_ERROR_REASON = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
 
 class _Resources(NamedTuple):
@@ -201,9 +205,7 @@ class GmailMailer:
             return Failure(Bucket.NOT_ACCEPTED, True, "auth_refresh", repr(exc)[:300])
         except Exception as exc:  # noqa: BLE001 - anything unforeseen after the call began is "maybe"
             return classify_transport(TransportErrorKind.UNEXPECTED, repr(exc))
-        if not isinstance(response, dict) or not response.get("id"):
-            return classify_transport(TransportErrorKind.PROTOCOL, "2xx without a message id")
-        return Accepted(gmail_id=response["id"], thread_id=response.get("threadId"))
+        return _send_answer(response)
 
     def _refresh_credentials_if_needed(self, transport: OneShotHttp) -> Failure | None:
         """Refresh before the send, so an auth failure is known to have sent nothing (Bucket 1).
@@ -221,30 +223,56 @@ class GmailMailer:
 
     # ----------------------------------------------------------------- reads
     def find_by_message_id(self, message_id: str) -> Sequence[MailboxHit]:
-        """Raises MailboxUnavailableError if any read fails or the search outlives read_deadline_s."""
+        """Raises MailboxUnavailableError if any read fails or the search outlives read_deadline_s.
+
+        Anyone can mail the mailbox messages carrying our (predictable) Message-ID, and Gmail lists the
+        newest first: when they fill the first page, our SENT copies are listed again on their own
+        (labelIds=SENT), so no number of planted messages hides one. The planted ones stay evidence."""
         deadline = time.monotonic() + self._search_budget_s
-        listing = self._read(
-            lambda: self._api.messages.list(
-                userId=self.user,
-                q=f"rfc822msgid:{bare_message_id(message_id)}",
-                includeSpamTrash=True,
-                maxResults=MAX_HITS_INSPECTED,
-            ),
-            deadline,
-        )
+        items, more = self._list_by_message_id(message_id, deadline)
+        if more:
+            listed = {item["id"] for item in items}
+            sent, _ = self._list_by_message_id(message_id, deadline, ["SENT"])
+            items += [item for item in sent if item["id"] not in listed]
         hits = []
-        for item in (listing.get("messages") or [])[:MAX_HITS_INSPECTED]:
+        for item in items:
 
             def minimal(item: Any = item) -> Any:
                 return self._api.messages.get(userId=self.user, id=item["id"], format="minimal")
 
             meta = self._read(minimal, deadline)
+            labels = meta.get("labelIds") if isinstance(meta, dict) else None
+            if not isinstance(labels, list | None):
+                raise MailboxUnavailableError("gmail message answer is malformed")
+            thread_id = item.get("threadId")
             hits.append(
                 MailboxHit(
-                    gmail_id=item["id"], thread_id=item.get("threadId"), label_ids=tuple(meta.get("labelIds") or ())
+                    gmail_id=item["id"],
+                    thread_id=thread_id if isinstance(thread_id, str) else None,
+                    label_ids=tuple(label for label in labels or () if isinstance(label, str)),
                 )
             )
         return hits
+
+    def _list_by_message_id(
+        self, message_id: str, deadline: float, label_ids: list[str] | None = None
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """One page (MAX_HITS_INSPECTED) of messages.list for the Message-ID, spam and trash included,
+        and whether Gmail has more; a malformed answer is MailboxUnavailableError (skipping an entry
+        could hide the very copy we look for)."""
+        params: dict[str, Any] = {
+            "userId": self.user,
+            "q": f"rfc822msgid:{bare_message_id(message_id)}",
+            "includeSpamTrash": True,
+            "maxResults": MAX_HITS_INSPECTED,
+        }
+        if label_ids:
+            params["labelIds"] = label_ids
+        listing = self._read(lambda: self._api.messages.list(**params), deadline)
+        items = listing.get("messages") if isinstance(listing, dict) else None
+        if not isinstance(listing, dict) or not isinstance(items or [], list) or not all(map(_is_listed, items or [])):
+            raise MailboxUnavailableError("gmail search answer is malformed")
+        return list(items or [])[:MAX_HITS_INSPECTED], bool(listing.get("nextPageToken"))
 
     def stored_message_id(self, gmail_id: str) -> str | None:
         """One try (it runs inside the send's lease); raises MailboxUnavailableError if it fails."""
@@ -554,6 +582,21 @@ def _oauth_error_code(data: Any) -> str | None:
     return code if isinstance(code, str) and _OAUTH_ERROR_CODE.fullmatch(code) else None
 
 
+def _is_listed(item: Any) -> bool:
+    """A messages.list entry with an id Gmail could have given."""
+    return isinstance(item, dict) and isinstance(item.get("id"), str) and _GMAIL_ID.fullmatch(item["id"]) is not None
+
+
+def _send_answer(response: Any) -> Accepted | Failure:
+    """A 2xx answer to messages.send: accepted under a plausible Gmail id, else "maybe" (it may have
+    landed, but an id we cannot trust must not be recorded as a copy)."""
+    gmail_id = response.get("id") if isinstance(response, dict) else None
+    if not isinstance(gmail_id, str) or not _GMAIL_ID.fullmatch(gmail_id):
+        return classify_transport(TransportErrorKind.PROTOCOL, "2xx without a valid message id")
+    thread_id = response.get("threadId")
+    return Accepted(gmail_id, thread_id if isinstance(thread_id, str) and _GMAIL_ID.fullmatch(thread_id) else None)
+
+
 def _classify_http_error(exc: HttpError) -> Failure:
     reason, message = _error_reason(exc)
     retry_after = retry_after_seconds(exc.resp.get("retry-after") if exc.resp is not None else None)
@@ -561,9 +604,19 @@ def _classify_http_error(exc: HttpError) -> Failure:
 
 
 def _error_reason(exc: HttpError) -> tuple[str | None, str]:
+    """Google's error object's first reason (a short token, or None) and its message, from a body of
+    any shape: never raises, whatever a server or a proxy on the way answered."""
     try:
-        error = json.loads(exc.content.decode("utf-8")).get("error", {})
+        error = json.loads(exc.content.decode("utf-8")).get("error")
     except (ValueError, AttributeError, UnicodeDecodeError):
         return None, str(exc)[:300]
-    errors = error.get("errors") or [{}]
-    return errors[0].get("reason"), str(error.get("message", ""))[:300]
+    if not isinstance(error, dict):
+        return None, str(exc)[:300]
+    errors = error.get("errors")
+    first = errors[0] if isinstance(errors, list) and errors else None
+    reason = first.get("reason") if isinstance(first, dict) else None
+    message = error.get("message")
+    return (
+        reason if isinstance(reason, str) and _ERROR_REASON.fullmatch(reason) else None,
+        message[:300] if isinstance(message, str) else "",
+    )

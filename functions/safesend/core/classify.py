@@ -133,6 +133,27 @@ def crash_failure(detail: str = "instance stopped between claim and recorded out
     return Failure(Bucket.MAYBE_ACCEPTED, False, "lease_expired", detail)
 
 
+def unsearchable_failure(mailbox: str) -> Failure:
+    """The mailbox that may hold the job's copy is no longer configured: whether it went out is unknown."""
+    return Failure(
+        Bucket.MAYBE_ACCEPTED,
+        False,
+        "mailbox_not_configured",
+        f"mailbox {mailbox} may hold a copy but is no longer configured: it cannot be searched",
+    )
+
+
+def unsendable_failure(mailbox: str, reason: str) -> Failure:
+    """No mailbox of the job's pool can ever admit this send (mailbox_budget.Refusal without a next
+    free time): nothing was sent, and waiting cannot help."""
+    return Failure(
+        Bucket.NOT_ACCEPTED,
+        False,
+        "mailbox_limit",
+        f"mailbox {mailbox} can never admit this message ({reason}): its limits are below what it needs",
+    )
+
+
 def unbuildable_failure(detail: str) -> Failure:
     """The stored job cannot be turned into MIME: nothing was sent, and retrying cannot help."""
     return Failure(Bucket.NOT_ACCEPTED, False, "unbuildable_message", detail)

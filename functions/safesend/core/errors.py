@@ -69,6 +69,11 @@ class MailboxUnavailableError(SafesendError):
     """The mailbox search failed; a reconcile check must be retried later, never replaced by a guess."""
 
 
+class MailboxNotConfiguredError(MailboxUnavailableError):
+    """The mailbox that may hold a job's copy is no longer configured: no other mailbox's search can
+    settle the job, and nothing may be resent until it is configured again (a person decides)."""
+
+
 class HistoryExpiredError(SafesendError):
     """Gmail no longer has the change log from this startHistoryId (history.list answered 404: ids are
     typically valid for a week, rarely only hours). Not transient, so deliberately not a

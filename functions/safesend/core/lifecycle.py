@@ -25,7 +25,7 @@ from .callbacks import (
     next_try_at,
     notice_payload,
 )
-from .classify import crash_failure
+from .classify import crash_failure, unsearchable_failure, unsendable_failure
 from .errors import DecisionConflictError, DecisionNotAllowedError, StaleReviewError
 from .model import Accepted, Bucket, Delivery, Failure, Job, MailboxHit
 from .pacing import bind
@@ -224,6 +224,18 @@ def enter_queued(job: Job, owner: str, now: datetime, wait: QueueSlot) -> Job:
     return _enter_queue(changed, now, wait)
 
 
+def never_admitted(job: Job, owner: str, now: datetime, mailbox: str, reason: str) -> Job:
+    """No mailbox of the job's pool can ever admit the attempt we claimed (its limits are below what
+    the message needs): the attempt is taken back (never made) and the job gives up now, `failed`, or
+    `review` if an earlier attempt may have landed, instead of waiting a day at a time for ever."""
+    if not (job.state is State.SENDING and job.lease_owner == owner):
+        raise ValueError("only our own claimed attempt can be refused before its send")
+    changed = job.copy()
+    changed.attempts = max(0, changed.attempts - 1)
+    changed.maybe_landed = max(0, changed.maybe_landed - 1)
+    return _give_up(changed, ReviewReason.PERMANENT_ERROR, now, unsendable_failure(mailbox, reason))
+
+
 def _enter_queue(job: Job, now: datetime, wait: QueueSlot) -> Job:
     changed = _moved(job, State.QUEUED, now)
     changed.lease_owner = None
@@ -361,6 +373,16 @@ def expire_lease(job: Job, now: datetime, policy: ChannelPolicy, timing: Timing)
     return _enter_unknown(job, crash_failure(), now, first_check_at(job, now, policy, timing))
 
 
+def mailbox_gone(job: Job, mailbox: str, now: datetime) -> Job:
+    """The mailbox that may hold this job's copy is no longer configured. No other mailbox's search can
+    settle it and no resend may go out on a guess: a person is told now (`unverified` for a sent job
+    under verification, else `ambiguous`), with the reason as its last error."""
+    if job.state not in (State.UNKNOWN, State.RETRY_WAIT, State.SENT, State.CANCELLED):
+        raise ValueError(f"a {job.state} job is not waiting for a mailbox check")
+    reason = ReviewReason.UNVERIFIED if job.state is State.SENT else ReviewReason.AMBIGUOUS
+    return _enter_human(job, State.REVIEW, reason, now, unsearchable_failure(mailbox))
+
+
 def search_from(job: Job, policy: ChannelPolicy, timing: Timing) -> datetime:
     """When a search can first see this job's latest attempt (its index lag after the attempt)."""
     return (job.last_attempt_at or job.claimed_at or job.created_at) + timing.index_lag(policy)
@@ -430,14 +452,21 @@ def without_history(job: Job, now: datetime, policy: ChannelPolicy, timing: Timi
 
 
 def apply_mailbox_check(
-    job: Job, hits: Sequence[MailboxHit], now: datetime, owner: str, policy: ChannelPolicy, timing: Timing
+    job: Job,
+    hits: Sequence[MailboxHit],
+    now: datetime,
+    owner: str,
+    policy: ChannelPolicy,
+    timing: Timing,
+    searched_at: datetime | None = None,
 ) -> Job:
     """Settle an unknown or retry_wait job from what the mailbox holds for its Message-ID.
 
     Exactly one known copy: sent. More than one: a duplicate, a human must know.
     None: inconclusive until the index-lag window after the last attempt has
     passed; after it, a retry_wait job is resent (it was never accepted) and an
-    unknown one follows its channel policy.
+    unknown one follows its channel policy. `searched_at`: when the search was made (its
+    answer may come much later): only a search made past the window lets a resend go.
     """
     if job.state not in (State.UNKNOWN, State.RETRY_WAIT):
         raise ValueError(f"mailbox checks apply to unknown/retry_wait jobs, not {job.state}")
@@ -448,7 +477,7 @@ def apply_mailbox_check(
     if checked.state is State.RETRY_WAIT:
         return start_attempt(checked, now, owner, timing)
     window_end = (checked.last_attempt_at or checked.created_at) + timing.window(policy)
-    if now < window_end:
+    if (searched_at or now) < window_end:
         rechecked = _moved(checked, State.UNKNOWN, now)
         rechecked.next_check_at = min(now + timedelta(seconds=timing.recheck_s), window_end)
         return rechecked

@@ -65,6 +65,9 @@ class Reconciler(ReviewerNotices):
         if not lifecycle.is_due(job, now):
             self._follow_up(job)  # make sure a task exists for the real due time
             return job, "not_due"
+        gone = self.senders.gone(job)
+        if gone is not None:
+            return self._mailbox_gone(job, gone)
         if job.state in (State.SENT, State.CANCELLED):
             return self._verify(job)
         return self._check_mailbox_and_act(job, policy)
@@ -78,8 +81,9 @@ class Reconciler(ReviewerNotices):
             decided = lifecycle.resume_after_refusals(job, self.clock(), owner, self.timing)
             hits_seen = None
         else:
+            searched_at = self.clock()  # what the search saw, it saw then: its answer may come later
             hits = self._search(job)  # MailboxUnavailableError -> caller retries
-            decided = lifecycle.apply_mailbox_check(job, hits, self.clock(), owner, policy, self.timing)
+            decided = lifecycle.apply_mailbox_check(job, hits, self.clock(), owner, policy, self.timing, searched_at)
             hits_seen = len(hits)
         try:
             stored = self._cas(job, decided)
@@ -98,6 +102,22 @@ class Reconciler(ReviewerNotices):
             return self._attempt_loop(stored, owner, policy, deadline, turn=turn), "resent"
         self._follow_up(stored)
         return stored, f"checked_{stored.state.value}"
+
+    def _mailbox_gone(self, job: Job, mailbox: str) -> tuple[Job, str]:
+        """The mailbox that may hold the job's copy was removed from the configuration: a person."""
+        try:
+            stored = self._cas(job, lifecycle.mailbox_gone(job, mailbox, self.clock()))
+        except ConcurrentUpdateError:
+            return self._reload(job), "conflict"
+        log(
+            logging.ERROR,
+            "the mailbox that may hold this job's copy is no longer configured: a human must look",
+            job_id=job.id,
+            mailbox=mailbox,
+            state=job.state.value,
+        )
+        self._follow_up(stored)
+        return stored, "mailbox_gone"
 
     def _check_history(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
         """Settle from the change log in seconds; found is proof, not found waits for the search."""

@@ -58,8 +58,8 @@ class SendJobs(JobRecords):
             draft.mailboxes = [mailbox.id]
         if request.callback_url:
             draft.callbacks.append(request.callback_url)
-        draft.history_start = self._checkpoint(mailbox)  # from memory: no Gmail call on the send path
-        job, created = self.store.claim_or_get(lifecycle.start_attempt(draft, now, owner, self.timing))
+        draft.history_start = self._checkpoint(mailbox)  # from memory; the lease runs from the claim (clock)
+        job, created = self.store.claim_or_get(lifecycle.start_attempt(draft, self.clock(), owner, self.timing))
         if not created:
             if job.payload_hash != request.payload_hash:
                 raise PayloadMismatchError(job.id)
@@ -158,12 +158,15 @@ class SendJobs(JobRecords):
             slot = QueueSlot(mailbox.id, now + BUDGET_RETRY, now + BUDGET_RETRY, refusal.reason)
             return self._cas(job, lifecycle.enter_queued(job, owner, now, slot)), False
         if refusal is None:
-            if job.mailboxes and mailbox.id != job.mailboxes[-1]:
+            if mailbox.id != (lifecycle.current_mailbox(job) or DEFAULT_MAILBOX_ID):
                 moved = lifecycle.rebind(job, mailbox.id, now)
                 moved.history_start = self._checkpoint(mailbox)
                 job = self._cas(job, moved)
                 log(logging.INFO, "job moved to another mailbox of its pool", job_id=job.id, mailbox=mailbox.id)
             return job, True
+        if refusal.next_free_at is None:  # no mailbox of its pool can ever admit it: a person is told
+            log(logging.ERROR, "send never admitted", job_id=job.id, mailbox=mailbox.id, reason=refusal.reason)
+            return self._cas(job, lifecycle.never_admitted(job, owner, now, mailbox.id, refusal.reason)), False
         if turn and refusal.reason == "rate" and refusal.next_free_at is not None:
             turn_at = refusal.next_free_at  # its turn came a moment early (our reads): it keeps its place
         else:

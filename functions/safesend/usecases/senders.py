@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from ..core.classify import RefusalKind, refusal_kind
-from ..core.errors import MailboxUnavailableError, StoreUnavailableError
+from ..core.errors import MailboxNotConfiguredError, MailboxUnavailableError, StoreUnavailableError
 from ..core.mailbox_budget import DAILY, METHOD_UNITS, RATE, MailboxSnapshot, Refusal, Reservation
 from ..core.mailbox_search import MailboxSearch, mailbox_search
 from ..core.mailboxes import DEFAULT_MAILBOX_ID, Mailbox, MailboxDirectory
@@ -111,6 +111,9 @@ class SenderMailboxes:
         self._clock = clock
         self._mailers: dict[str, Mailer] = {}
         self._lock = threading.Lock()
+        # Unpaced mailboxes this instance saw Gmail refuse for the daily limit, and until when: their
+        # sends ask the ledger while it holds (no ledger call otherwise: today's latency).
+        self._exhausted: dict[str, datetime] = {}
 
     def set_clock(self, clock: Callable[[], datetime]) -> None:
         self._clock = clock
@@ -125,9 +128,12 @@ class SenderMailboxes:
         return self.ledger is not None and not mailbox.limits.unlimited
 
     def current(self, job: Job) -> Mailbox:
-        """The mailbox the job is bound to; a job stored before its pool existed: its pool's first."""
-        if job.mailboxes and job.mailboxes[-1] in self.directory.ids():
-            return self.directory.get(job.mailboxes[-1])
+        """The mailbox the job is bound to: its last one, or today's (`default`) for a job stored before
+        mailboxes were configured, while configured. A job whose mailbox is not configured (any more):
+        its pool's first (it may move only while nothing of it may have landed: see gone())."""
+        bound = job.mailboxes[-1] if job.mailboxes else DEFAULT_MAILBOX_ID
+        if bound in self.directory.ids():
+            return self.directory.get(bound)
         return self.candidates(job)[0]
 
     def search_for(self, job: Job) -> MailboxSearch:
@@ -139,6 +145,17 @@ class SenderMailboxes:
             return mailbox_search("gmail", job.message_id)
         return mailbox_search(mailbox.kind, job.message_id, mailbox.user_id if mailbox.kind == "graph" else None)
 
+    def gone(self, job: Job) -> str | None:
+        """The mailbox that may hold a copy of `job` when it is no longer configured, else None.
+
+        A job moves only while none of its attempts may have landed (pacing.may_move), so every copy
+        that may exist is in the mailbox it was last bound to (today's one mailbox, `default`, for a
+        job stored before mailboxes were configured). Searching another one would prove nothing."""
+        if job.maybe_landed == 0 and not job.known_copies:
+            return None
+        holder = job.mailboxes[-1] if job.mailboxes else DEFAULT_MAILBOX_ID
+        return None if holder in self.directory.ids() else holder
+
     def candidates(self, job: Job) -> list[Mailbox]:
         try:
             return self.directory.candidates(job.channel, job.payload.get("from"))
@@ -147,7 +164,11 @@ class SenderMailboxes:
             return [self.directory.get(i) for i in ids]
 
     def bound(self, job: Job) -> list[Mailbox]:
-        """Every mailbox the job was ever bound to (the current one last): a check searches them all."""
+        """Every mailbox the job was ever bound to (the current one last): a check searches them all.
+        MailboxNotConfiguredError when the one that may hold its copy is no longer configured."""
+        holder = self.gone(job)
+        if holder is not None:
+            raise MailboxNotConfiguredError(f"mailbox {holder} may hold a copy of job {job.id} but is not configured")
         known = [self.directory.get(i) for i in job.mailboxes if i in self.directory.ids()]
         current = self.current(job)
         return [m for m in known if m.id != current.id] + [current]
@@ -195,11 +216,12 @@ class SenderMailboxes:
         """Admit the attempt of `job` just claimed: on its mailbox, or (while none of its attempts may
         have landed) on another of its pool that has budget. Returns the mailbox that admitted it, or
         the one to wait at with its refusal (the one that frees first). An unpaced mailbox is admitted
-        without a ledger call, except on a queued job's `turn`: then the ledger says whether a daily
-        limit Gmail reported still holds. A ledger that cannot be read admits nothing
+        without a ledger call, except on a queued job's `turn` or while this instance knows of a daily
+        limit Gmail reported: then the ledger says whether it still holds (new jobs wait behind it
+        instead of meeting Gmail's refusal again). A ledger that cannot be read admits nothing
         (StoreUnavailableError propagates: the attempt is retried later, nothing was sent)."""
         current = self.current(job)
-        if self.ledger is None or not (self.paced(current) or turn):
+        if self.ledger is None or not (self.paced(current) or turn or self._known_exhausted(current)):
             return current, None
         recipients = recipients_of(job)
         units = METHOD_UNITS["send"] if self.paced(current) else 0
@@ -224,6 +246,16 @@ class SenderMailboxes:
         far = datetime.max.replace(tzinfo=self.now().tzinfo)
         return min(refusals, key=lambda pair: pair[1].next_free_at or far)
 
+    def _known_exhausted(self, mailbox: Mailbox) -> bool:
+        """This instance saw Gmail refuse `mailbox` for its daily limit and the mark still holds."""
+        until = self._exhausted.get(mailbox.id)
+        if until is None:
+            return False
+        if until > self.now():
+            return True
+        self._exhausted.pop(mailbox.id, None)
+        return False
+
     def turn(self, mailbox: Mailbox, not_before: datetime | None) -> datetime:
         """The job's turn at `mailbox` (its next try and its honest Retry-After): after every job
         queued there before it (the ledger's turns, shared by every instance), no earlier than
@@ -240,8 +272,10 @@ class SenderMailboxes:
 
     def learn(self, mailbox: Mailbox, failure: Failure) -> tuple[datetime | None, bool]:
         """Teach the ledger a Gmail refusal: a rate refusal slows the mailbox for every instance, a
-        daily-limit refusal exhausts it until Gmail's time (else 24 h). Returns (until when the job
-        should wait, or None if this is no pacing refusal; whether a new incident began)."""
+        daily-limit refusal exhausts it until Gmail's time (else 24 h); a ledger that cannot be told
+        of it still has the job wait that long (StoreUnavailableError is raised for a rate refusal).
+        Returns (until when the job should wait, or None if this is no pacing refusal; whether a new
+        incident began)."""
         kind = refusal_kind(failure)
         if self.ledger is None or kind not in (RefusalKind.RATE_LIMIT, RefusalKind.DAILY_LIMIT):
             return None, False
@@ -250,7 +284,14 @@ class SenderMailboxes:
         now = self.now()
         if kind is RefusalKind.DAILY_LIMIT:
             until = now + timedelta(seconds=failure.retry_after_s or 24 * 3600.0)
-            began = self.ledger.penalise(mailbox, DAILY, now, until)
+            try:
+                began = self.ledger.penalise(mailbox, DAILY, now, until)
+            except (StoreUnavailableError, ValueError) as exc:
+                # Hours away, past the retry horizon: its jobs still wait for Gmail's time, never fail.
+                log(logging.ERROR, "mailbox exhausted; ledger not told", mailbox=mailbox.id, error=str(exc)[:200])
+                began = False
+            if not self.paced(mailbox):
+                self._exhausted[mailbox.id] = max(until, self._exhausted.get(mailbox.id, until))
             return until, began
         began = self.ledger.penalise(mailbox, RATE, now)
         snapshot = self.snapshots([mailbox]).get(mailbox.id)
