@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from safesend.adapters.store_common import readable_job
+from safesend.adapters.store_common import readable_page
 from safesend.core.errors import ConcurrentUpdateError
 from safesend.core.model import Job, as_utc
 from safesend.core.ports import Cursor
@@ -164,18 +164,23 @@ class InMemoryJobStore:
         start_after: Cursor | None = None,
     ) -> list[Job]:
         """Like the real stores: match on the stored fields, order by (field, id), start after the
-        cursor, limit, then read each document as a job, leaving out (and logging) the ones that are not."""
-        after = (as_utc(start_after[0]), start_after[1]) if start_after is not None else None
-        with self._lock:
-            found = [
-                (doc[order_by], job_id, doc)
-                for job_id, doc in self._docs.items()
-                if matches(doc) and (after is None or (doc[order_by], job_id) > after)
-            ]
-            found.sort(key=_FIELD_THEN_ID)
-            page = [(job_id, _stored(doc)) for _, job_id, doc in found[: max(limit, 0)]]
-        readable = (readable_job(Job.from_dict, doc, job_id) for job_id, doc in page)
-        return [job for job in readable if job is not None]
+        cursor, limit, then read each document as a job, leaving out (and logging) the ones that are
+        not and reading past them (store_common.readable_page)."""
+
+        def fetch(after: tuple[Any, str] | None, count: int) -> list[tuple[tuple[Any, str], dict[str, Any]]]:
+            with self._lock:
+                found = [
+                    (doc[order_by], job_id, doc)
+                    for job_id, doc in self._docs.items()
+                    if matches(doc) and (after is None or (doc[order_by], job_id) > after)
+                ]
+                found.sort(key=_FIELD_THEN_ID)
+                return [((value, job_id), _stored(doc)) for value, job_id, doc in found[: max(count, 0)]]
+
+        first = (as_utc(start_after[0]), start_after[1]) if start_after is not None else None
+        return readable_page(
+            fetch, lambda record: Job.from_dict(record[1]), lambda record: (record[0], record[0][1]), limit, first
+        )
 
 
 def _at_or_before(value: Any, now: datetime) -> bool:

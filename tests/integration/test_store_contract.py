@@ -6,7 +6,7 @@ fails here, under its own parameter id.
 Covered: claim_or_get (winner, replay, same owner, version 1), get, compare_and_set (version bump,
 conflict on a stale or missing version, a chain of writes, tokenless jobs, jobs from queries, the
 whole job replaced), find_due / find_open_reviews / find_notices_due (filters, inclusive bound,
-oldest first, ties by id, limits), damaged records left out and not raised, the store token never
+oldest first, ties by id, limits), damaged records left out, read past and not raised, the store token never
 persisted and no store-private field but the write id, a round trip of every Job field (nested
 timestamps in events, notices and decisions; other time zones; naive times as UTC), isolation from
 the caller's objects, StoreUnavailableError (never ConcurrentUpdateError) from an unreachable
@@ -786,7 +786,17 @@ def _check_damaged_records_are_skipped(harness: Harness) -> None:
     assert [j.id for j in harness.store.find_due(State.REVIEW, NOW, 10)] == [j.id for j in good]
     assert [j.id for j in harness.store.find_open_reviews(10)] == [j.id for j in good]
     assert [j.id for j in harness.store.find_notices_due(NOW, 10)] == [j.id for j in good]
-    assert [j.id for j in harness.store.find_due(State.REVIEW, NOW, 4)] == [good[0].id]  # the limit counts them
+    # The limit counts readable jobs: damaged records are read past, so more of them than the limit
+    # never make a page short or empty (a sweeper would take it for the end), and the next page
+    # starts after the last job without meeting them again.
+    for query in (
+        lambda after: harness.store.find_due(State.REVIEW, NOW, 1, start_after=after),
+        lambda after: harness.store.find_notices_due(NOW, 1, start_after=after),
+    ):
+        first = query(None)
+        assert [j.id for j in first] == [good[0].id]
+        second = query((first[0].next_check_at, first[0].id))
+        assert [j.id for j in second] == [good[1].id]
 
 
 # ------------------------------------------------------------------------------- failures and races

@@ -183,3 +183,36 @@ def test_resource_exhausted_is_retried_for_commits_and_reads(clock):
     reader = ScriptedFirestore(clock, commits=[], reads=[(0.0, exhausted), (0.0, document)])
     job = FirestoreJobStore("p", client=reader, timeout_s=10.0).get("job-2")  # type: ignore[arg-type]
     assert job is not None and job.version == 3 and len(reader.read_timeouts) == 2
+
+
+def _records(count: int, damaged: set[int]) -> list[tuple[int, dict[str, Any]]]:
+    job = new_job("j" * 32, "k", "<m@x>", "payments", {}, "h", datetime(2026, 1, 1, tzinfo=UTC)).to_dict()
+    return [(i, {**job, "id": f"j{i:031d}", **({"events": "x"} if i in damaged else {})}) for i in range(count)]
+
+
+def _paged(records: list[tuple[int, dict[str, Any]]], calls: list[int]) -> Any:
+    def fetch(after: int | None, count: int) -> list[tuple[int, dict[str, Any]]]:
+        calls.append(count)
+        start = 0 if after is None else after + 1
+        return records[start : start + count]
+
+    return fetch
+
+
+def test_a_page_reads_past_unreadable_records_to_the_limit_and_no_further():
+    calls: list[int] = []
+    records = _records(10, damaged={0, 1, 2, 4})
+    page = store_common.readable_page(
+        _paged(records, calls), lambda r: Job.from_dict(r[1]), lambda r: (r[0], r[1]["id"]), 3
+    )
+    assert [j.id for j in page] == [f"j{i:031d}" for i in (3, 5, 6)]
+    assert calls == [3, 3, 1]  # never more than the jobs still wanted
+
+
+def test_reading_past_unreadable_records_is_bounded():
+    calls: list[int] = []
+    records = _records(1000, damaged=set(range(1000)))
+    page = store_common.readable_page(
+        _paged(records, calls), lambda r: Job.from_dict(r[1]), lambda r: (r[0], r[1]["id"]), 5
+    )
+    assert page == [] and len(calls) == 1 + store_common.MAX_PAGES_PAST_UNREADABLE

@@ -28,7 +28,7 @@ from ..core.ports import Cursor
 from ..core.states import State
 from .firestore_rest import FirestoreApiError, FirestoreRestClient, FirestoreTransportError
 from .firestore_values import decode_fields, encode_fields, encode_value
-from .store_common import BoundedAttempts, readable_job
+from .store_common import BoundedAttempts, readable_page
 
 T = TypeVar("T")
 Document = dict[str, Any]  # Firestore's REST document: name, fields, createTime, updateTime
@@ -238,24 +238,30 @@ class FirestoreJobStore:
     ) -> list[Job]:
         """Ordered by (order_by, document id): the document id is written out, as Firestore adds it
         anyway (indexes end with __name__ in the last field's direction), so a keyset cursor
-        (`start_after`: the last page's value and id) names both."""
-        query: dict[str, Any] = {
-            "from": [{"collectionId": self._collection}],
-            "where": where,
-            "orderBy": [
-                {"field": {"fieldPath": order_by}, "direction": "ASCENDING"},
-                {"field": {"fieldPath": "__name__"}, "direction": "ASCENDING"},
-            ],
-            "limit": limit,
-        }
-        if start_after is not None:
-            reference = self.client.document_name(self._collection, start_after[1])
-            query["startAt"] = {
-                "values": [encode_value(start_after[0]), {"referenceValue": reference}],
-                "before": False,
+        (`start_after`: the last page's value and id) names both. Unreadable documents are left out
+        and read past (store_common.readable_page), resuming at the raw value Firestore holds."""
+
+        def fetch(after: tuple[dict[str, Any], str] | None, count: int) -> list[Document]:
+            query: dict[str, Any] = {
+                "from": [{"collectionId": self._collection}],
+                "where": where,
+                "orderBy": [
+                    {"field": {"fieldPath": order_by}, "direction": "ASCENDING"},
+                    {"field": {"fieldPath": "__name__"}, "direction": "ASCENDING"},
+                ],
+                "limit": count,
             }
-        docs = self._reading(lambda timeout_s: self.client.run_query(query, timeout_s))
-        return [job for doc in docs if (job := readable_job(_job_from, doc, _document_id(doc))) is not None]
+            if after is not None:
+                reference = self.client.document_name(self._collection, after[1])
+                query["startAt"] = {"values": [after[0], {"referenceValue": reference}], "before": False}
+            return self._reading(lambda timeout_s: self.client.run_query(query, timeout_s))
+
+        def position(doc: Document) -> tuple[tuple[dict[str, Any], str], str]:
+            job_id = _document_id(doc)
+            return ((doc.get("fields") or {}).get(order_by) or {"nullValue": None}, job_id), job_id
+
+        first = None if start_after is None else (encode_value(start_after[0]), start_after[1])
+        return readable_page(fetch, _job_from, position, limit, first)
 
     def _read(self, job_id: str, deadline: float | None = None) -> Document | None:
         return self._reading(lambda timeout_s: self.client.get(self._collection, job_id, timeout_s), deadline)

@@ -39,7 +39,7 @@ from ..core.model import Job, as_utc
 from ..core.ports import Cursor
 from ..core.states import State
 from . import postgres_schema
-from .store_common import BoundedAttempts, readable_job
+from .store_common import BoundedAttempts, readable_job, readable_page
 
 MAX_WRITE_ATTEMPTS = 3  # and none started after the call's deadline; jittered backoff up to 0.1 s, then 0.2 s
 MAX_READ_ATTEMPTS = 3
@@ -73,6 +73,7 @@ _COLUMNS = (
     "version",
 )  # Job fields kept as columns
 _TIME_COLUMNS = ("claimed_at", "next_check_at", "notice_due_at", "updated_at")
+_DUE_AT, _NOTICE_AT = 7, 8  # their places in a row of _Sql._select: the keyset of find_due, find_notices_due
 
 
 class _Sql:
@@ -388,19 +389,15 @@ class PostgresJobStore:
         return stored
 
     def find_due(self, state: State, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
-        params = {"state": state.value, "now": as_utc(now), "limit": limit}
-        if start_after is None:
-            return self._jobs(_Sql.find_due, params)
-        return self._jobs(_Sql.find_due_after, {**params, **_after(start_after)})
+        params = {"state": state.value, "now": as_utc(now)}
+        return self._page(_Sql.find_due, _Sql.find_due_after, params, _DUE_AT, limit, start_after)
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
         return self._jobs(_Sql.find_open_reviews, {"limit": limit})
 
     def find_notices_due(self, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
-        params = {"now": as_utc(now), "limit": limit}
-        if start_after is None:
-            return self._jobs(_Sql.find_notices_due, params)
-        return self._jobs(_Sql.find_notices_due_after, {**params, **_after(start_after)})
+        params = {"now": as_utc(now)}
+        return self._page(_Sql.find_notices_due, _Sql.find_notices_due_after, params, _NOTICE_AT, limit, start_after)
 
     def record_sweep(self, summary: Mapping[str, Any]) -> None:
         """An upsert of the `sweep` row (idempotent: tried again like a read)."""
@@ -535,6 +532,28 @@ class PostgresJobStore:
             f"postgres: write of {job_id} not stored after {attempts.made} attempt(s) "
             f"(a late one may still land): {error}"
         ) from error
+
+    def _page(
+        self,
+        first: str,
+        following: str,
+        params: Mapping[str, Any],
+        order_column: int,
+        limit: int,
+        start_after: Cursor | None,
+    ) -> list[Job]:
+        """A keyset page of readable jobs: `first` from the start, `following` after a cursor; rows that
+        are not jobs are left out and read past (store_common.readable_page)."""
+
+        def fetch(after: Cursor | None, count: int) -> list[tuple[Any, ...]]:
+            if after is None:
+                return self._read(first, {**params, "limit": count})
+            return self._read(following, {**params, "limit": count, **_after(after)})
+
+        def position(row: tuple[Any, ...]) -> tuple[Cursor, str]:
+            return (row[order_column], row[0]), row[0]
+
+        return readable_page(fetch, job_from_row, position, limit, start_after)
 
     def _jobs(self, sql: str, params: Mapping[str, Any]) -> list[Job]:
         rows = self._read(sql, params)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 from ..core.backoff import backoff_delay
@@ -21,6 +21,11 @@ from ..core.model import Job
 from ..logs import log
 
 R = TypeVar("R")  # a store's raw record: a snapshot, a row, a dict
+K = TypeVar("K")  # a store's keyset position: (order value, id) as its query takes it
+
+# Pages read past unreadable records in one query call, beyond the first: a damaged record is never
+# advanced, so it stays at the head of its query for good (see readable_page).
+MAX_PAGES_PAST_UNREADABLE = 20
 
 BACKOFF_CAP_S = 1.0  # no store retry waits longer: the request's budget is seconds
 
@@ -75,3 +80,37 @@ def readable_job(decode: Callable[[R], Job], record: R, job_id: str) -> Job | No
             error=str(exc)[:300],
         )
         return None
+
+
+def readable_page(
+    fetch: Callable[[K | None, int], Sequence[R]],
+    decode: Callable[[R], Job],
+    position: Callable[[R], tuple[K, str]],
+    limit: int,
+    start_after: K | None = None,
+) -> list[Job]:
+    """Up to `limit` readable jobs of a keyset-ordered query, the unreadable records left out (logged).
+
+    Why read on: a damaged record is never advanced, so it keeps its place at the head of the query,
+    and a sweeper that pages by the last job it got takes an empty or short page for the end: `limit`
+    damaged records would hide every due job behind them for good. So while records were left out,
+    the next raw page is read after the last record seen (readable or not), until `limit` jobs, the
+    end of the query, or MAX_PAGES_PAST_UNREADABLE more pages. `fetch(after, n)` returns up to `n`
+    raw records after the position `after` (None: from the start); `position(record)` is a record's
+    position and id. No unreadable record is left after the last job returned unless the query ended
+    (or the bound was reached), so the caller's cursor from that job skips only what was read here."""
+    jobs: list[Job] = []
+    after = start_after
+    for _ in range(1 + MAX_PAGES_PAST_UNREADABLE):
+        wanted = limit - len(jobs)
+        if wanted <= 0:
+            break
+        records = fetch(after, wanted)
+        for record in records:
+            after, job_id = position(record)
+            job = readable_job(decode, record, job_id)
+            if job is not None:
+                jobs.append(job)
+        if len(records) < wanted:
+            break
+    return jobs

@@ -37,14 +37,16 @@ class JobStore(Protocol):
     def find_due(self, state: State, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
         """Jobs in `state` with next_check_at <= now, ordered by (next_check_at, id), at most `limit`,
         only those after `start_after` when given (keyset pagination). A stored document that cannot
-        be read as a job is logged and left out, never raised."""
+        be read as a job is logged and left out, never raised, and does not count toward `limit`: the
+        query reads on past it (bounded), so a page is short only at the end of the due jobs."""
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
         """Jobs in review or failed, oldest update first, at most `limit`: what reviewers work through."""
 
     def find_notices_due(self, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
         """Jobs with a notice due (notice_due_at <= now), ordered by (notice_due_at, id), at most
-        `limit`, only those after `start_after` when given (keyset pagination)."""
+        `limit`, only those after `start_after` when given (keyset pagination). Unreadable documents
+        as in find_due."""
 
     def record_sweep(self, summary: Mapping[str, Any]) -> None:
         """Keep what the last completed sweep saw (`at`, counts, ages): one small record, last writer
