@@ -797,6 +797,7 @@ def _check_damaged_records_are_skipped(harness: Harness) -> None:
         assert [j.id for j in first] == [good[0].id]
         second = query((first[0].next_check_at, first[0].id))
         assert [j.id for j in second] == [good[1].id]
+    assert [j.id for j in harness.store.find_open_reviews(1)] == [good[0].id]  # the oldest open review
 
 
 # ------------------------------------------------------------------------------- failures and races

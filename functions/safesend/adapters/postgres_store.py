@@ -39,7 +39,7 @@ from ..core.model import Job, as_utc
 from ..core.ports import Cursor
 from ..core.states import State
 from . import postgres_schema
-from .store_common import BoundedAttempts, readable_job, readable_page
+from .store_common import BoundedAttempts, readable_page
 
 MAX_WRITE_ATTEMPTS = 3  # and none started after the call's deadline; jittered backoff up to 0.1 s, then 0.2 s
 MAX_READ_ATTEMPTS = 3
@@ -73,7 +73,8 @@ _COLUMNS = (
     "version",
 )  # Job fields kept as columns
 _TIME_COLUMNS = ("claimed_at", "next_check_at", "notice_due_at", "updated_at")
-_DUE_AT, _NOTICE_AT = 7, 8  # their places in a row of _Sql._select: the keyset of find_due, find_notices_due
+# Places in a row of _Sql._select: the keysets of find_due, find_notices_due, find_open_reviews.
+_DUE_AT, _NOTICE_AT, _UPDATED_AT = 7, 8, 9
 
 
 class _Sql:
@@ -130,6 +131,10 @@ class _Sql:
     )
     find_open_reviews = _select + (
         " WHERE state IN ('review', 'failed') "  # ai_jobs_open_reviews
+        "ORDER BY updated_at, id LIMIT %(limit)s"
+    )
+    find_open_reviews_after = _select + (
+        " WHERE state IN ('review', 'failed') AND (updated_at, id) > (%(after_at)s, %(after_id)s) "
         "ORDER BY updated_at, id LIMIT %(limit)s"
     )
     find_notices_due = _select + (
@@ -393,7 +398,7 @@ class PostgresJobStore:
         return self._page(_Sql.find_due, _Sql.find_due_after, params, _DUE_AT, limit, start_after)
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
-        return self._jobs(_Sql.find_open_reviews, {"limit": limit})
+        return self._page(_Sql.find_open_reviews, _Sql.find_open_reviews_after, {}, _UPDATED_AT, limit, None)
 
     def find_notices_due(self, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
         params = {"now": as_utc(now)}
@@ -554,10 +559,6 @@ class PostgresJobStore:
             return (row[order_column], row[0]), row[0]
 
         return readable_page(fetch, job_from_row, position, limit, start_after)
-
-    def _jobs(self, sql: str, params: Mapping[str, Any]) -> list[Job]:
-        rows = self._read(sql, params)
-        return [job for row in rows if (job := readable_job(job_from_row, row, row[0])) is not None]
 
 
 def build_store(settings: Any) -> PostgresJobStore:

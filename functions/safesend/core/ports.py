@@ -41,7 +41,8 @@ class JobStore(Protocol):
         query reads on past it (bounded), so a page is short only at the end of the due jobs."""
 
     def find_open_reviews(self, limit: int) -> Sequence[Job]:
-        """Jobs in review or failed, oldest update first, at most `limit`: what reviewers work through."""
+        """Jobs in review or failed, oldest update first, at most `limit`: what reviewers work through.
+        Unreadable documents as in find_due."""
 
     def find_notices_due(self, now: datetime, limit: int, start_after: Cursor | None = None) -> Sequence[Job]:
         """Jobs with a notice due (notice_due_at <= now), ordered by (notice_due_at, id), at most
