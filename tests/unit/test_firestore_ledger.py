@@ -63,3 +63,48 @@ def test_a_refusal_writes_nothing():
     ledger = FirestoreMailboxLedger("p", client=client, timeout_s=5)
     assert ledger.reserve(SHOP, 100, 101, START + timedelta(seconds=1)).reason == "too_many_recipients"  # type: ignore[union-attr]
     assert client.commits == []
+
+
+class _Clock:
+    """Stands in for the `time` module of the ledger and the retry skeleton: calls advance it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class SlowClient(ScriptedClient):
+    """Every read takes 3 s; every commit hangs for its whole timeout and answers DEADLINE_EXCEEDED."""
+
+    def __init__(self, clock: _Clock):
+        super().__init__([None])
+        self.clock = clock
+        self.ends: list[float] = []  # when each call's own timeout would run out
+
+    def get(self, collection: str, document_id: str, timeout_s: float) -> dict[str, Any] | None:
+        self.ends.append(self.clock.now + timeout_s)
+        self.clock.now += min(3.0, timeout_s)
+        return None
+
+    def commit(self, writes, timeout_s: float) -> dict[str, Any]:
+        self.ends.append(self.clock.now + timeout_s)
+        self.clock.now += timeout_s
+        raise FirestoreApiError(504, "DEADLINE_EXCEEDED", "slow")
+
+
+def test_one_deadline_covers_the_whole_call_reads_commits_and_settling(monkeypatch):
+    from safesend.adapters import firestore_ledger, store_common
+
+    clock = _Clock()
+    monkeypatch.setattr(firestore_ledger, "time", clock)
+    monkeypatch.setattr(store_common, "time", clock)
+    client = SlowClient(clock)
+    start = clock.now
+    with pytest.raises(StoreUnavailableError):
+        FirestoreMailboxLedger("p", client=client, timeout_s=10).reserve(SHOP, 100, 1, START)
+    assert max(client.ends) <= start + 10 + 0.01, "a call was given time past the ledger call's deadline"

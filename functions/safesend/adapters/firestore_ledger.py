@@ -10,6 +10,10 @@ A commit whose answer was lost is settled by re-reading, as the job store does: 
 there -> it landed; the document is as we read it -> it did not, decide again. If someone else wrote
 meanwhile we cannot tell whether ours landed underneath, so we decide again: at worst the
 reservation is counted twice, which slows the mailbox slightly and never lets Gmail's limit be passed.
+
+One deadline covers a whole call, as in the job store: every read and commit gets only the time left
+in it (a commit leaves SETTLE_SHARE of the timeout for its settling re-read), so a slow Firestore
+cannot hold a send past its request budget.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from ..core.errors import StoreUnavailableError
 from ..core.mailbox_budget import Budget, MailboxSnapshot, Refusal, Reservation
 from ..core.mailboxes import Mailbox
 from .firestore_rest import FirestoreApiError, FirestoreRestClient, FirestoreTransportError
-from .firestore_store import AMBIGUOUS_STATUSES, TRANSIENT_READ_STATUSES, WRITE_ID_FIELD
+from .firestore_store import AMBIGUOUS_STATUSES, SETTLE_SHARE, TRANSIENT_READ_STATUSES, WRITE_ID_FIELD
 from .firestore_values import decode_fields, encode_fields
 from .store_common import BoundedAttempts
 
@@ -84,7 +88,7 @@ class FirestoreMailboxLedger:
                 if time.monotonic() >= deadline:
                     break
                 time.sleep(random.uniform(0, min(0.01 * attempt, 0.2)))  # noqa: S311 - jitter, not secrecy
-            doc = self._read(mailbox.id)
+            doc = self._read(mailbox.id, deadline)
             budget = _budget(doc)
             result = change(budget)
             if isinstance(result, Refusal):
@@ -100,7 +104,7 @@ class FirestoreMailboxLedger:
                 "currentDocument": {"updateTime": doc["updateTime"]} if doc else {"exists": False},
             }
             try:
-                self.client.commit([write], self._timeout_s)
+                self.client.commit([write], self._time_left(deadline, self._timeout_s * SETTLE_SHARE))
                 return result
             except FirestoreApiError as exc:
                 error = exc
@@ -112,20 +116,23 @@ class FirestoreMailboxLedger:
                 error = exc
                 if not exc.request_sent:
                     continue
-            if _fields(self._read(mailbox.id)).get(WRITE_ID_FIELD) == write_id:
+            if _fields(self._read(mailbox.id, deadline)).get(WRITE_ID_FIELD) == write_id:
                 return result  # the lost answer's commit landed
         raise StoreUnavailableError(f"firestore ledger: {mailbox.id} not updated: {error or 'contention'}")
 
-    def _read(self, mailbox_id: str) -> Document | None:
-        """The mailbox's document (None: no budget yet), tried again on transient failures."""
+    @staticmethod
+    def _time_left(deadline: float, reserve_s: float) -> float:
+        """A commit's timeout: what is left of the call's deadline less the settling re-read's share."""
+        return max(deadline - time.monotonic() - reserve_s, 0.001)
+
+    def _read(self, mailbox_id: str, deadline: float | None = None) -> Document | None:
+        """The mailbox's document (None: no budget yet), tried again on transient failures until
+        `deadline` (the ledger call's; default: the timeout from now)."""
         error: Exception | None = None
-        attempts = BoundedAttempts(MAX_READ_ATTEMPTS, self._timeout_s, _READ_BACKOFF_S)
-        started = time.monotonic()
+        attempts = BoundedAttempts(MAX_READ_ATTEMPTS, self._timeout_s, _READ_BACKOFF_S, deadline)
         for _ in attempts:
             try:
-                return self.client.get(
-                    self._collection, mailbox_id, max(self._timeout_s - (time.monotonic() - started), 0.001)
-                )
+                return self.client.get(self._collection, mailbox_id, attempts.time_left())
             except FirestoreApiError as exc:
                 if exc.status not in TRANSIENT_READ_STATUSES:
                     raise StoreUnavailableError(f"firestore ledger: {exc}") from exc
