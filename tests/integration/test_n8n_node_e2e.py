@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -32,6 +33,7 @@ import pytest
 
 from devstack.receiver import RecordingReceiver
 from devstack.stack import LocalStack, StackConfig
+from safesend.core.auth import SIGNATURE_HEADER, sign
 from tests.emulator_fixtures import SharedEmulators
 from tests.integration import n8n_support as ns
 from tests.integration.test_n8n_e2e import WRONG_KEY, emails_for, new_customer, order
@@ -47,6 +49,7 @@ pytestmark = [
 BUILD_SCRIPT = ns.REPO_ROOT / "scripts" / "n8n-node-build.sh"
 NODE_TYPE = "CUSTOM.safesend"  # what n8n names the nodes of N8N_CUSTOM_EXTENSIONS folders
 TRIGGER_TYPE = "CUSTOM.safesendTrigger"
+TRIGGER_WORKFLOW = "SafesendNodeTrg1"  # examples/n8n/node-trigger.json
 CREDENTIAL = {"safesendApi": {"id": "SafesendNodeKey1", "name": "Safesend API"}}
 OUTPUTS = ("sent", "in_progress", "needs_review_or_failed", "rejected")
 
@@ -576,6 +579,61 @@ def test_trigger_starts_on_a_signed_outcome_and_refuses_a_bad_signature(server, 
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(forged, timeout=30)
     assert refused.value.code == 401
+
+
+def post_signed(
+    server: ns.N8nServer, path: str, notice: dict[str, Any], secret: str, stamp: int | None = None
+) -> tuple[int, Any]:
+    """POST `notice` to a production webhook as safesend's deliverer does: signed at `stamp` (now)
+    over the exact bytes post_webhook sends (json.dumps). Status and answer (JSON, else text)."""
+    at = int(time.time()) if stamp is None else stamp
+    signature = sign(secret.encode(), at, json.dumps(notice).encode())
+    return server.post_webhook(path, notice, timeout_s=30, headers={SIGNATURE_HEADER: signature})
+
+
+def test_trigger_runs_a_re_delivered_notice_once_and_every_other_notice(server, stack, receiver):
+    """At least once (README, Callbacks): a crash between safesend's POST and its record re-sends the
+    same body, freshly signed. The trigger answers it 200 `duplicate` and the workflow does not run
+    again; a notice with another id runs, and one without an id runs each time (never dropped).
+    Ordering, not a sleep: the notices sent after the duplicate are awaited, then the duplicate's
+    absence asserted. A notice first, so that the workflow has static data before the notice under
+    test (n8n 2.41 saves static data differently when it has none yet)."""
+    path = "safesend-outcomes/safesend"
+    customer = new_customer()
+    job_id = uuid.uuid4().hex
+
+    def notice(n: int) -> dict[str, Any]:
+        return {
+            "notice_id": f"{job_id}:n{n}",
+            "job_id": job_id,
+            "dedup_key": f"{customer}:order_paid:{n}",
+            "state": "sent",
+        }
+
+    def arrived(dedup_key: str) -> list[Any]:
+        return [r for r in receiver.for_path("/trigger") if r.json().get("dedup_key") == dedup_key]
+
+    before, first, other = notice(0), notice(1), notice(2)
+    anonymous = {k: v for k, v in notice(3).items() if k != "notice_id"}
+    assert post_signed(server, path, before, stack.callback_secret)[0] == 200
+    stamp = int(time.time())
+    assert post_signed(server, path, first, stack.callback_secret, stamp)[0] == 200
+    receiver.wait_for(
+        lambda _: len(arrived(before["dedup_key"])) == len(arrived(first["dedup_key"])) == 1, timeout_s=60
+    )
+    again = max(int(time.time()), stamp + 1)  # a re-delivery is signed afresh
+    assert post_signed(server, path, first, stack.callback_secret, again) == (200, {"ok": True, "duplicate": True})
+    # n8n saved the ids with the duplicate's answer (it does not when a call starts a run): they outlive a restart
+    saved = server.rest("GET", f"workflows/{TRIGGER_WORKFLOW}")[1]["data"]["staticData"]["node:Safesend Trigger"]
+    assert {before["notice_id"], first["notice_id"]} <= {known for known, _ in saved["noticeIds"]}
+    assert post_signed(server, path, other, stack.callback_secret)[0] == 200
+    for _ in range(2):
+        assert post_signed(server, path, anonymous, stack.callback_secret)[0] == 200
+    receiver.wait_for(
+        lambda _: len(arrived(other["dedup_key"])) == 1 and len(arrived(anonymous["dedup_key"])) == 2, timeout_s=60
+    )
+    assert [r.json()["notice_id"] for r in arrived(first["dedup_key"])] == [first["notice_id"]]
+    assert arrived(other["dedup_key"])[0].json()["event"] == "outcome"
 
 
 def test_credential_test_fails_for_a_wrong_key_and_passes_for_the_right_one(server, stack, proxy):
