@@ -15,6 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 _EMAIL = re.compile(r"([A-Za-z0-9!#$%&'*+/=?^_`{|}~.-])[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]*@([A-Za-z0-9.-]+)")
+# A trace id is whatever the caller's header says, so it is hostile text that lands in every line we
+# log for the request: keep it to a token (Cloud Trace's own ids are 32 hex digits) or drop it.
+_TRACE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _trace: contextvars.ContextVar[str | None] = contextvars.ContextVar("safesend_trace", default=None)
 _LOGGER_NAME = "safesend"
 _configured = False
@@ -105,4 +108,5 @@ def set_trace_from_headers(headers: Any, project: str | None) -> None:
         parts = parent.split("-") if parent else []
         if len(parts) >= 2:
             trace_id = parts[1]
-    _trace.set(f"projects/{project}/traces/{trace_id}" if trace_id and project else None)
+    usable = trace_id is not None and _TRACE_ID.fullmatch(trace_id) is not None
+    _trace.set(f"projects/{project}/traces/{trace_id}" if usable and project else None)

@@ -333,6 +333,23 @@ def test_a_resend_is_refused_when_a_copy_is_in_the_mailbox(world, console):
     assert world.store.get(job_id).state is State.SENT and world.effects(job_id) == 1
 
 
+def test_a_decision_that_sends_the_job_back_to_review_says_so():
+    """Mark sent over a page that showed no copy, when the decision's own search finds two: the job
+    goes back to review (duplicate), and the flash must say that, never "Marked as sent."."""
+    world = make_world(index_lag_s=0)
+    auth = dev_auth()
+    console = ReviewConsole(lambda: world.service, lambda: auth)
+    job_id = review_job(world)
+    message_id = world.store.get(job_id).message_id
+    for _ in range(2):
+        world.mailbox.accept(f"Message-ID: {message_id}\r\nSubject: x\r\n\r\nhi\r\n".encode())
+    page, query = follow(console, decide(console, job_id, "mark_sent", note="it is there"))
+    assert query == {"result": ["reopened"]} and 'data-result="reopened"' in page
+    assert "back in review" in page and "Marked as sent." not in page
+    job = world.store.get(job_id)
+    assert (job.state, job.review_reason) == (State.REVIEW, "duplicate")
+
+
 def test_cancel_ends_the_job(world, console):
     job_id = review_job(world)
     page, query = follow(console, decide(console, job_id, "cancel", note="customer withdrew"))

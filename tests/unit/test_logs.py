@@ -135,6 +135,11 @@ def test_cloud_trace_context_wins_over_traceparent(isolated_context):
         ({"traceparent": "garbage"}, "proj-1"),
         ({"X-Cloud-Trace-Context": "TRACE/1;o=1"}, None),
         ({"X-Cloud-Trace-Context": "TRACE/1;o=1"}, ""),
+        # hostile ids (found by the security review): they would land in every line of the request
+        ({"X-Cloud-Trace-Context": "a" * 129 + "/1;o=1"}, "proj-1"),
+        ({"X-Cloud-Trace-Context": 'ann@example.com said "hi"/1'}, "proj-1"),
+        ({"traceparent": "00-" + "x" * 8000 + "-00f067aa0ba902b7-01"}, "proj-1"),
+        ({"traceparent": "00-ab\ncd-00f067aa0ba902b7-01"}, "proj-1"),
     ],
 )
 def test_no_trace_without_a_usable_header_or_project(isolated_context, headers, project):

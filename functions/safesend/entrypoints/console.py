@@ -111,6 +111,11 @@ RESULTS = {  # the flash shown after a decision (from the redirect's ?result=)
         "was sent. Look at the copy below; if it is the message, mark the job as sent.",
     ),
     "replayed": ("info", "This decision had already been made (a second click, or a retry): it was not applied twice."),
+    "reopened": (
+        "warn",
+        "Your decision was recorded, but the job is back in review: the mailbox search made for it found "
+        "a copy this page had not shown you. Read the new reason and the copies below.",
+    ),
 }
 REASONS = {
     "ambiguous": "Gmail may or may not have accepted an attempt, and this channel never resends on a guess. "
@@ -418,6 +423,8 @@ class ReviewConsole:
             log(logging.ERROR, "review decision: store unavailable", job_id=job_id, error=str(exc))
             return self._unavailable(reviewer)
         result = outcome.result if outcome.applied or outcome.result == "refused_copy_found" else "replayed"
+        if outcome.applied and outcome.result != "resent" and outcome.job.state in HUMAN_STATES:
+            result = "reopened"  # e.g. "mark sent" over a copy nobody was shown: never flash "Marked as sent."
         log(
             logging.INFO,
             "review decision answered",

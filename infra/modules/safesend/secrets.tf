@@ -96,8 +96,9 @@ resource "google_secret_manager_secret" "callback_hmac" {
 # ----------------------------------------------------------------- reviewers
 # One secret per reviewer webhook target, each optional: the incoming-webhook
 # URL is the credential (anyone holding it can post into the room), so it is a
-# secret, mounted on notify only (SAFESEND_NOTIFY_CHAT_WEBHOOK_URL /
-# SAFESEND_NOTIFY_SLACK_WEBHOOK_URL) and readable by notify's account only.
+# secret, mounted (SAFESEND_NOTIFY_CHAT_WEBHOOK_URL / SAFESEND_NOTIFY_SLACK_WEBHOOK_URL) on the
+# functions that post notices, and readable by their accounts only: notify (the first post),
+# reconcile and sweep (retries), review (a decision's answer in the thread). See env_spec.json.
 resource "google_secret_manager_secret" "notify_chat_webhook" {
   count = local.reviewers_enabled && var.notify_chat_webhook ? 1 : 0
 

@@ -392,13 +392,13 @@ variable "review_iap_members" {
 }
 
 variable "notify_chat_webhook" {
-  description = "Post review items to Google Chat: creates the <prefix>-notify-chat-webhook secret (its value is the incoming-webhook URL, added with gcloud) and mounts it on notify only (SAFESEND_NOTIFY_CHAT_WEBHOOK_URL)."
+  description = "Post review items to Google Chat: creates the <prefix>-notify-chat-webhook secret (its value is the incoming-webhook URL, added with gcloud) and mounts it on notify, reconcile, sweep and review, the functions that post notices (SAFESEND_NOTIFY_CHAT_WEBHOOK_URL)."
   type        = bool
   default     = false
 }
 
 variable "notify_slack_webhook" {
-  description = "Post review items to Slack: creates the <prefix>-notify-slack-webhook secret (the incoming-webhook URL) and mounts it on notify only (SAFESEND_NOTIFY_SLACK_WEBHOOK_URL)."
+  description = "Post review items to Slack: creates the <prefix>-notify-slack-webhook secret (the incoming-webhook URL) and mounts it on notify, reconcile, sweep and review, the functions that post notices (SAFESEND_NOTIFY_SLACK_WEBHOOK_URL)."
   type        = bool
   default     = false
 }
