@@ -25,7 +25,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,8 @@ pytestmark = [
 BUILD_SCRIPT = ns.REPO_ROOT / "scripts" / "n8n-node-build.sh"
 NODE_TYPE = "CUSTOM.safesend"  # what n8n names the nodes of N8N_CUSTOM_EXTENSIONS folders
 TRIGGER_TYPE = "CUSTOM.safesendTrigger"
-TRIGGER_WORKFLOW = "SafesendNodeTrg1"  # examples/n8n/node-trigger.json
+DEDUPE = "Skip re-delivered notices"  # examples/n8n/node-trigger.json: n8n's Remove Duplicates node
+FULL_HISTORY_WEBHOOK = "safesend-full-history"  # a copy of it with a history of 2 ids
 CREDENTIAL = {"safesendApi": {"id": "SafesendNodeKey1", "name": "Safesend API"}}
 OUTPUTS = ("sent", "in_progress", "needs_review_or_failed", "rejected")
 
@@ -246,11 +247,26 @@ def server_workflows(receiver_url: str) -> list[dict[str, Any]]:
         "settings": {"executionOrder": "v1"},
         "active": False,
     }
+    full = trigger_workflow(receiver_url, "/full")
+    full.update(id="SafesendNodeTrg2", name=f"{full['name']} [history of 2]")
+    ns.node_named(full, "Safesend Trigger")["webhookId"] = FULL_HISTORY_WEBHOOK
+    ns.node_named(full, DEDUPE)["parameters"]["options"]["historySize"] = 2
+    return [send, trigger_workflow(receiver_url), full]
+
+
+def trigger_workflow(receiver_url: str, prefix: str = "") -> dict[str, Any]:
+    """examples/n8n/node-trigger.json, reporting to `<prefix>/trigger` what its flow receives after
+    the Remove Duplicates node and to `<prefix>/arrival` every notice that started a run. Arrival is
+    below the flow, so n8n (execution order v1: depth first, the topmost branch first) reports it
+    once the notice's pass through the flow has ended: an ordering proof, not a sleep."""
     trigger = load_node_example("node-trigger")
     assert ns.node_named(trigger, "Safesend Trigger")["type"] == TRIGGER_TYPE
-    trigger["nodes"].append(report_node("Report trigger", f"{receiver_url}/trigger", 480, 0))
+    assert ns.node_named(trigger, DEDUPE)["type"] == "n8n-nodes-base.removeDuplicates"
+    trigger["nodes"].append(report_node("Report trigger", f"{receiver_url}{prefix}/trigger", 960, 0))
     trigger["connections"]["Needs review?"] = {"main": [[{"node": "Report trigger", "type": "main", "index": 0}]] * 2}
-    return [send, trigger]
+    trigger["nodes"].append(report_node("Report arrival", f"{receiver_url}{prefix}/arrival", 240, 480))
+    trigger["connections"]["Safesend Trigger"]["main"][0].append({"node": "Report arrival", "type": "main", "index": 0})
+    return trigger
 
 
 # --------------------------------------------------------------------------- the manual runs
@@ -591,16 +607,8 @@ def post_signed(
     return server.post_webhook(path, notice, timeout_s=30, headers={SIGNATURE_HEADER: signature})
 
 
-def test_trigger_runs_a_re_delivered_notice_once_and_every_other_notice(server, stack, receiver):
-    """At least once (README, Callbacks): a crash between safesend's POST and its record re-sends the
-    same body, freshly signed. The trigger answers it 200 `duplicate` and the workflow does not run
-    again; a notice with another id runs, and one without an id runs each time (never dropped).
-    Ordering, not a sleep: the notices sent after the duplicate are awaited, then the duplicate's
-    absence asserted. A notice first, so that the workflow has static data before the notice under
-    test (n8n 2.41 saves static data differently when it has none yet)."""
-    path = "safesend-outcomes/safesend"
-    customer = new_customer()
-    job_id = uuid.uuid4().hex
+def signed_notices(job_id: str, customer: str) -> Callable[[int], dict[str, Any]]:
+    """Notice n of job `job_id`, as safesend's deliverer builds it (id `<job id>:n<seq>`)."""
 
     def notice(n: int) -> dict[str, Any]:
         return {
@@ -610,30 +618,53 @@ def test_trigger_runs_a_re_delivered_notice_once_and_every_other_notice(server, 
             "state": "sent",
         }
 
-    def arrived(dedup_key: str) -> list[Any]:
-        return [r for r in receiver.for_path("/trigger") if r.json().get("dedup_key") == dedup_key]
+    return notice
 
-    before, first, other = notice(0), notice(1), notice(2)
+
+def reported(receiver: RecordingReceiver, path: str, dedup_key: str) -> list[Any]:
+    return [r for r in receiver.for_path(path) if r.json().get("dedup_key") == dedup_key]
+
+
+def test_trigger_workflow_runs_a_re_delivered_notice_once_and_every_other_notice(server, stack, receiver):
+    """At least once (README, Callbacks): a crash between safesend's POST and its record re-sends the
+    same body, freshly signed. The trigger starts a run for it (never answers it as a duplicate: a
+    notice whose run n8n failed to start must run when re-sent), and the example's Remove Duplicates
+    node stops it: the flow after it gets the notice once. A notice with another id runs, and one
+    without an id runs each time (never dropped as a repeat of the first id-less one)."""
+    path = "safesend-outcomes/safesend"
+    notice = signed_notices(uuid.uuid4().hex, new_customer())
+    first, other = notice(1), notice(2)
     anonymous = {k: v for k, v in notice(3).items() if k != "notice_id"}
-    assert post_signed(server, path, before, stack.callback_secret)[0] == 200
     stamp = int(time.time())
     assert post_signed(server, path, first, stack.callback_secret, stamp)[0] == 200
-    receiver.wait_for(
-        lambda _: len(arrived(before["dedup_key"])) == len(arrived(first["dedup_key"])) == 1, timeout_s=60
-    )
+    receiver.wait_for(lambda _: len(reported(receiver, "/arrival", first["dedup_key"])) == 1, timeout_s=60)
     again = max(int(time.time()), stamp + 1)  # a re-delivery is signed afresh
-    assert post_signed(server, path, first, stack.callback_secret, again) == (200, {"ok": True, "duplicate": True})
-    # n8n saved the ids with the duplicate's answer (it does not when a call starts a run): they outlive a restart
-    saved = server.rest("GET", f"workflows/{TRIGGER_WORKFLOW}")[1]["data"]["staticData"]["node:Safesend Trigger"]
-    assert {before["notice_id"], first["notice_id"]} <= {known for known, _ in saved["noticeIds"]}
+    assert post_signed(server, path, first, stack.callback_secret, again)[0] == 200
     assert post_signed(server, path, other, stack.callback_secret)[0] == 200
     for _ in range(2):
         assert post_signed(server, path, anonymous, stack.callback_secret)[0] == 200
     receiver.wait_for(
-        lambda _: len(arrived(other["dedup_key"])) == 1 and len(arrived(anonymous["dedup_key"])) == 2, timeout_s=60
+        lambda _: [len(reported(receiver, "/arrival", n["dedup_key"])) for n in (first, other, anonymous)] == [2, 1, 2],
+        timeout_s=60,
     )
-    assert [r.json()["notice_id"] for r in arrived(first["dedup_key"])] == [first["notice_id"]]
-    assert arrived(other["dedup_key"])[0].json()["event"] == "outcome"
+    assert [r.json()["notice_id"] for r in reported(receiver, "/trigger", first["dedup_key"])] == [first["notice_id"]]
+    assert [r.json()["event"] for r in reported(receiver, "/trigger", other["dedup_key"])] == ["outcome"]
+    assert len(reported(receiver, "/trigger", anonymous["dedup_key"])) == 2
+
+
+def test_trigger_workflow_keeps_running_and_deduping_once_its_history_is_full(server, stack, receiver):
+    """n8n 2.41's Remove Duplicates fails every run once its history holds History Size ids
+    (n8n-io/n8n#38475): the example routes that failure to a reset of the history, so the notice runs
+    and the ids after it are deduped again. Here with a history of 2: the third id fills it."""
+    path = f"{FULL_HISTORY_WEBHOOK}/safesend"
+    notice = signed_notices(uuid.uuid4().hex, new_customer())
+    sent = [notice(n) for n in range(1, 5)] + [notice(4)]  # the last: a re-delivery after the reset
+    for n in sent:
+        assert post_signed(server, path, n, stack.callback_secret)[0] == 200
+        receiver.wait_for(lambda _, n=n: len(reported(receiver, "/full/arrival", n["dedup_key"])) >= 1, timeout_s=60)
+    receiver.wait_for(lambda _: len(reported(receiver, "/full/arrival", notice(4)["dedup_key"])) == 2, timeout_s=60)
+    ran = [[r.json()["notice_id"] for r in reported(receiver, "/full/trigger", n["dedup_key"])] for n in sent[:4]]
+    assert ran == [[n["notice_id"]] for n in sent[:4]]
 
 
 def test_credential_test_fails_for_a_wrong_key_and_passes_for_the_right_one(server, stack, proxy):

@@ -8,7 +8,6 @@ import type {
 } from 'n8n-workflow';
 import { NodeConnectionTypes } from 'n8n-workflow';
 import { verifySignature } from '../Safesend/signature';
-import { firstSight, noticeIdOf } from './seen';
 
 const OUTCOMES = ['sent', 'failed', 'cancelled'];
 
@@ -86,13 +85,6 @@ export class SafesendTrigger implements INodeType {
 		const wanted = this.getNodeParameter('events', []) as string[];
 		if (!wanted.includes(event)) {
 			response.status(200).json({ ok: true, ignored: event });
-			return { noWebhookResponse: true };
-		}
-		// At least once: a notice safesend re-sends (a crash between its POST and its record) runs once.
-		const noticeId = noticeIdOf(notice);
-		const key = `${this.getMode()}:${this.getWorkflow().id ?? ''}:${this.getNode().name}`;
-		if (noticeId !== undefined && !firstSight(this.getWorkflowStaticData('node'), key, noticeId, Date.now())) {
-			response.status(200).json({ ok: true, duplicate: true });
 			return { noWebhookResponse: true };
 		}
 		return { workflowData: [this.helpers.returnJsonArray([{ ...notice, event }])] };
