@@ -184,3 +184,20 @@ def test_a_job_of_a_pool_mailbox_named_default_is_searched_there_and_never_resen
     final = pool.world.store.get(job.id)
     assert final.state is State.SENT and final.verified and pool.world.effects(job.id) == 1
     assert pool.sent_by("shop") == 0 and pool.mailers["shop"].searches == 0
+
+
+def test_a_lag_probe_of_a_send_from_a_removed_mailbox_measures_no_other_mailbox():
+    """A sampled send's lag probes, after its mailbox left the configuration: searching the pool's
+    first mailbox instead would never find the copy and, at the horizon, raise a false
+    'index lag beyond horizon' alert against a mailbox that sent nothing."""
+    pool = _pool(pool_config(ids=("shop", "shop2")), index_lag_s=0)
+    job, _ = pool.service.submit(pool.world.request(channel="receipts"))
+    assert pool.world.store.get(job.id).mailboxes[-1] == "shop"
+    probes = [name for name in pool.world.scheduler.tasks if name.startswith(job.id) and "lag" in name]
+    assert probes, "the send is sampled: a probe is scheduled"
+    _reconfigure(pool, pool_config(ids=("shop2",)))
+    searches = pool.mailers["shop2"].searches
+    step = probes[0][33:]
+    assert pool.service.lag.probe(job.id, step) == "lag_probe_mailbox_gone"
+    assert pool.mailers["shop2"].searches == searches
+    assert pool.world.service.store.mailbox_lags() == {}

@@ -73,6 +73,10 @@ class LagWatch:
         now = self.clock()
         if probe is None or job is None or not index_lag.plausible_probe(probe, job, now):
             return "lag_probe_unknown"
+        if self.senders.gone(job) is not None:
+            # The mailbox that holds the copy is no longer configured: any other mailbox's search
+            # would never find it and report a lag "beyond the horizon" for a mailbox that has none.
+            return "lag_probe_mailbox_gone"
         mailbox = self.senders.current(job)
         mailer = self.senders.mailer(mailbox)
         found: list[str] = []
