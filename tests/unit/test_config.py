@@ -132,7 +132,7 @@ def test_non_number_or_negative_raises(name, value):
 def test_a_sweep_that_could_never_advance_a_job_is_refused_at_start(env):
     # Batch 0 reads empty pages and budget 0 stops before the first job, yet each sweep still logs
     # sweep_completed: the dead man's switch would stay quiet while nothing is ever swept.
-    with pytest.raises(ConfigurationError, match="SAFESEND_SWEEP_(BATCH|BUDGET_S)"):
+    with pytest.raises(ConfigurationError, match=r"SAFESEND_SWEEP_(BATCH|BUDGET_S)"):
         settings(**env)
 
 
