@@ -4,6 +4,7 @@ outruns its time budget by more than one send attempt."""
 from __future__ import annotations
 
 from safesend.core.classify import TransportErrorKind, classify_http, classify_transport
+from safesend.core.errors import StoreUnavailableError
 from safesend.core.states import State
 from tests.unit.conftest import make_world
 
@@ -67,3 +68,18 @@ def test_the_budget_other_states_leave_unused_goes_to_the_backlog_oldest_first()
     report = world.service.sweep(batch=4, budget_s=20.0)
     assert report.stopped_early and report.examined == 20
     assert [world.store.get(i).checks for i in ids] == [1] * 20 + [0] * 10
+
+
+def test_the_sweep_record_is_written_when_the_open_review_read_fails(monkeypatch):
+    """/health reads the sweep record: one failed read of the oldest review item must not leave it
+    stale (the dead man's switch on /health would call a sweeping service late)."""
+    world = make_world()
+
+    def unavailable(limit: int) -> list:
+        raise StoreUnavailableError("deadline exceeded")
+
+    monkeypatch.setattr(world.store, "find_open_reviews", unavailable)
+    report = world.service.sweep()
+    record = world.store.last_sweep()
+    assert record is not None and record["oldest_review_s"] is None
+    assert report.errors == 1 and record["errors"] == 1

@@ -146,6 +146,10 @@ class Sweeper(Reconciler):
             oldest = self.store.find_open_reviews(1)
             if oldest:
                 report.oldest_review_s = (self.clock() - oldest[0].updated_at).total_seconds()
+        except StoreUnavailableError as exc:  # the record below still says the sweep ran
+            report.errors += 1
+            log(logging.WARNING, "sweep could not read the oldest review item", error=str(exc))
+        try:
             self.store.record_sweep(
                 {
                     "at": self.clock(),
