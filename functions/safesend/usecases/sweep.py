@@ -88,6 +88,9 @@ class Sweeper(Reconciler):
         unqueried: list[StoreUnavailableError] = []
         for i, (name, query, due_of) in enumerate(sources):
             share = (deadline - self.monotonic()) / (len(sources) - i)
+            if share <= 0:  # the budget is spent: not swept this time (stopped_early says so)
+                cursors[name] = None
+                continue
             try:
                 share_ends = min(deadline, self.monotonic() + share)
                 done, cursor = self._sweep_pages(query, due_of, (share_ends, deadline), report)
