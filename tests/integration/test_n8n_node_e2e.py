@@ -21,10 +21,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ import pytest
 
 from devstack.receiver import RecordingReceiver
 from devstack.stack import LocalStack, StackConfig
+from safesend.core.auth import SIGNATURE_HEADER, sign
 from tests.emulator_fixtures import SharedEmulators
 from tests.integration import n8n_support as ns
 from tests.integration.test_n8n_e2e import WRONG_KEY, emails_for, new_customer, order
@@ -47,6 +49,8 @@ pytestmark = [
 BUILD_SCRIPT = ns.REPO_ROOT / "scripts" / "n8n-node-build.sh"
 NODE_TYPE = "CUSTOM.safesend"  # what n8n names the nodes of N8N_CUSTOM_EXTENSIONS folders
 TRIGGER_TYPE = "CUSTOM.safesendTrigger"
+DEDUPE = "Skip re-delivered notices"  # examples/n8n/node-trigger.json: n8n's Remove Duplicates node
+FULL_HISTORY_WEBHOOK = "safesend-full-history"  # a copy of it with a history of 2 ids
 CREDENTIAL = {"safesendApi": {"id": "SafesendNodeKey1", "name": "Safesend API"}}
 OUTPUTS = ("sent", "in_progress", "needs_review_or_failed", "rejected")
 
@@ -243,11 +247,26 @@ def server_workflows(receiver_url: str) -> list[dict[str, Any]]:
         "settings": {"executionOrder": "v1"},
         "active": False,
     }
+    full = trigger_workflow(receiver_url, "/full")
+    full.update(id="SafesendNodeTrg2", name=f"{full['name']} [history of 2]")
+    ns.node_named(full, "Safesend Trigger")["webhookId"] = FULL_HISTORY_WEBHOOK
+    ns.node_named(full, DEDUPE)["parameters"]["options"]["historySize"] = 2
+    return [send, trigger_workflow(receiver_url), full]
+
+
+def trigger_workflow(receiver_url: str, prefix: str = "") -> dict[str, Any]:
+    """examples/n8n/node-trigger.json, reporting to `<prefix>/trigger` what its flow receives after
+    the Remove Duplicates node and to `<prefix>/arrival` every notice that started a run. Arrival is
+    below the flow, so n8n (execution order v1: depth first, the topmost branch first) reports it
+    once the notice's pass through the flow has ended: an ordering proof, not a sleep."""
     trigger = load_node_example("node-trigger")
     assert ns.node_named(trigger, "Safesend Trigger")["type"] == TRIGGER_TYPE
-    trigger["nodes"].append(report_node("Report trigger", f"{receiver_url}/trigger", 480, 0))
+    assert ns.node_named(trigger, DEDUPE)["type"] == "n8n-nodes-base.removeDuplicates"
+    trigger["nodes"].append(report_node("Report trigger", f"{receiver_url}{prefix}/trigger", 960, 0))
     trigger["connections"]["Needs review?"] = {"main": [[{"node": "Report trigger", "type": "main", "index": 0}]] * 2}
-    return [send, trigger]
+    trigger["nodes"].append(report_node("Report arrival", f"{receiver_url}{prefix}/arrival", 240, 480))
+    trigger["connections"]["Safesend Trigger"]["main"][0].append({"node": "Report arrival", "type": "main", "index": 0})
+    return trigger
 
 
 # --------------------------------------------------------------------------- the manual runs
@@ -576,6 +595,76 @@ def test_trigger_starts_on_a_signed_outcome_and_refuses_a_bad_signature(server, 
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(forged, timeout=30)
     assert refused.value.code == 401
+
+
+def post_signed(
+    server: ns.N8nServer, path: str, notice: dict[str, Any], secret: str, stamp: int | None = None
+) -> tuple[int, Any]:
+    """POST `notice` to a production webhook as safesend's deliverer does: signed at `stamp` (now)
+    over the exact bytes post_webhook sends (json.dumps). Status and answer (JSON, else text)."""
+    at = int(time.time()) if stamp is None else stamp
+    signature = sign(secret.encode(), at, json.dumps(notice).encode())
+    return server.post_webhook(path, notice, timeout_s=30, headers={SIGNATURE_HEADER: signature})
+
+
+def signed_notices(job_id: str, customer: str) -> Callable[[int], dict[str, Any]]:
+    """Notice n of job `job_id`, as safesend's deliverer builds it (id `<job id>:n<seq>`)."""
+
+    def notice(n: int) -> dict[str, Any]:
+        return {
+            "notice_id": f"{job_id}:n{n}",
+            "job_id": job_id,
+            "dedup_key": f"{customer}:order_paid:{n}",
+            "state": "sent",
+        }
+
+    return notice
+
+
+def reported(receiver: RecordingReceiver, path: str, dedup_key: str) -> list[Any]:
+    return [r for r in receiver.for_path(path) if r.json().get("dedup_key") == dedup_key]
+
+
+def test_trigger_workflow_runs_a_re_delivered_notice_once_and_every_other_notice(server, stack, receiver):
+    """At least once (README, Callbacks): a crash between safesend's POST and its record re-sends the
+    same body, freshly signed. The trigger starts a run for it (never answers it as a duplicate: a
+    notice whose run n8n failed to start must run when re-sent), and the example's Remove Duplicates
+    node stops it: the flow after it gets the notice once. A notice with another id runs, and one
+    without an id runs each time (never dropped as a repeat of the first id-less one)."""
+    path = "safesend-outcomes/safesend"
+    notice = signed_notices(uuid.uuid4().hex, new_customer())
+    first, other = notice(1), notice(2)
+    anonymous = {k: v for k, v in notice(3).items() if k != "notice_id"}
+    stamp = int(time.time())
+    assert post_signed(server, path, first, stack.callback_secret, stamp)[0] == 200
+    receiver.wait_for(lambda _: len(reported(receiver, "/arrival", first["dedup_key"])) == 1, timeout_s=60)
+    again = max(int(time.time()), stamp + 1)  # a re-delivery is signed afresh
+    assert post_signed(server, path, first, stack.callback_secret, again)[0] == 200
+    assert post_signed(server, path, other, stack.callback_secret)[0] == 200
+    for _ in range(2):
+        assert post_signed(server, path, anonymous, stack.callback_secret)[0] == 200
+    receiver.wait_for(
+        lambda _: [len(reported(receiver, "/arrival", n["dedup_key"])) for n in (first, other, anonymous)] == [2, 1, 2],
+        timeout_s=60,
+    )
+    assert [r.json()["notice_id"] for r in reported(receiver, "/trigger", first["dedup_key"])] == [first["notice_id"]]
+    assert [r.json()["event"] for r in reported(receiver, "/trigger", other["dedup_key"])] == ["outcome"]
+    assert len(reported(receiver, "/trigger", anonymous["dedup_key"])) == 2
+
+
+def test_trigger_workflow_keeps_running_and_deduping_once_its_history_is_full(server, stack, receiver):
+    """n8n 2.41's Remove Duplicates fails every run once its history holds History Size ids
+    (n8n-io/n8n#38475): the example routes that failure to a reset of the history, so the notice runs
+    and the ids after it are deduped again. Here with a history of 2: the third id fills it."""
+    path = f"{FULL_HISTORY_WEBHOOK}/safesend"
+    notice = signed_notices(uuid.uuid4().hex, new_customer())
+    sent = [notice(n) for n in range(1, 5)] + [notice(4)]  # the last: a re-delivery after the reset
+    for n in sent:
+        assert post_signed(server, path, n, stack.callback_secret)[0] == 200
+        receiver.wait_for(lambda _, n=n: len(reported(receiver, "/full/arrival", n["dedup_key"])) >= 1, timeout_s=60)
+    receiver.wait_for(lambda _: len(reported(receiver, "/full/arrival", notice(4)["dedup_key"])) == 2, timeout_s=60)
+    ran = [[r.json()["notice_id"] for r in reported(receiver, "/full/trigger", n["dedup_key"])] for n in sent[:4]]
+    assert ran == [[n["notice_id"]] for n in sent[:4]]
 
 
 def test_credential_test_fails_for_a_wrong_key_and_passes_for_the_right_one(server, stack, proxy):

@@ -70,3 +70,37 @@ def test_node_examples_use_the_safesend_node_and_its_credential():
     assert node(send, "Safesend")["credentials"] == {"safesendApi": {"id": "SafesendNodeKey1", "name": "Safesend API"}}
     assert {n["type"] for n in send["nodes"]} & {"n8n-nodes-base.code", "n8n-nodes-base.switch"} == set()
     assert node(workflow("node-trigger"), "Safesend Trigger")["type"] == "n8n-nodes-safesend.safesendTrigger"
+
+
+def test_node_trigger_dedupes_in_the_workflow_and_never_drops_a_notice():
+    """Callbacks are at least once: the trigger runs every notice and the workflow drops a re-delivered
+    `notice_id` with n8n's Remove Duplicates (recorded in the run, so a run n8n never started records
+    nothing). An id-less notice gets a key of its own (an empty key would drop every one after the
+    first); a failure of the node (n8n 2.41 fails it for good once its history is full) resets the
+    history and runs the notice, restored from the trigger (n8n's error output carries only the error).
+    tests/integration/test_n8n_node_e2e.py runs it in a real n8n."""
+    flow = workflow("node-trigger")
+    targets = {name: [[c["node"] for c in out] for out in links["main"]] for name, links in flow["connections"].items()}
+    dedupe = node(flow, "Skip re-delivered notices")
+    assert (dedupe["type"], dedupe["typeVersion"], dedupe["onError"]) == (
+        "n8n-nodes-base.removeDuplicates",
+        2,
+        "continueErrorOutput",
+    )
+    assert dedupe["parameters"]["operation"] == "removeItemsSeenInPreviousExecutions"
+    assert dedupe["parameters"]["options"]["scope"] == "workflow"
+    assert (
+        dedupe["parameters"]["dedupeValue"].startswith("={{ $json.notice_id || ")
+        and "$execution.id" in dedupe["parameters"]["dedupeValue"]
+    )
+    reset = node(flow, "Dedupe failed: reset its history")
+    assert (reset["type"], reset["parameters"]["operation"]) == (
+        "n8n-nodes-base.removeDuplicates",
+        "clearDeduplicationHistory",
+    )
+    assert reset["parameters"]["options"]["scope"] == "workflow"
+    assert "$('Safesend Trigger').first().json" in node(flow, "Back to the notice")["parameters"]["jsonOutput"]
+    assert targets["Safesend Trigger"] == [["Skip re-delivered notices"]]
+    assert targets["Skip re-delivered notices"] == [["Needs review?"], ["Dedupe failed: reset its history"]]
+    assert targets["Dedupe failed: reset its history"] == [["Back to the notice"]]
+    assert targets["Back to the notice"] == [["Needs review?"]]

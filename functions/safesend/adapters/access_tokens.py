@@ -108,7 +108,7 @@ class MetadataServerTokens(_CachedToken):
         try:
             data = json.loads(body)
             return str(data["access_token"]), float(data["expires_in"])
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise AccessTokenError("metadata server's token answer is not the documented JSON") from exc
 
 

@@ -206,7 +206,7 @@ def _own_email(source: Credentials) -> str | None:
 def _signed_jwt(data: Any) -> Any:
     try:
         return json.loads(data)["signedJwt"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
@@ -217,7 +217,7 @@ def _is_jwt(value: Any) -> bool:
 def _iam_status(data: Any) -> str:
     try:
         status = json.loads(data)["error"]["status"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return ""
     return status if isinstance(status, str) and status.isupper() and len(status) < 40 else ""
 
@@ -225,7 +225,7 @@ def _iam_status(data: Any) -> str:
 def _oauth_error(data: Any) -> str:
     try:
         code = json.loads(data).get("error")
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, RecursionError):
         return ""
     return code if isinstance(code, str) and code.replace("_", "").isalpha() and len(code) <= 40 else ""
 

@@ -577,7 +577,7 @@ def _oauth_error_code(data: Any) -> str | None:
     """The RFC 6749 `error` code of a token endpoint answer, if it has a plausible one."""
     try:
         code = json.loads(data).get("error")
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, RecursionError):
         return None
     return code if isinstance(code, str) and _OAUTH_ERROR_CODE.fullmatch(code) else None
 
@@ -608,7 +608,7 @@ def _error_reason(exc: HttpError) -> tuple[str | None, str]:
     any shape: never raises, whatever a server or a proxy on the way answered."""
     try:
         error = json.loads(exc.content.decode("utf-8")).get("error")
-    except (ValueError, AttributeError, UnicodeDecodeError):
+    except (ValueError, AttributeError, UnicodeDecodeError, RecursionError):
         return None, str(exc)[:300]
     if not isinstance(error, dict):
         return None, str(exc)[:300]

@@ -50,7 +50,7 @@ def read_secret(
     try:
         data = json.loads(body)["payload"]["data"]
         return base64.b64decode(data, validate=True).decode("utf-8")
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+    except (ValueError, KeyError, TypeError, binascii.Error, RecursionError) as exc:
         raise ConfigurationError(
             f"secret {secret_id}: not the documented access answer ({type(exc).__name__})"
         ) from None
