@@ -110,10 +110,12 @@ class Sweeper(Reconciler):
                 try:
                     if self._sweep_pages(query, due_of, (deadline, deadline), report, cursors[name])[0]:
                         del cursors[name]
+                except IndexMissingError:
+                    raise
                 except StoreUnavailableError as exc:
                     report.errors += 1
                     unswept(name, exc)
-        report.stopped_early = report.stopped_early or bool(cursors)
+        report.stopped_early = bool(cursors)
         return self._finish_sweep(report)
 
     def _sources(self, batch: int) -> list[tuple[str, Query, DueOf]]:
