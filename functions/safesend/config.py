@@ -56,7 +56,26 @@ def _seconds(name: str, raw: str) -> float:
 
 
 def _count(name: str, raw: str) -> int:
-    return int(_seconds(name, raw))
+    value = _seconds(name, raw)
+    if not value.is_integer():  # "1.9" is a typo, not 1
+        raise ConfigurationError(f"{name} must be a whole number, got {raw!r}")
+    return int(value)
+
+
+def _positive_seconds(name: str, raw: str) -> float:
+    """A timeout or interval: 0 would make every call fail at once (a socket timeout of 0) or
+    every sweep look late, far from the setting that caused it."""
+    value = _seconds(name, raw)
+    if value <= 0:
+        raise ConfigurationError(f"{name} must be > 0, got {raw!r}")
+    return value
+
+
+def _positive_count(name: str, raw: str) -> int:
+    value = _count(name, raw)
+    if value < 1:
+        raise ConfigurationError(f"{name} must be >= 1, got {raw!r}")
+    return value
 
 
 def _flag(name: str, raw: str) -> bool:
@@ -161,11 +180,13 @@ class Settings:
         "Cloud SQL IAM database authentication: each new connection logs in with an "
         "access token of the runtime service account as its password",
     )
-    postgres_pool_max: int = setting("SAFESEND_POSTGRES_POOL_MAX", 4, _count, "PostgreSQL connections per instance")
+    postgres_pool_max: int = setting(
+        "SAFESEND_POSTGRES_POOL_MAX", 4, _positive_count, "PostgreSQL connections per instance"
+    )
     postgres_timeout_s: float = setting(
         "SAFESEND_POSTGRES_TIMEOUT_S",
         10.0,
-        _seconds,
+        _positive_seconds,
         "bound on a PostgreSQL connect, statement and wait for a pooled connection",
     )
     postgres_migrate: bool = setting(
@@ -196,9 +217,14 @@ class Settings:
         "mailbox for keyless domain-wide delegation, signed by the runtime account; refused with a user token",
     )
     send_timeout_s: float = setting(
-        "SAFESEND_SEND_TIMEOUT_S", 20.0, _seconds, "wall-clock deadline of one send attempt, token refresh included"
+        "SAFESEND_SEND_TIMEOUT_S",
+        20.0,
+        _positive_seconds,
+        "wall-clock deadline of one send attempt, token refresh included",
     )
-    read_timeout_s: float = setting("SAFESEND_READ_TIMEOUT_S", 15.0, _seconds, "wall-clock deadline of one Gmail read")
+    read_timeout_s: float = setting(
+        "SAFESEND_READ_TIMEOUT_S", 15.0, _positive_seconds, "wall-clock deadline of one Gmail read"
+    )
     verify_message_id_every: int = setting(
         "SAFESEND_VERIFY_MESSAGE_ID_EVERY",
         100,
@@ -271,7 +297,7 @@ class Settings:
     sweep_batch: int = setting("SAFESEND_SWEEP_BATCH", 50, _count, "jobs per sweeper query")
     sweep_budget_s: float = setting("SAFESEND_SWEEP_BUDGET_S", 90.0, _seconds, "time budget of one sweep")
     sweep_interval_s: float = setting(
-        "SAFESEND_SWEEP_INTERVAL_S", 300.0, _seconds, "time between scheduled sweeps (/health: late after 3)"
+        "SAFESEND_SWEEP_INTERVAL_S", 300.0, _positive_seconds, "time between scheduled sweeps (/health: late after 3)"
     )
     # Who may call (auth.py)
     auth_api_keys: str | None = setting(

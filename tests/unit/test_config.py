@@ -132,8 +132,32 @@ def test_non_number_or_negative_raises(name, value):
 def test_a_sweep_that_could_never_advance_a_job_is_refused_at_start(env):
     # Batch 0 reads empty pages and budget 0 stops before the first job, yet each sweep still logs
     # sweep_completed: the dead man's switch would stay quiet while nothing is ever swept.
-    with pytest.raises(ConfigurationError, match="SAFESEND_SWEEP_BATCH must be >= 1"):
+    with pytest.raises(ConfigurationError, match=r"SAFESEND_SWEEP_(BATCH|BUDGET_S)"):
         settings(**env)
+
+
+@pytest.mark.parametrize(
+    "name", ["SAFESEND_SWEEP_BATCH", "SAFESEND_MAX_BODY_BYTES", "SAFESEND_VERIFY_MESSAGE_ID_EVERY"]
+)
+def test_a_fractional_count_is_refused_not_truncated(name):
+    # "1.9" was read as 1 (int() truncates): a typo silently became another value.
+    with pytest.raises(ConfigurationError, match=f"{name} must be a whole number"):
+        settings(**{name: "1.9"})
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "SAFESEND_SEND_TIMEOUT_S",  # a socket timeout of 0: every send fails at once, taken as ambiguous
+        "SAFESEND_READ_TIMEOUT_S",  # every mailbox search fails: no unclear attempt is ever settled
+        "SAFESEND_POSTGRES_TIMEOUT_S",
+        "SAFESEND_SWEEP_INTERVAL_S",  # /health calls every sweep late
+        "SAFESEND_POSTGRES_POOL_MAX",  # no connection, ever
+    ],
+)
+def test_a_zero_timeout_interval_or_pool_is_refused_at_start(name):
+    with pytest.raises(ConfigurationError, match=f"{name} must be"):
+        settings(**{name: "0"})
 
 
 @pytest.mark.parametrize("name", ["SAFESEND_LEASE_S", "SAFESEND_INDEX_LAG_S"])
@@ -190,7 +214,7 @@ def test_lease_not_exceeding_twice_the_send_timeout_raises(lease, send_timeout):
         settings(SAFESEND_LEASE_S=lease, SAFESEND_SEND_TIMEOUT_S=send_timeout)
 
 
-@pytest.mark.parametrize("lease,send_timeout", [("40.5", "20"), ("121", "60"), ("1", "0")])
+@pytest.mark.parametrize("lease,send_timeout", [("40.5", "20"), ("121", "60"), ("1", "0.4")])
 def test_lease_exceeding_twice_the_send_timeout_is_accepted(lease, send_timeout):
     s = settings(SAFESEND_LEASE_S=lease, SAFESEND_SEND_TIMEOUT_S=send_timeout)
     assert s.timing.lease_s > 2 * s.send_timeout_s

@@ -115,6 +115,12 @@ class JobRecords:
         self.new_owner = new_owner
         self.lag = LagWatch(store, self.senders, scheduler, publisher, self.timing, clock, monotonic)
 
+    def _send_deadline(self, until: float | None = None) -> float:
+        """When quick retries stop: the request's budget, cut to the caller's own deadline (the
+        sweep's, so a resend it starts late never runs past its budget into the function timeout)."""
+        deadline = self.monotonic() + self.request_budget_s
+        return deadline if until is None else min(deadline, until)
+
     def _mailer_of(self, job: Job) -> Mailer:
         return self.senders.mailer(self.senders.current(job))
 

@@ -22,12 +22,13 @@ from .notify import ReviewerNotices
 class Reconciler(ReviewerNotices):
     """The reconcile use case: advance a job, check the mailbox, verify."""
 
-    def advance(self, job_id: str, known: Job | None = None) -> tuple[Job | None, str]:
+    def advance(self, job_id: str, known: Job | None = None, until: float | None = None) -> tuple[Job | None, str]:
         """Move a job one step toward a settled, verified state, if it is due. Safe to call any
         number of times.
 
         Called by the Cloud Tasks reconcile task and by the sweeper (which passes the job its query
         just read: every write is a compare-and-set, so a stale copy can only lose, never corrupt).
+        `until` (monotonic): no quick retry of a resend starts after it (the sweep's deadline).
         Returns the job and what was done.
         """
         job = known if known is not None else self.store.get(job_id)
@@ -59,7 +60,7 @@ class Reconciler(ReviewerNotices):
             if not lifecycle.is_due(job, now):
                 self._follow_up(job)
                 return job, "not_due"
-            return self._take_turn(job, policy)
+            return self._take_turn(job, policy, until)
         if not (job.state in (State.UNKNOWN, State.RETRY_WAIT) or _verifying(job)):
             return job, "notices_delivered" if delivered else "nothing_to_do"
         if not lifecycle.is_due(job, now):
@@ -70,9 +71,9 @@ class Reconciler(ReviewerNotices):
             return self._mailbox_gone(job, gone)
         if job.state in (State.SENT, State.CANCELLED):
             return self._verify(job)
-        return self._check_mailbox_and_act(job, policy)
+        return self._check_mailbox_and_act(job, policy, until)
 
-    def _check_mailbox_and_act(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
+    def _check_mailbox_and_act(self, job: Job, policy: ChannelPolicy, until: float | None) -> tuple[Job, str]:
         owner = self.new_owner()
         policy = self.lag.policy_for(job, policy)  # the mailbox's effective unknown window (lag_watch)
         if lifecycle.uses_history(job, self.clock(), policy, self.timing):
@@ -97,9 +98,8 @@ class Reconciler(ReviewerNotices):
             state=stored.state.value,
         )
         if stored.state is State.SENDING:
-            deadline = self.monotonic() + self.request_budget_s
             turn = lifecycle.holds_turn(stored)  # searched after leaving the queue: this is its turn
-            return self._attempt_loop(stored, owner, policy, deadline, turn=turn), "resent"
+            return self._attempt_loop(stored, owner, policy, self._send_deadline(until), turn=turn), "resent"
         self._follow_up(stored)
         return stored, f"checked_{stored.state.value}"
 

@@ -227,7 +227,7 @@ class SendJobs(JobRecords):
         except PublishError as exc:
             incident_untold(self.store, self.clock(), "mailbox_exhausted", incident, str(exc))
 
-    def _take_turn(self, job: Job, policy: ChannelPolicy) -> tuple[Job, str]:
+    def _take_turn(self, job: Job, policy: ChannelPolicy, until: float | None = None) -> tuple[Job, str]:
         """A queued job's turn (its mailbox's paced queue, or the sweeper): send it now if the budget
         admits it, else it waits again; an earlier attempt in doubt is searched for first."""
         owner = self.new_owner()
@@ -239,8 +239,7 @@ class SendJobs(JobRecords):
         except ConcurrentUpdateError:
             return self._reload(job), "conflict"
         if stored.state is State.SENDING:
-            deadline = self.monotonic() + self.request_budget_s
-            done = self._attempt_loop(stored, owner, policy, deadline, turn=True)
+            done = self._attempt_loop(stored, owner, policy, self._send_deadline(until), turn=True)
             return done, "requeued" if done.state is State.QUEUED else "dequeued"
         self._follow_up(stored)
         return stored, f"dequeued_{stored.state.value}"

@@ -3,6 +3,7 @@ advance each in isolation within the time budget, and report what the alerts rea
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from ..logs import log
 from .jobs import MAX_SWEEP_BATCHES
 from .reconcile import Reconciler
 
+Query = Callable[[Cursor | None], Sequence[Job]]  # one page of due jobs after a cursor
+DueOf = Callable[[Job], datetime | None]  # the due time a query orders by
 IDLE_ACTIONS = frozenset({"nothing_to_do", "not_due", "deferred", "error", "conflict"})
 
 
@@ -72,31 +75,70 @@ class Sweeper(Reconciler):
     def sweep(self, batch: int = 50, budget_s: float = 90.0) -> SweepReport:
         """Advance every due job, state by state, in bounded batches within a time budget.
 
+        Each state and the notice outbox first get a fair share of what is left of the budget, then
+        the time still left resumes the unfinished ones where they stopped: a backlog in one state
+        (thousands of due jobs after an outage) never starves the states swept after it.
         One bad job never stalls the others: whatever it raises is logged and counted, and the
         sweep goes on. Raises StoreUnavailableError only when no state could be queried at all.
         """
         report = SweepReport()
         deadline = self.monotonic() + budget_s
+        sources = self._sources(batch)
+        cursors: dict[str, Cursor | None] = {}
         unqueried: list[StoreUnavailableError] = []
-        for state in SWEPT_STATES:
+        for i, (name, query, due_of) in enumerate(sources):
+            share = (deadline - self.monotonic()) / (len(sources) - i)
+            if share <= 0:  # the budget is spent: not swept this time (stopped_early says so)
+                cursors[name] = None
+                continue
             try:
-                if not self._sweep_state(state, batch, deadline, report):
-                    return self._finish_sweep(report)
+                share_ends = min(deadline, self.monotonic() + share)
+                done, cursor = self._sweep_pages(query, due_of, (share_ends, deadline), report)
             except IndexMissingError:
                 raise  # no state can be queried reliably: loud, at once
             except StoreUnavailableError as exc:
                 report.errors += 1
                 unqueried.append(exc)
-                unswept(f"state {state.value}", exc)
-        try:
-            self._sweep_notices(batch, deadline, report)
-        except StoreUnavailableError as exc:
-            report.errors += 1
-            unqueried.append(exc)
-            unswept("due notices", exc)
-        if len(unqueried) == len(SWEPT_STATES) + 1:
+                unswept(name, exc)
+                continue
+            if not done:
+                cursors[name] = cursor
+        if len(unqueried) == len(sources):
             raise unqueried[-1]
+        for name, query, due_of in sources:
+            if name in cursors and self.monotonic() < deadline:
+                try:
+                    if self._sweep_pages(query, due_of, (deadline, deadline), report, cursors[name])[0]:
+                        del cursors[name]
+                except IndexMissingError:
+                    raise
+                except StoreUnavailableError as exc:
+                    report.errors += 1
+                    unswept(name, exc)
+        report.stopped_early = bool(cursors)
         return self._finish_sweep(report)
+
+    def _sources(self, batch: int) -> list[tuple[str, Query, DueOf]]:
+        """Where due jobs are found, in sweep order: every swept state, then the notice outbox."""
+        sources: list[tuple[str, Query, DueOf]] = [
+            (
+                f"state {state.value}",
+                functools.partial(self._find_due, state, batch),
+                lambda job: job.next_check_at,
+            )
+            for state in SWEPT_STATES
+        ]
+        sources.append(("due notices", self._find_notices(batch), lambda job: job.notice_due_at))
+        return sources
+
+    def _find_due(self, state: State, batch: int, cursor: Cursor | None) -> Sequence[Job]:
+        return self.store.find_due(state, self.clock(), batch, start_after=cursor)
+
+    def _find_notices(self, batch: int) -> Query:
+        """Notices whose task was lost, page after page past any this instance cannot act on. Also
+        without a notifier: the reviewers' email goes through safesend's own send path (and other
+        kinds are given up)."""
+        return lambda cursor: self.store.find_notices_due(self.clock(), batch, start_after=cursor)
 
     def _finish_sweep(self, report: SweepReport) -> SweepReport:
         """The age of the oldest open review item (one read), then the sweep's record for /health."""
@@ -109,6 +151,10 @@ class Sweeper(Reconciler):
             oldest = self.store.find_open_reviews(1)
             if oldest:
                 report.oldest_review_s = (self.clock() - oldest[0].updated_at).total_seconds()
+        except StoreUnavailableError as exc:  # the record below still says the sweep ran
+            report.errors += 1
+            log(logging.WARNING, "sweep could not read the oldest review item", error=str(exc))
+        try:
             self.store.record_sweep(
                 {
                     "at": self.clock(),
@@ -125,57 +171,38 @@ class Sweeper(Reconciler):
             log(logging.WARNING, "sweep record not stored", error=str(exc))
         return report
 
-    def _sweep_notices(self, batch: int, deadline: float, report: SweepReport) -> None:
-        """Notices whose task was lost, page after page past any this instance cannot act on. Also
-        without a notifier: the reviewers' email goes through safesend's own send path (and other
-        kinds are given up)."""
-        self._sweep_pages(
-            lambda cursor: self.store.find_notices_due(self.clock(), batch, start_after=cursor),
-            lambda job: job.notice_due_at,
-            deadline,
-            report,
-        )
-
-    def _sweep_state(self, state: State, batch: int, deadline: float, report: SweepReport) -> bool:
-        """Advance the due jobs of one state; False when the time budget ran out."""
-        return self._sweep_pages(
-            lambda cursor: self.store.find_due(state, self.clock(), batch, start_after=cursor),
-            lambda job: job.next_check_at,
-            deadline,
-            report,
-        )
-
     def _sweep_pages(
         self,
-        query: Callable[[Cursor | None], Sequence[Job]],
-        due_of: Callable[[Job], datetime | None],
-        deadline: float,
+        query: Query,
+        due_of: DueOf,
+        deadlines: tuple[float, float],
         report: SweepReport,
-    ) -> bool:
+        cursor: Cursor | None = None,
+    ) -> tuple[bool, Cursor | None]:
         """Keyset pagination on (due time, id): each page starts after the last job of the one before,
         so any number of due jobs that cannot be advanced never hide the ones behind them. The due
-        time is the one the query read (the advance may move it). False when the budget ran out."""
-        cursor: Cursor | None = None
+        time is the one the query read (the advance may move it). (True, _) when no due job is left,
+        else (False, the cursor to resume from): the deadline came, or the page limit.
+        `deadlines`: (no job starts after it, the sweep's own end: no quick retry starts after it)."""
+        stop, end = deadlines
         for _ in range(MAX_SWEEP_BATCHES):
             page = query(cursor)
             for job in page:
-                if self.monotonic() >= deadline:
-                    report.stopped_early = True
-                    return False
+                if self.monotonic() >= stop:
+                    return False, cursor
+                due = due_of(job)
                 report.examined += 1
-                report.saw_due(due_of(job), self.clock())
-                report.count(self._advance_isolated(job, report))
-            if not page:
-                return True  # a short page may only mean unreadable records were left out: ask once more
-            last_due = due_of(page[-1])
-            if last_due is None:
-                return True
-            cursor = (last_due, page[-1].id)
-        return True
+                report.saw_due(due, self.clock())
+                report.count(self._advance_isolated(job, report, end))
+                if due is not None:
+                    cursor = (due, job.id)
+            if not page or due_of(page[-1]) is None:
+                return True, cursor  # a short page may only mean unreadable records were left out: ask once more
+        return False, cursor
 
-    def _advance_isolated(self, job: Job, report: SweepReport) -> str:
+    def _advance_isolated(self, job: Job, report: SweepReport, deadline: float) -> str:
         try:
-            _, action = self.advance(job.id, known=job)
+            _, action = self.advance(job.id, known=job, until=deadline)
         except (MailboxUnavailableError, StoreUnavailableError, PublishError) as exc:
             report.errors += 1
             log(logging.WARNING, "sweep could not advance a job", job_id=job.id, error=str(exc))
