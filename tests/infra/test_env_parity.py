@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from . import hcl_eval as H  # noqa: N812 - H reads like the HCL it evaluates
 from .cloudbuild_sim import Sim, flags, inputs_digest, read_env_yaml
 from .support import FUNCTIONS, INFRA, MODULE, locals_of, reference, resources, top_level
 from .tfmodel import PROJECT_NUMBER, SQL_PRIVATE_IP, ModuleModel
@@ -69,6 +70,9 @@ VARIABLE_TO_SUBSTITUTION = {
     # not facts of the spec, but settings of resources both paths create
     "review_iap_members": "_REVIEW_IAP_MEMBERS",
     "review_max_delivery_attempts": "_REVIEW_MAX_DELIVERY_ATTEMPTS",
+    # the sweep's schedule: Terraform schedules the job with it, gcloud's job was created with it;
+    # both derive the fact sweep_interval_s (SAFESEND_SWEEP_INTERVAL_S) from it
+    "sweep_schedule": "_SWEEP_SCHEDULE",
 }
 REVIEWERS = {
     "reviewers_enabled": True,
@@ -127,6 +131,7 @@ SCENARIOS = {
         "extra_caller_service_accounts": ["n8n@other-proj.iam.gserviceaccount.com", "b@p2.iam.gserviceaccount.com"],
         "gmail_credentials_version": "7",
         "webhook_hmac_version": "3",
+        "sweep_schedule": "*/2 * * * *",
     },
     "public-with-versions": {
         "public_callers": True,
@@ -636,6 +641,32 @@ def test_api_deciders_reach_send_alone_on_both_paths(tmp_path):
         assert deciding(config) == set()
 
 
+@pytest.mark.parametrize(
+    ("schedule", "interval"), [(None, "300"), ("* * * * *", "60"), ("*/15 * * * *", "900")], ids=["default", "1", "15"]
+)
+def test_every_function_counts_sweeps_late_by_the_schedule_on_both_paths(schedule, interval, tmp_path):
+    """/health and the console's Health page call the sweep late after 3 SAFESEND_SWEEP_INTERVAL_S:
+    every function gets the schedule's interval, or a healthy */15 is "late" before each sweep."""
+    overrides = {**REVIEWERS, **({"sweep_schedule": schedule} if schedule else {})}
+    for config in (terraform_config(overrides), gcloud_config(tmp_path, overrides)):
+        functions = {fn: c["env"].get("SAFESEND_SWEEP_INTERVAL_S") for fn, c in config.items() if not fn.startswith("_")}
+        assert functions == dict.fromkeys(("send", "reconcile", "sweep", "status", "notify", "review"), interval)
+
+
+@pytest.mark.parametrize("schedule", ["*/0 * * * *", "0 * * * *", "*/5 * * * 1-5", "*/61 * * * *", "*/5"])
+def test_the_gcloud_path_refuses_a_schedule_without_a_fixed_interval(schedule, tmp_path):
+    """As var.sweep_schedule's validation: only "* * * * *" and "*/N * * * *" (1 <= N <= 60) have an
+    interval the late check can count with."""
+    variable = top_level("variable", MODULE)["sweep_schedule"]
+    (check,) = variable["validation"]
+    assert H.evaluate_value(check["condition"], H.Scope(variables={"sweep_schedule": schedule})) is False
+    with pytest.raises(env_spec().SpecError, match="sweep schedule"):
+        env_spec().sweep_interval_seconds(schedule)
+    for good, seconds in (("* * * * *", 60), ("*/1 * * * *", 60), ("*/60 * * * *", 3600)):
+        assert H.evaluate_value(check["condition"], H.Scope(variables={"sweep_schedule": good})) is True
+        assert env_spec().sweep_interval_seconds(good) == seconds
+
+
 def deciding(config: dict) -> set[str]:
     """The functions whose environment has SAFESEND_API_DECIDERS."""
     return {fn for fn, c in config.items() if not fn.startswith("_") and "SAFESEND_API_DECIDERS" in c["env"]}
@@ -690,17 +721,21 @@ def test_every_fact_is_fed_by_a_variable_here_and_a_substitution_there():
         if name == "mailboxes_json":  # rendered from two typed variables (gcloud: env_spec.py mailboxes)
             assert expr == "${local.mailboxes_json}", expr
             continue
+        if name == "sweep_interval_s":  # from sweep_schedule (gcloud: env_spec.py sweep-interval)
+            assert expr == "${tostring(local.sweep_interval_seconds)}", expr
+            continue
         assert re.fullmatch(plain, expr), f"env_facts.{name} = {expr}: keep facts plain references to variables"
     from .support import CLOUDBUILD_FILES, parsed_yaml
 
     render = {s["id"]: s for s in parsed_yaml(*CLOUDBUILD_FILES)["cloudbuild-gcloud.yaml"]["steps"]}["render-config"]
     fed = {item.split("=", 1)[0].removeprefix("SAFESEND_FACT_") for item in render["env"]}
-    assert fed | {"project_number", "postgres_host", "mailboxes_json"} == set(spec["facts"]), (
+    computed_facts = {"project_number", "postgres_host", "mailboxes_json", "sweep_interval_s"}
+    assert fed | computed_facts == set(spec["facts"]), (
         "render-config must feed every fact (project number, the instance's private IP: read with gcloud; "
-        "the mailboxes document: rendered from _MAILBOXES_FILE)"
+        "the mailboxes document: rendered from _MAILBOXES_FILE; the sweep interval: from _SWEEP_SCHEDULE)"
     )
     script = render["args"][-1]
-    for computed in ("project_number", "postgres_host", "mailboxes_json"):
+    for computed in sorted(computed_facts):
         assert f"export SAFESEND_FACT_{computed}" in script, computed
 
 
