@@ -38,6 +38,8 @@ Rendering, exactly as functions.tf does it:
     python3 infra/env_spec.py mailboxes --file FILE --out DIR [--fact name_prefix=...]
         # SAFESEND_MAILBOXES_JSON (DIR/mailboxes.json) and the mailbox queues (DIR/mailbox-queues)
         # from a JSON file shaped like the Terraform variables mailboxes and mailbox_pools
+    python3 infra/env_spec.py sweep-interval "*/5 * * * *"
+        # the fact sweep_interval_s (seconds) from a sweep schedule, as monitoring.tf derives it
     python3 infra/env_spec.py check        # validate the spec, exit 1 on problems
 """
 
@@ -813,6 +815,22 @@ def write_mailbox_files(doc: Mapping[str, Any], name_prefix: str, out: Path) -> 
     return document, queues
 
 
+# The schedules var.sweep_schedule's validation accepts: every minute, or every N minutes (1-60).
+SWEEP_SCHEDULE = re.compile(r"\* \* \* \* \*|\*/([1-9]|[1-5][0-9]|60) \* \* \* \*")
+
+
+def sweep_interval_seconds(schedule: str) -> int:
+    """monitoring.tf's local.sweep_interval_seconds, the fact sweep_interval_s: /health and the
+    console call the sweep late after 3 of them, and the dead man's switch waits 3."""
+    match = SWEEP_SCHEDULE.fullmatch(schedule)
+    if not match:
+        raise SpecError(
+            f"sweep schedule {schedule!r}: use '* * * * *' or '*/N * * * *' with N from 1 to 60 "
+            "(the late checks and the dead man's switch count in its interval)"
+        )
+    return 60 * int(match.group(1) or 1)
+
+
 # ------------------------------------------------------------------------ CLI
 def _facts(args_facts: list[str], environ: Mapping[str, str]) -> dict[str, str]:
     facts = {k[len(FACT_ENV_PREFIX) :]: v for k, v in environ.items() if k.startswith(FACT_ENV_PREFIX)}
@@ -848,6 +866,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     boxes.add_argument("--out", type=Path, required=True)
     boxes.add_argument("--fact", action="append", default=[])
+    interval = sub.add_parser("sweep-interval", help="print the seconds between sweeps of a sweep schedule")
+    interval.add_argument("schedule")
     sub.add_parser("check", help="validate the spec")
     args = parser.parse_args(argv)
     spec = load()
@@ -857,6 +877,9 @@ def main(argv: list[str] | None = None) -> int:
             for error in errors:
                 print(error, file=sys.stderr)
             return 1 if errors else 0
+        if args.command == "sweep-interval":
+            print(sweep_interval_seconds(args.schedule))
+            return 0
         facts = _facts(args.fact, os.environ)
         if args.command == "gcloud":
             rendered = render(spec, facts)

@@ -18,22 +18,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shlex
 from pathlib import Path
 from typing import Any
+
+import env_spec  # beside this file (python3 infra/monitoring_render.py puts infra/ on sys.path)
 
 MODULE = Path(__file__).resolve().parent / "modules" / "safesend"
 
 
 def sweep_interval_seconds(schedule: str) -> int:
-    """monitoring.tf's local.sweep_interval_seconds: "*/N * * * *" or "* * * * *"."""
-    if schedule == "* * * * *":
-        return 60
-    match = re.fullmatch(r"\*/([0-9]+) \* \* \* \*", schedule)
-    if not match:
-        raise SystemExit(f"sweep schedule {schedule!r}: use '*/N * * * *' (the dead man's switch needs its interval)")
-    return 60 * int(match.group(1))
+    """monitoring.tf's local.sweep_interval_seconds (env_spec.py's, which the functions' env uses too)."""
+    try:
+        return env_spec.sweep_interval_seconds(schedule)
+    except env_spec.SpecError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def render(

@@ -297,7 +297,10 @@ class Settings:
     sweep_batch: int = setting("SAFESEND_SWEEP_BATCH", 50, _count, "jobs per sweeper query")
     sweep_budget_s: float = setting("SAFESEND_SWEEP_BUDGET_S", 90.0, _seconds, "time budget of one sweep")
     sweep_interval_s: float = setting(
-        "SAFESEND_SWEEP_INTERVAL_S", 300.0, _positive_seconds, "time between scheduled sweeps (/health: late after 3)"
+        "SAFESEND_SWEEP_INTERVAL_S",
+        300.0,
+        _positive_seconds,
+        "time between scheduled sweeps (/health: late after 3); deployed: the interval of sweep_schedule",
     )
     # Who may call (auth.py)
     auth_api_keys: str | None = setting(

@@ -649,7 +649,9 @@ def test_every_function_counts_sweeps_late_by_the_schedule_on_both_paths(schedul
     every function gets the schedule's interval, or a healthy */15 is "late" before each sweep."""
     overrides = {**REVIEWERS, **({"sweep_schedule": schedule} if schedule else {})}
     for config in (terraform_config(overrides), gcloud_config(tmp_path, overrides)):
-        functions = {fn: c["env"].get("SAFESEND_SWEEP_INTERVAL_S") for fn, c in config.items() if not fn.startswith("_")}
+        functions = {
+            fn: c["env"].get("SAFESEND_SWEEP_INTERVAL_S") for fn, c in config.items() if not fn.startswith("_")
+        }
         assert functions == dict.fromkeys(("send", "reconcile", "sweep", "status", "notify", "review"), interval)
 
 

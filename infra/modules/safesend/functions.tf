@@ -39,6 +39,7 @@ locals {
     unknown_window_s          = tostring(var.unknown_window_seconds)
     verify_horizon_s          = tostring(var.verify_horizon_seconds)
     retry_horizon_s           = tostring(var.retry_horizon_seconds)
+    sweep_interval_s          = tostring(local.sweep_interval_seconds) # from sweep_schedule (monitoring.tf)
     n8n_invoker               = tostring(var.create_n8n_invoker_service_account)
     extra_callers             = join(",", var.extra_caller_service_accounts)
     public_callers            = tostring(var.public_callers)

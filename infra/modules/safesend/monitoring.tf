@@ -8,8 +8,9 @@
 locals {
   monitoring = jsondecode(file("${path.module}/monitoring.json"))
 
-  # Seconds between sweeps, from sweep_schedule ("*/N * * * *" or "* * * * *"):
-  # the dead man's switch fires after `sweeps` of them without a completed sweep.
+  # Seconds between sweeps, from sweep_schedule ("*/N * * * *" or "* * * * *", as its validation
+  # accepts): the dead man's switch fires after `sweeps` of them without a completed sweep, and
+  # every function's SAFESEND_SWEEP_INTERVAL_S is it (functions.tf's env_facts.sweep_interval_s).
   sweep_interval_seconds = 60 * (var.sweep_schedule == "* * * * *" ? 1 : tonumber(regex("^\\*/([0-9]+) \\* \\* \\* \\*$", var.sweep_schedule)[0]))
 
   monitoring_thresholds = merge(local.monitoring.thresholds, var.monitoring_thresholds)

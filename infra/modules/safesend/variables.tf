@@ -500,9 +500,14 @@ variable "tasks_max_concurrent_dispatches" {
 }
 
 variable "sweep_schedule" {
-  description = "Cron schedule of the sweep (finds expired leases, lost checks, due retries, unpublished review items)."
+  description = "Cron schedule of the sweep (finds expired leases, lost checks, due retries, unpublished review items): \"* * * * *\" or \"*/N * * * *\" (N 1-60). Its interval is every function's SAFESEND_SWEEP_INTERVAL_S (/health and the console: late after 3) and the dead man's switch's."
   type        = string
   default     = "*/5 * * * *"
+
+  validation {
+    condition     = var.sweep_schedule == "* * * * *" || can(regex("^\\*/([1-9]|[1-5][0-9]|60) \\* \\* \\* \\*$", var.sweep_schedule))
+    error_message = "sweep_schedule must be \"* * * * *\" or \"*/N * * * *\" with N from 1 to 60: the late checks and the dead man's switch count in its interval."
+  }
 }
 
 variable "scheduler_time_zone" {
