@@ -650,6 +650,12 @@ while (($#)); do
 done
 venv="$(basename "$(dirname "$(dirname "$py")")")"
 printf 'start %s %s\\n' "$venv" "$(date +%s.%N)" >> "{log}.times"
+# STUB_UV_BARRIER=N: wait (at most 30 s) until N installs have started. Side by side, each goes on at
+# once; one after another, the first waits out the 30 s and ends before the second starts.
+for _ in $(seq 600); do
+    (( $(grep -c '^start ' "{log}.times") >= ${STUB_UV_BARRIER:-0} )) && break
+    sleep 0.05
+done
 sleep "${STUB_UV_SECONDS:-0}"
 printf 'end %s %s\\n' "$venv" "$(date +%s.%N)" >> "{log}.times"
 printf '%s %s\\n' "$py" "${args[*]}" >> "{log}"
@@ -749,7 +755,7 @@ def test_run_installs_the_runtime_lock_and_a_venv_made_for_the_tests_serves_it(t
 def test_the_venvs_are_installed_side_by_side(tmp_path):
     """One after another, a fresh clone's four venvs took ~3 min of the 2-core CI machine's gate."""
     log, env = scratch_bootstrap(tmp_path)
-    done = run_bootstrap(tmp_path, {**env, "STUB_UV_SECONDS": "1.5"}, "run")
+    done = run_bootstrap(tmp_path, {**env, "STUB_UV_BARRIER": "2"}, "run")  # not a sleep: a loaded machine
     assert done.returncode == 0, done.stderr
     times: dict[str, dict[str, float]] = {}
     for what, venv, at in (line.split() for line in Path(f"{log}.times").read_text().splitlines()):
