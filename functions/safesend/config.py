@@ -294,8 +294,10 @@ class Settings:
         local_only=True,
     )
     review_topic: str | None = setting("SAFESEND_REVIEW_TOPIC", None, _text, "Pub/Sub topic of the review items")
-    sweep_batch: int = setting("SAFESEND_SWEEP_BATCH", 50, _count, "jobs per sweeper query")
-    sweep_budget_s: float = setting("SAFESEND_SWEEP_BUDGET_S", 90.0, _seconds, "time budget of one sweep")
+    # Both positive: a sweep that reads 0 jobs a page, or has no time for one, still reports
+    # sweep_completed, so the dead man's switch stays quiet while no due job is ever swept.
+    sweep_batch: int = setting("SAFESEND_SWEEP_BATCH", 50, _positive_count, "jobs per sweeper query")
+    sweep_budget_s: float = setting("SAFESEND_SWEEP_BUDGET_S", 90.0, _positive_seconds, "time budget of one sweep")
     sweep_interval_s: float = setting(
         "SAFESEND_SWEEP_INTERVAL_S",
         300.0,
@@ -481,10 +483,6 @@ class Settings:
             raise ConfigurationError("SAFESEND_STORE=postgres needs SAFESEND_POSTGRES_DSN")
         if self.tasks_queue and not self.reconcile_url:
             raise ConfigurationError("SAFESEND_TASKS_QUEUE is set but SAFESEND_RECONCILE_URL is not")
-        if self.sweep_batch < 1 or self.sweep_budget_s <= 0:
-            # A sweep that reads 0 jobs a page, or has no time for one, still reports sweep_completed:
-            # the dead man's switch stays quiet while no due job is ever swept.
-            raise ConfigurationError("SAFESEND_SWEEP_BATCH must be >= 1 and SAFESEND_SWEEP_BUDGET_S > 0")
         if self.max_body_bytes > MAX_STORABLE_BODY_BYTES:
             raise ConfigurationError(
                 f"SAFESEND_MAX_BODY_BYTES may not exceed {MAX_STORABLE_BODY_BYTES}: the "
