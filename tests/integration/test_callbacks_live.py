@@ -87,6 +87,16 @@ def notices(receiver: RecordingReceiver, path: str, count: int = 1, timeout_s: f
     return [r.json() for r in got if r.path == path]
 
 
+def callback_states(n8n: Client, job_id: str, until: list[str], timeout_s: float = 30) -> list[str]:
+    """The job's callback states once they equal `until`, or as they stand when `timeout_s` runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = [c["state"] for c in n8n.status(job_id)["callbacks"]]
+        if states == until or time.monotonic() >= deadline:
+            return states
+        time.sleep(0.25)
+
+
 def test_without_the_api_key_the_local_stack_answers_401(stack, n8n):
     """Issue 9.6: the local stack runs with auth on by default, so a missing key shows up locally."""
     response = requests.post(f"{stack.url}/send", json=n8n.job(), timeout=10)
@@ -125,7 +135,8 @@ def test_a_callback_refused_until_the_workflow_waits_is_retried(stack, n8n, rece
     assert notice["state"] == "sent" and len(receiver.refused) == 2
     assert len({r.body for r in receiver.refused} | {receiver.for_path("/wait/3")[0].body}) == 1  # identical
     view = n8n.wait_for(response.json()["job_id"], SETTLED)
-    assert [c["state"] for c in n8n.status(view["job_id"])["callbacks"]] == ["delivered"]
+    # the receiver holds the POST before the worker has read the 200 and written `delivered`: wait for it
+    assert callback_states(n8n, view["job_id"], until=["delivered"]) == ["delivered"]
 
 
 def test_two_executions_of_one_key_both_resume_and_one_email_goes_out(stack, n8n, receiver):
@@ -156,10 +167,7 @@ def test_a_callback_host_answering_a_gzip_bomb_costs_the_worker_no_memory(stack,
     (notice,) = notices(receiver, "/wait/bomb")
     assert notice["state"] == "sent"
     view = n8n.wait_for(response.json()["job_id"], SETTLED)
-    deadline = time.monotonic() + 30
-    while [c["state"] for c in n8n.status(view["job_id"])["callbacks"]] != ["delivered"]:
-        assert time.monotonic() < deadline, "the bombed notice was never recorded as delivered"
-        time.sleep(0.5)
+    assert callback_states(n8n, view["job_id"], until=["delivered"]) == ["delivered"], "bombed notice not recorded"
     assert find_gunicorn_worker(stack.functions.pid) == worker  # not crashed and respawned
     assert (memory_kb(worker, "VmHWM") - before) * 1024 < 128 * (1 << 20)
 
