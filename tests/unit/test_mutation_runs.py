@@ -8,7 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -216,6 +218,18 @@ def test_a_nested_run_that_crashes_is_reported_not_caught(tmp_path):
     assert test_mutations.uncaught(crash, failed) == ["test_a"]
 
 
+HANGS = (  # a run that hangs in its test, with a session fixture whose teardown leaves a mark
+    "import pathlib, time, pytest\n"
+    "@pytest.fixture(scope='session')\n"
+    "def server():\n"
+    "    yield\n"
+    "    pathlib.Path('torn-down').touch()\n"
+    "def test_a(server):\n"
+    "    pathlib.Path('started').touch()\n"
+    "    time.sleep(600)\n"
+)
+
+
 @pytest.mark.parametrize("parent_sigint", ["default", "ignored"])
 def test_a_nested_run_that_hangs_is_interrupted_and_reported(tmp_path, parent_sigint):
     """A hang costs its timeout, then the run is interrupted (its fixtures' teardown runs) and
@@ -223,17 +237,7 @@ def test_a_nested_run_that_hangs_is_interrupted_and_reported(tmp_path, parent_si
     mutation suite does when scripts/test.sh runs it in the background (an inherited disposition)."""
     from tests.infra import test_mutations
 
-    source = (
-        "import pathlib, time, pytest\n"
-        "@pytest.fixture(scope='session')\n"
-        "def server():\n"
-        "    yield\n"
-        "    pathlib.Path('torn-down').touch()\n"
-        "def test_a(server):\n"
-        "    pathlib.Path('started').touch()\n"
-        "    time.sleep(600)\n"
-    )
-    tree = fake_tree(tmp_path, source)
+    tree = fake_tree(tmp_path, HANGS)
     started = time.monotonic()
     # 20 s: a cold nested pytest on the loaded CI machine did not reach the test within 8 s.
     previous = signal.getsignal(signal.SIGINT)
@@ -288,3 +292,103 @@ def test_a_copy_loads_the_templates_bytecode_for_its_unchanged_files_only(monkey
     assert 2 in code.co_consts and code.co_filename == str(tree / "tests" / "infra" / "helper.py")
     failed, output = test_mutations.run_checks(template, tests, ("test_value",), False)
     assert not failed and "1 passed" in output, output
+
+
+# --------------------------------------------------------------------------- runs forked from a zygote
+@pytest.fixture
+def zygotes(tmp_path: Path) -> Iterator[Any]:
+    """A pool as the mutation suite makes it (tests/infra/mutation_zygote.py), closed afterwards."""
+    from tests.infra import test_mutations
+    from tests.infra.mutation_zygote import ZygotePool
+
+    pool = ZygotePool(test_mutations.nested_env(tmp_path / "copy"), tmp_path / "zygote-runs")
+    yield pool
+    pool.close()
+    assert all(zygote.poll() is not None for zygote in pool.every)  # none left running
+
+
+def test_a_run_from_a_zygote_reports_what_a_process_of_its_own_reports(tmp_path, zygotes):
+    """The verdicts of FAKE's runs (early stop included: the run's own environment reaches its
+    plugin) are the same from a zygote's child, and one zygote serves the runs one after another."""
+    from tests.infra import test_mutations
+
+    tree = fake_tree(tmp_path, FAKE)
+    args = (tree, ("tests/infra/test_fake.py",), ("test_a",), True)
+    failed, output = test_mutations.run_checks(*args, popen=zygotes.popen)
+    assert failed == {"tests/infra/test_fake.py::test_a[2]"}, output
+    assert sorted(p.name for p in tree.glob("ran-*")) == ["ran-a1", "ran-a2"]  # stopped at the verdict
+    for ran in tree.glob("ran-*"):
+        ran.unlink()
+    alone_failed, _ = test_mutations.run_checks(*args)  # a process of its own, as before
+    assert alone_failed == failed and sorted(p.name for p in tree.glob("ran-*")) == ["ran-a1", "ran-a2"]
+    failed, output = test_mutations.run_checks(
+        tree, ("tests/infra/test_fake.py",), ("test_a", "test_b"), False, popen=zygotes.popen
+    )
+    assert failed == {"tests/infra/test_fake.py::test_a[2]", "tests/infra/test_fake.py::test_b"}, output
+    assert len(zygotes.every) == 1
+
+
+IMPORTS = """import os, sys
+def test_the_run_is_a_fresh_pytest_in_its_copy():
+    checkout = os.environ["CHECKOUT"]
+    mine = [os.path.join(checkout, part) + os.sep for part in ("tests", "functions", "devstack", "tools", "infra")]
+    loaded = sorted(name for name, module in list(sys.modules.items())
+                    if name != "__main__"  # the zygote's script: the process's entry, no module of a tree
+                    and (getattr(module, "__file__", None) or "").startswith(tuple(mine)))
+    assert loaded == [], loaded  # nothing of the checkout (the zygote's own folder) was imported
+    assert os.getcwd() == os.environ["TREE"] and sys.path[0] == os.environ["TREE"]
+    assert sys.modules["tests.infra.test_fake"].__file__.startswith(os.environ["TREE"])
+    assert "SAFESEND_MUTATION_NEEDLES" in os.environ and "COVERAGE_PROCESS_START" not in os.environ
+"""
+
+
+def test_a_zygotes_child_imports_the_copys_files_never_the_checkouts(tmp_path, zygotes, monkeypatch):
+    """A mutated file must be read from the copy: the zygote (a file of this checkout) imports
+    nothing of any tree before it forks, and the child runs in the copy as `python -m pytest`."""
+    from tests.infra import test_mutations
+
+    tree = fake_tree(tmp_path, IMPORTS)
+    monkeypatch.setenv("CHECKOUT", str(ROOT))
+    monkeypatch.setenv("TREE", str(tree))
+    monkeypatch.setenv("COVERAGE_PROCESS_START", "pyproject.toml")  # the gate's: never reaches a run
+    failed, output = test_mutations.run_checks(
+        tree, ("tests/infra/test_fake.py",), ("test_the_run",), False, popen=zygotes.popen
+    )
+    assert not failed and "1 passed" in output, output
+
+
+def test_a_zygote_run_that_crashes_is_reported_not_caught(tmp_path, zygotes):
+    from tests.infra import test_mutations
+
+    tree = fake_tree(tmp_path, "import os\nos._exit(3)\n")
+    failed, output = test_mutations.run_checks(
+        tree, ("tests/infra/test_fake.py",), ("test_a",), True, popen=zygotes.popen
+    )
+    assert not failed and " passed" not in output, output
+    # the zygote outlived its child and serves the next run
+    tree = fake_tree(tmp_path / "next", FAKE)
+    failed, _ = test_mutations.run_checks(tree, ("tests/infra/test_fake.py",), ("test_b",), True, popen=zygotes.popen)
+    assert failed == {"tests/infra/test_fake.py::test_b"} and len(zygotes.every) == 1
+
+
+def test_a_zygote_run_that_hangs_is_interrupted_and_reported(tmp_path, zygotes):
+    """As a process of its own: interrupted at its timeout (its fixtures tear down), reported as
+    timed out, and the zygote (which ignores the interrupt) serves the next run."""
+    from tests.infra import test_mutations
+
+    tree = fake_tree(tmp_path, HANGS)
+    started = time.monotonic()
+    failed, output = test_mutations.run_checks(
+        tree, ("tests/infra/test_fake.py",), ("test_a",), True, timeout=20, popen=zygotes.popen
+    )
+    assert time.monotonic() - started < 80
+    assert not failed and output.startswith("TIMED OUT after 20 s"), output
+    assert (tree / "started").exists() and (tree / "torn-down").exists()
+    tree = fake_tree(tmp_path / "next", FAKE)
+    failed, _ = test_mutations.run_checks(tree, ("tests/infra/test_fake.py",), ("test_b",), True, popen=zygotes.popen)
+    assert failed == {"tests/infra/test_fake.py::test_b"} and len(zygotes.every) == 1
+
+
+def test_the_zygote_runs_pytest_only(tmp_path, zygotes):
+    with pytest.raises(ValueError, match="pytest only"):
+        zygotes.popen(["/bin/sh", "-c", "true"], cwd=tmp_path, env={})
