@@ -32,7 +32,9 @@ cd "$PKG"
 inputs() {
     find . \( -path ./node_modules -o -path ./dist \) -prune -o -type f ! -name '*.tgz' ! -name '*.tsbuildinfo' -print0 \
         | LC_ALL=C sort -z | xargs -0 sha256sum
-    sha256sum "$ROOT/scripts/n8n-node-build.sh"
+    # this script's bytes, not its path: every clone lives elsewhere (the gate's fresh clone built
+    # again each time while the path was part of the key)
+    sha256sum <"$ROOT/scripts/n8n-node-build.sh"
     printf '%s\n' "$SAFESEND_N8N_HOME" "$(node --version)"
 }
 CACHE="$SAFESEND_N8N_HOME/node-builds"

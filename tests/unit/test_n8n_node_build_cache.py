@@ -118,3 +118,16 @@ def test_fresh_builds_anyway(tmp_path):
     calls(log)
     fresh = build(tree, tmp_path / "out2", SAFESEND_N8N_NODE_BUILD_FRESH="1")
     assert fresh.returncode == 0 and calls(log)[-3:] == ["npx lint", "npx build", "npm pack"]
+
+
+def test_a_clone_elsewhere_with_the_same_bytes_reuses_the_build(tmp_path):
+    """The key is the inputs' bytes, not where the checkout lives: every fresh clone (the gate's, a
+    second worktree) has another path, and a key naming the script's path built again each time."""
+    tree, log = scratch(tmp_path)
+    assert build(tree, tmp_path / "out1").returncode == 0
+    calls(log)
+    elsewhere = tmp_path / "another-clone"
+    shutil.copytree(tree, elsewhere, symlinks=True)
+    again = build(elsewhere, tmp_path / "out2")
+    assert again.returncode == 0, again.stderr
+    assert calls(log) == [] and "reused" in again.stderr
