@@ -982,3 +982,38 @@ def test_bootstraps_list_of_provider_wheels_is_python_that_runs():
     )
     assert done.returncode == 0, done.stderr
     assert all("==" in requirement for requirement in done.stdout.split()) and done.stdout.split()
+
+
+def test_the_venvs_nothing_runs_pip_in_are_made_without_it(tmp_path):
+    """ensurepip put pip into .venv-tasks and .venv-tfplugin (uv fills both, nothing runs pip there):
+    ~5.7 CPU-s each on every fresh clone. .venv keeps pip (a developer's), .venv-infra needs it
+    (`pip download` of the schema wheels)."""
+    script = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    parts = dict(re.findall(r"^part_(\w+)\(\) \{\n(.*?)^\}\n", script, re.MULTILINE | re.DOTALL))
+    made = {part: re.search(r'ensure_venv "\$\w+"( --without-pip)?\n', parts[part]) for part in ALL_PARTS}
+    assert {part: bool(m and m.group(1)) for part, m in made.items() if m} == {
+        "venv": False,
+        "tasks": True,
+        "infra": False,
+        "tfplugin": True,
+    }
+    ensure_venv = re.search(r"^ensure_venv\(\) \{\n.*?^\}\n", script, re.MULTILINE | re.DOTALL)
+    assert ensure_venv is not None
+    venv = tmp_path / "v"
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'set -euo pipefail\nlog() {{ :; }}\n{ensure_venv.group(0)}ensure_venv "$1" --without-pip',
+            "-",
+            venv,
+        ],
+        env={**clean_env(), "PYTHON": sys.executable, "ROOT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    probe = subprocess.run([venv / "bin" / "python", "-c", "import pip"], capture_output=True, timeout=60, check=False)
+    assert probe.returncode != 0 and b"No module named 'pip'" in probe.stderr
