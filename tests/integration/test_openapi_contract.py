@@ -41,7 +41,10 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
-from schemathesis.core.failures import FailureGroup
+from schemathesis.core.failures import FailureGroup, as_reported_failure
+from schemathesis.generation.feedback import FeedbackSources
+from schemathesis.pytest._test_builder import build_operation_test
+from schemathesis.python._constants.orchestrator import make_constants_value_source
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_headers_conformance,
@@ -127,8 +130,15 @@ def test_stack_serves_the_documented_routes_with_auth_off(stack, http):
 
 
 # ------------------------------------------------------------------------------ the contract run
-@pytest.mark.timeout(OPERATION_TIMEOUT_S)
-@schema.parametrize()
+# One test per operation of the spec, built when it runs. `@schema.parametrize()` built every
+# operation's hypothesis test, its coverage cases included, while collecting: ~4.3 CPU-s in each
+# process that collects the suite (every xdist worker, the gate's warm-up), for the one worker that
+# runs them. The build below is the one schemathesis's pytest plugin makes (schemathesis.pytest.
+# _test_builder.build_operation_test, the same phases, config, hooks and checks: pinned in the lock,
+# an API change fails this module's import or its tests, never silently).
+OPERATIONS = [result.ok().label for result in schema.get_all_operations()]
+
+
 @settings(
     max_examples=MAX_EXAMPLES,
     deadline=None,
@@ -142,8 +152,26 @@ def test_stack_serves_the_documented_routes_with_auth_off(stack, http):
         HealthCheck.large_base_example,
     ],
 )
-def test_api_conforms_to_openapi(case, stack, http):
+def conforms(case, stack, http):
     case.call_and_validate(base_url=stack.url, session=http, checks=CHECKS, timeout=REQUEST_TIMEOUT_S)
+
+
+@pytest.mark.timeout(OPERATION_TIMEOUT_S)
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_api_conforms_to_openapi(operation, stack, http):
+    found = schema.find_operation_by_label(operation)
+    assert found is not None, operation
+    fuzz = build_operation_test(
+        config=schema.config,
+        operation=found,
+        test_func=conforms,
+        given_kwargs={},
+        feedback=FeedbackSources(constants_value_source=make_constants_value_source(schema)),
+    )
+    try:
+        fuzz(stack=stack, http=http)
+    except FailureGroup as exc:  # as the plugin reports it: the failures and a curl line to reproduce
+        raise as_reported_failure(exc) from None
 
 
 # ------------------------------------------------------------------------------ what fuzzing rarely reaches
