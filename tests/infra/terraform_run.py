@@ -4,7 +4,7 @@ initialized scratch copies of infra/ to run `validate` and `test` in.
 * `terraform` must be on PATH (or SAFESEND_TERRAFORM): without it the tests fail with how to
   install it, they never skip.
 * The plugin directory is built once per session (install.py keeps the decoded schemas in
-  .venv-tfplugin/decoded, so that takes a second after the first time).
+  ~/.cache/safesend/tf-schema-decoded, so that takes a second after the first time on a machine).
   `terraform init -plugin-dir` installs the providers from it under their real addresses and
   versions; then one long-lived server per provider (server.py --dev) answers every command of the
   session through TF_REATTACH_PROVIDERS, stopped by PID at the end.

@@ -11,7 +11,9 @@ OUT_DIR/schemas/<name>.pb. tests/infra builds one OUT_DIR per test session (a sc
 repository builds its own: the scripts name the tree they run from).
 
 Decoding a wheel takes seconds (google's jsii assembly is large), so the decoded schema is kept
-in .venv-tfplugin/decoded/<wheel>-<key>.json (written atomically; shared by every tree). Each .pb
+in $XDG_CACHE_HOME/safesend/tf-schema-decoded/<wheel>-<key>.json (~/.cache/... without it; written
+atomically; shared by every tree and every clone: a fresh clone, as CI and the gate run in, decoded
+the four wheels again, ~12 CPU-s; the key names the wheel file, immutable on PyPI, and this code). Each .pb
 holds the provider block and the resource and data source types infra/**/*.tf uses
 (regenerate.used_types(), as the snapshots do): Terraform decodes the schema at every provider
 start, and google's 1,800 types made that most of a test run's time. Which wheels, and which
@@ -31,7 +33,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 WHEEL_DIR = ROOT / ".venv-infra" / "schema-wheels"
-DECODED = Path(sys.prefix) / "decoded"  # in .venv-tfplugin
+DECODED = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "safesend" / "tf-schema-decoded"
 
 sys.path.insert(0, str(ROOT))
 from tools.tf_schema_provider.schema import provider_schema, regenerate  # noqa: E402 - path set above
