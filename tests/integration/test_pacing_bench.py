@@ -17,7 +17,9 @@ import pytest
 
 from bench import pacing
 
-pytestmark = pytest.mark.integration
+# The scenarios run the pacing core for thousands of simulated sends, code its unit tests measure:
+# untraced here (tests/coverage_pause.py), they cost 21 CPU-s instead of 34.
+pytestmark = [pytest.mark.integration, pytest.mark.measured_elsewhere]
 
 run = functools.cache(pacing.run)  # keyword arguments -> the scenario's PacingReport (read only)
 

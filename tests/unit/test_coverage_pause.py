@@ -26,6 +26,10 @@ def in_plain():
 
 def after_failure():
     return "after"
+
+
+def at_volume():
+    return "volume"
 """
 
 SUITE = """import pytest
@@ -49,11 +53,17 @@ def test_3_marked_and_failing():
 
 def test_4_after_the_failure():
     assert lib.after_failure() == "after"
+
+
+@pytest.mark.measured_elsewhere
+def test_5_at_volume():
+    assert lib.at_volume() == "volume"
 """
 
 INI = """[pytest]
 markers =
     functions_out_of_process: paused tracer
+    measured_elsewhere: paused tracer
 """
 
 
@@ -95,12 +105,13 @@ def executed_functions(tmp_path: Path) -> set[str]:
 
 
 def test_a_marked_test_is_not_traced_and_the_tests_after_it_are(tmp_path: Path) -> None:
+    """Either marker pauses the tracer: `at_volume` (measured_elsewhere) is not traced either."""
     done = run_scratch(tmp_path, "coverage", "run", "--source=.", "-m")
-    assert "1 failed, 3 passed" in done.stdout, done.stdout + done.stderr
+    assert "1 failed, 4 passed" in done.stdout, done.stdout + done.stderr
     assert executed_functions(tmp_path) == {"in_plain", "after_failure"}
 
 
 def test_without_coverage_the_marker_changes_nothing(tmp_path: Path) -> None:
     done = run_scratch(tmp_path)
-    assert done.returncode == 1 and "1 failed, 3 passed" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 1 and "1 failed, 4 passed" in done.stdout, done.stdout + done.stderr
     assert "FAILED test_scratch.py::test_3_marked_and_failing" in done.stdout  # only the scratch's own failure
