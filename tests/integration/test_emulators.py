@@ -346,7 +346,32 @@ def test_the_emulator_jvms_run_with_the_light_jit_and_collector(
 
 def test_a_callers_java_opts_come_after_ours_so_they_win(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAVA_OPTS", "-XX:+UseParallelGC")
-    assert PubSubEmulator().process_env()["JAVA_OPTS"].split() == [*JVM_OPTIONS, "-XX:+UseParallelGC"]
+    options = PubSubEmulator().process_env()["JAVA_OPTS"].split()
+    assert options[: len(JVM_OPTIONS)] == list(JVM_OPTIONS) and options[-1] == "-XX:+UseParallelGC"
+
+
+def test_a_second_jvm_maps_the_class_archive_the_first_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first Firestore emulator (no archive yet) writes one as it stops; the next one starts with
+    it mapped into its memory, and answers as before."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = FirestoreEmulator(log_dir=tmp_path / "logs").start()
+    try:
+        assert first.archive is not None and first.archive.path is not None
+        archive = first.archive.path
+        assert not archive.exists()
+    finally:
+        first.stop()
+    assert archive.is_file() and archive.parent.parent == tmp_path / "cache" / "safesend"
+    assert [p.name for p in archive.parent.iterdir()] == [archive.name]  # no temporary file left
+    second = FirestoreEmulator(log_dir=tmp_path / "logs").start()
+    try:
+        assert f"-XX:SharedArchiveFile={archive}" in Path(f"/proc/{second.pid}/cmdline").read_bytes().decode().split(
+            "\0"
+        )
+        assert str(archive) in Path(f"/proc/{second.pid}/maps").read_text()  # the JVM mapped it
+        second.reset("demo-archive")  # and serves
+    finally:
+        second.stop()
 
 
 # ----------------------------------------------------------------------------- lifecycle
