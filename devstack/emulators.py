@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -509,7 +510,8 @@ class Emulator(ABC):
         self.stop_timeout = stop_timeout
         self.process: ManagedProcess | None = None
         self.startup_seconds: float | None = None
-        self.archive: ClassArchive | None = None  # a JVM emulator's class archive (command() sets it)
+        self.archive: ClassArchive | None = None  # a JVM emulator's class archive (start() sets it)
+        self._archive_override: list[str] | None = None  # the warm-up JVM's options instead of the map
 
     # -- to implement
 
@@ -575,6 +577,10 @@ class Emulator(ABC):
         if self.is_running():
             return self
         self.check_installed()
+        if self.archive is None:
+            self.archive = self.class_archive()
+            if self.archive is not None:
+                self.archive.ensure(self._make_archive)
         attempts = 1 if self._requested_port is not None else 3
         for attempt in range(1, attempts + 1):
             port = self._requested_port if self._requested_port is not None else free_port()
@@ -601,29 +607,54 @@ class Emulator(ABC):
             except ProcessStartError:
                 exited_early = not proc.is_running()
                 proc.stop()
-                self._drop_archive()
                 if exited_early and attempt < attempts:
                     continue
                 raise
             except BaseException:
                 proc.stop()
-                self._drop_archive()
                 raise
             self.startup_seconds = time.monotonic() - started
             return self
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _drop_archive(self) -> None:
-        """A start that failed keeps no class archive (the JVM may not have got far enough)."""
-        if self.archive is not None:
-            self.archive.keep(None)
+    ARCHIVE_STOP_TIMEOUT_S: ClassVar[float] = 60.0
+
+    def class_archive(self) -> ClassArchive | None:
+        """A JVM emulator's class-data-sharing archive (ClassArchive); None: not a JVM."""
+        return None
+
+    def _archive_options(self) -> list[str]:
+        if self._archive_override is not None:
+            return self._archive_override
+        return self.archive.options() if self.archive is not None else []
+
+    def _make_archive(self, options: list[str]) -> int | None:
+        """ClassArchive.ensure's warm-up: this emulator once with `options`, until it answers, then
+        stopped; its exit status (negative: it had to be killed)."""
+        self._archive_override, self._port = options, free_port()
+        try:
+            proc = ManagedProcess(
+                self.command(self._port),
+                name=f"{self.name}-class-archive",
+                log_dir=self.log_dir,
+                env=self.process_env(),
+                # it writes the archive as it exits (~2.7 CPU-s): on a loaded machine more than the
+                # usual stop timeout, and a JVM killed mid-write leaves no archive
+                stop_timeout=max(self.stop_timeout, self.ARCHIVE_STOP_TIMEOUT_S),
+            )
+            proc.start()
+            try:
+                proc.wait_ready(self.is_ready, timeout=self.startup_timeout, what=f"ready on {self.host}")
+            finally:
+                proc.stop()
+            return proc.returncode
+        finally:
+            self._archive_override, self._port = None, self._requested_port
 
     def stop(self) -> None:
-        """Stop the process group; idempotent. A JVM's class archive it wrote on the way out is kept."""
+        """Stop the process group; idempotent."""
         if self.process is not None:
             self.process.stop()
-            if self.archive is not None:
-                self.archive.keep(self.process.returncode)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -660,20 +691,23 @@ def _java_feature_version(java: Path) -> int | None:
 
 
 class ClassArchive:
-    """A JVM's class-data-sharing archive (dynamic AppCDS, Java 13+), kept in the user's cache.
+    """A JVM's class-data-sharing archive (dynamic AppCDS, Java 13+), made once per machine and kept in
+    the user's cache.
 
     Every emulator start loaded and verified the same ~10,000 classes from the jar: the Firestore
     emulator took 1.9 CPU-s to answer, 0.8 with the archive (Java 17, 2-core machine, 2026-12-03),
-    and a gate starts ~20 of these JVMs. A JVM started without an archive writes one when it exits
-    (-XX:ArchiveClassesAtExit, to a file of its own), kept only if the JVM ended on its own after
-    SIGTERM (a killed one may leave half a file); the next JVM maps it (-XX:SharedArchiveFile). The
-    name is keyed by the java binary and the jars (path, size, mtime); the JVM validates the archive
-    itself and runs without it, with a warning in its log, if it does not match. Older runtimes, an
-    unknown one, or SAFESEND_JVM_CLASS_ARCHIVE=0 get no option at all."""
+    and a gate starts ~20 of these JVMs. Writing the archive costs a JVM ~2.7 CPU-s more, so only one
+    does it: the first start on a machine runs a warm-up JVM with -XX:ArchiveClassesAtExit (its own
+    file) until it answers, stops it, and keeps the file if the JVM ended on its own; other processes
+    wait for it on a file lock (bounded) and every JVM then maps it (-XX:SharedArchiveFile). The name
+    is keyed by the java binary and the jars (path, size, mtime); the JVM validates the archive itself
+    and runs without it, with a warning in its log, if it does not match. Older runtimes (the option
+    came with Java 13), an unknown one, or SAFESEND_JVM_CLASS_ARCHIVE=0: no archive, no option."""
+
+    LOCK_WAIT_S = 120.0  # another process making the archive: wait this long, then start without it
 
     def __init__(self, name: str, java: Path, inputs: Sequence[Path]) -> None:
         self.path: Path | None = None
-        self.pending: Path | None = None
         version = _java_feature_version(java)
         if version is None or version < 13 or os.environ.get("SAFESEND_JVM_CLASS_ARCHIVE") == "0":
             return
@@ -688,24 +722,37 @@ class ClassArchive:
         self.path = cache / "safesend" / "jvm-class-archives" / f"{name}-{digest.hexdigest()[:16]}.jsa"
 
     def options(self) -> list[str]:
-        """The JVM options for one start: map the archive, or write one at exit."""
-        if self.path is None:
-            return []
-        if self.path.is_file():
-            return [f"-XX:SharedArchiveFile={self.path}"]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.pending = self.path.with_name(f"{self.path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
-        return [f"-XX:ArchiveClassesAtExit={self.pending}"]
+        """The option that maps the archive, if there is one."""
+        return [f"-XX:SharedArchiveFile={self.path}"] if self.path is not None and self.path.is_file() else []
 
-    def keep(self, returncode: int | None) -> None:
-        """After the JVM ended: its archive becomes the kept one if it ended on its own (not killed)."""
-        pending, self.pending = self.pending, None
-        if pending is None or self.path is None:
+    def ensure(self, make: Callable[[list[str]], int | None]) -> None:
+        """Makes the archive unless it exists: `make(options)` runs a JVM with `options` until it
+        answers, stops it and returns its exit status (negative: killed). Never raises: without an
+        archive the emulators start as they always did."""
+        if self.path is None or self.path.is_file():
             return
-        if returncode is not None and returncode >= 0 and pending.is_file() and pending.stat().st_size > 0:
-            os.replace(pending, self.path)
-        else:
-            pending.unlink(missing_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "a") as lock:
+            deadline = time.monotonic() + self.LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return
+                    time.sleep(0.2)
+            if self.path.is_file():  # made while this process waited
+                return
+            pending = self.path.with_name(f"{self.path.stem}.{os.getpid()}.tmp")
+            try:
+                returncode = make([f"-XX:ArchiveClassesAtExit={pending}"])
+                if returncode is not None and returncode >= 0 and pending.is_file() and pending.stat().st_size:
+                    os.replace(pending, self.path)
+            except Exception as exc:  # noqa: BLE001 - an optimisation: report it and start without one
+                print(f"safesend: no JVM class archive for {self.path.name}: {exc}", file=sys.stderr)
+            finally:
+                pending.unlink(missing_ok=True)
 
 
 class FirestoreEmulator(Emulator):
@@ -739,11 +786,10 @@ class FirestoreEmulator(Emulator):
 
     def command(self, port: int) -> list[str]:
         java = self._java or _find_java()
-        self.archive = ClassArchive("firestore", java, [self.jar_path])
         return [
             str(java),
             *JVM_OPTIONS,
-            *self.archive.options(),
+            *self._archive_options(),
             "-Duser.language=en",
             "-cp",
             str(self.jar_path),
@@ -752,6 +798,9 @@ class FirestoreEmulator(Emulator):
             f"--host={LOOPBACK}",
             f"--port={port}",
         ]
+
+    def class_archive(self) -> ClassArchive:
+        return ClassArchive("firestore", self._java or _find_java(), [self.jar_path])
 
     def is_ready(self) -> bool:
         return _http_status("GET", f"http://{self.host}/") == 200
@@ -804,12 +853,14 @@ class PubSubEmulator(Emulator):
 
     def process_env(self) -> dict[str, str]:
         env = super().process_env()
-        lib = self.script_path.parent.parent / "lib"
-        self.archive = ClassArchive("pubsub", _find_java(), [self.script_path, *sorted(lib.glob("*.jar"))])
         # the wrapper script evals JAVA_OPTS: each option quoted; a caller's own come last and win
-        ours = (*JVM_OPTIONS, *(shlex.quote(option) for option in self.archive.options()))
+        ours = (*JVM_OPTIONS, *(shlex.quote(option) for option in self._archive_options()))
         env["JAVA_OPTS"] = " ".join((*ours, env.get("JAVA_OPTS", ""))).strip()
         return env
+
+    def class_archive(self) -> ClassArchive:
+        lib = self.script_path.parent.parent / "lib"
+        return ClassArchive("pubsub", _find_java(), [self.script_path, *sorted(lib.glob("*.jar"))])
 
     def is_ready(self) -> bool:
         _http_status("GET", f"http://{self.host}/")  # any HTTP answer means the server is up
