@@ -731,8 +731,13 @@ class ClassArchive:
         archive the emulators start as they always did."""
         if self.path is None or self.path.is_file():
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_suffix(".lock"), "a") as lock:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(self.path.with_suffix(".lock"), "a")  # noqa: SIM115 - closed below
+        except OSError as exc:  # a read-only or full cache: start without an archive
+            print(f"safesend: no JVM class archive for {self.path.name}: {exc}", file=sys.stderr)
+            return
+        with lock:
             deadline = time.monotonic() + self.LOCK_WAIT_S
             while True:
                 try:

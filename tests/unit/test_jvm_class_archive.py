@@ -113,3 +113,13 @@ def test_the_archive_can_be_switched_off(tmp_path, jar, monkeypatch):
     warm_up = WarmUp()
     archive.ensure(warm_up)
     assert warm_up.calls == [] and archive.options() == []
+
+
+def test_a_cache_that_cannot_be_written_leaves_no_archive_and_raises_nothing(tmp_path, jar, monkeypatch, capsys):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    archive = ClassArchive("firestore", runtime(tmp_path, "17.0.15"), [jar])
+    warm_up = WarmUp()
+    archive.ensure(warm_up)
+    assert warm_up.calls == [] and archive.options() == [] and "no JVM class archive" in capsys.readouterr().err
