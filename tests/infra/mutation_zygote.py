@@ -107,36 +107,70 @@ def run_child(request: dict[str, Any]) -> NoReturn:
 
 
 # --------------------------------------------------------------------------- the client side
+class LineChannel:
+    """Lines from a pipe, each read within a timeout. Read from the file descriptor itself: a buffered
+    reader may take the next line (a fast run's exit status right behind its pid) into its buffer,
+    where select() no longer sees it, and the run would wait out its whole timeout."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pending = b""
+
+    def read_line(self, timeout: float) -> str | None:
+        """The next line (without its newline), None when `timeout` passes first; OSError at EOF."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                raise OSError("the pipe closed before a whole line")
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode()
+
+
+class Zygote:
+    """One zygote process and the channel its answers come on."""
+
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__], env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert self.process.stdout is not None
+        self.answers = LineChannel(self.process.stdout.fileno())
+
+    def ask(self, request: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(request).encode() + b"\n")
+        self.process.stdin.flush()
+
+    def answer(self, timeout: float) -> dict[str, Any] | None:
+        """The zygote's next answer, None when `timeout` passes first; OSError when it died."""
+        try:
+            line = self.answers.read_line(timeout)
+        except OSError as exc:
+            raise OSError(f"the mutation zygote ended (exit {self.process.poll()})") from exc
+        return None if line is None else dict(json.loads(line))
+
+
 class ZygoteRun:
     """One nested run in a zygote's child, with the part of subprocess.Popen's interface run_checks
     uses: communicate(timeout) -> (stdout, stderr), send_signal, kill."""
 
-    def __init__(self, pool: ZygotePool, zygote: subprocess.Popen[str], request: dict[str, Any]) -> None:
+    def __init__(self, pool: ZygotePool, zygote: Zygote, request: dict[str, Any]) -> None:
         self.pool, self.zygote, self.request = pool, zygote, request
-        assert zygote.stdin is not None
-        zygote.stdin.write(json.dumps(request) + "\n")
-        zygote.stdin.flush()
-        answer = self._read(timeout=60)
+        zygote.ask(request)
+        answer = zygote.answer(timeout=60)
         if answer is None or "pid" not in answer:
             raise OSError(f"the mutation zygote did not start a run: {answer}")
         self.pid: int = answer["pid"]
         self.returncode: int | None = None
 
-    def _read(self, timeout: float) -> dict[str, Any] | None:
-        """The zygote's next line, or None when `timeout` passes first; OSError when it died."""
-        assert self.zygote.stdout is not None
-        ready, _, _ = select.select([self.zygote.stdout], [], [], max(0.0, timeout))
-        if not ready:
-            return None
-        line = self.zygote.stdout.readline()
-        if not line:
-            raise OSError(f"the mutation zygote ended (exit {self.zygote.poll()})")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         if self.returncode is None:
-            answer = self._read(timeout if timeout is not None else 24 * 3600)
+            answer = self.zygote.answer(timeout if timeout is not None else 24 * 3600)
             if answer is None:
                 raise subprocess.TimeoutExpired(["pytest", *self.request["argv"]], timeout or 0)
             self.returncode = int(answer["status"])
@@ -161,8 +195,8 @@ class ZygotePool:
 
     def __init__(self, env: dict[str, str], scratch: Path) -> None:
         self.env, self.scratch = env, scratch
-        self.idle: list[subprocess.Popen[str]] = []
-        self.every: list[subprocess.Popen[str]] = []
+        self.idle: list[Zygote] = []
+        self.every: list[Zygote] = []
         self.lock = threading.Lock()
         self.count = 0
         scratch.mkdir(parents=True, exist_ok=True)
@@ -173,27 +207,19 @@ class ZygotePool:
         if argv[:3] != [sys.executable, "-m", "pytest"]:
             raise ValueError(f"the zygote runs pytest only, not {argv[:3]}")
         with self.lock:
-            zygote = self.idle.pop() if self.idle else self._start()
+            if self.idle:
+                zygote = self.idle.pop()
+            else:
+                zygote = Zygote(self.env, self.scratch)
+                self.every.append(zygote)
             self.count += 1
             stem = self.scratch / f"run-{self.count}"
         request = {"argv": argv[3:], "cwd": str(cwd), "env": env, "out": f"{stem}.out", "err": f"{stem}.err"}
         return ZygoteRun(self, zygote, request)
 
-    def _start(self) -> subprocess.Popen[str]:
-        zygote = subprocess.Popen(
-            [sys.executable, __file__],
-            env=self.env,
-            cwd=self.scratch,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.every.append(zygote)
-        return zygote
-
-    def release(self, zygote: subprocess.Popen[str]) -> None:
+    def release(self, zygote: Zygote) -> None:
         with self.lock:
-            if zygote.poll() is None:
+            if zygote.process.poll() is None:
                 self.idle.append(zygote)
 
     def close(self, timeout: float = 30) -> None:
@@ -201,16 +227,16 @@ class ZygotePool:
         deadline = time.monotonic() + timeout
         for zygote in self.every:
             with contextlib.suppress(OSError):
-                if zygote.stdin is not None:
-                    zygote.stdin.close()
+                if zygote.process.stdin is not None:
+                    zygote.process.stdin.close()
         for zygote in self.every:
             try:
-                zygote.wait(timeout=max(0.1, deadline - time.monotonic()))
+                zygote.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                zygote.kill()
-                zygote.wait(timeout=30)
-            if zygote.stdout is not None:
-                zygote.stdout.close()
+                zygote.process.kill()
+                zygote.process.wait(timeout=30)
+            if zygote.process.stdout is not None:
+                zygote.process.stdout.close()
 
 
 if __name__ == "__main__":

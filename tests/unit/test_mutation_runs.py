@@ -304,7 +304,7 @@ def zygotes(tmp_path: Path) -> Iterator[Any]:
     pool = ZygotePool(test_mutations.nested_env(tmp_path / "copy"), tmp_path / "zygote-runs")
     yield pool
     pool.close()
-    assert all(zygote.poll() is not None for zygote in pool.every)  # none left running
+    assert all(zygote.process.poll() is not None for zygote in pool.every)  # none left running
 
 
 def test_a_run_from_a_zygote_reports_what_a_process_of_its_own_reports(tmp_path, zygotes):
@@ -392,3 +392,26 @@ def test_a_zygote_run_that_hangs_is_interrupted_and_reported(tmp_path, zygotes):
 def test_the_zygote_runs_pytest_only(tmp_path, zygotes):
     with pytest.raises(ValueError, match="pytest only"):
         zygotes.popen(["/bin/sh", "-c", "true"], cwd=tmp_path, env={})
+
+
+def test_an_answer_that_came_with_the_one_before_is_not_waited_for():
+    """A run that ends at once: its pid and its exit status reach the pipe together. A buffered reader
+    took both on the first read, select() then saw nothing, and the run waited out its timeout."""
+    from tests.infra.mutation_zygote import LineChannel
+
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b'{"pid": 7}\n{"status": 3}\n')
+        answers = LineChannel(read_end)
+        started = time.monotonic()
+        assert [answers.read_line(5), answers.read_line(5)] == ['{"pid": 7}', '{"status": 3}']
+        assert time.monotonic() - started < 1
+        assert answers.read_line(0.1) is None  # nothing more: None at the timeout
+        os.close(write_end)
+        write_end = -1
+        with pytest.raises(OSError, match="closed"):
+            answers.read_line(5)
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
