@@ -718,7 +718,10 @@ class ClassArchive:
             except OSError:
                 return
             digest.update(f"{item}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        try:
+            cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        except (RuntimeError, KeyError):  # no home to find: no archive
+            return
         self.path = cache / "safesend" / "jvm-class-archives" / f"{name}-{digest.hexdigest()[:16]}.jsa"
 
     def options(self) -> list[str]:

@@ -33,6 +33,7 @@ Run: .venv/bin/python -m pytest tests/integration/test_openapi_contract.py -q -p
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 
@@ -139,6 +140,12 @@ def test_stack_serves_the_documented_routes_with_auth_off(stack, http):
 OPERATIONS = [result.ok().label for result in schema.get_all_operations()]
 
 
+@functools.cache
+def feedback() -> FeedbackSources:
+    """The generation feedback the plugin makes once for all operations (the spec's constants)."""
+    return FeedbackSources(constants_value_source=make_constants_value_source(schema))
+
+
 @settings(
     max_examples=MAX_EXAMPLES,
     deadline=None,
@@ -166,7 +173,7 @@ def test_api_conforms_to_openapi(operation, stack, http):
         operation=found,
         test_func=conforms,
         given_kwargs={},
-        feedback=FeedbackSources(constants_value_source=make_constants_value_source(schema)),
+        feedback=feedback(),
     )
     try:
         fuzz(stack=stack, http=http)
